@@ -1,0 +1,364 @@
+"""The federation handle: one per party process.
+
+A ``Federation`` wraps an initialised ``torch.distributed`` process group and is
+the only object algorithm code talks to. It offers point-to-point ``send`` /
+``recv`` (the papers' trees, stars and rings are built on these in
+``reduce.py``), a communication meter, an optional transcript of everything
+sent, and failure handling: when a peer dies, never joins, or stops answering,
+the party raises ``PartyFailure`` naming the party that is gone instead of
+hanging.
+
+Failure diagnosis. gloo reports either "connection closed" (the peer process
+exited) or a timeout (the peer did not answer within ``timeout`` seconds).
+The peer we were talking to is not always the culprit: it may itself have
+stopped because *its* peer died. So every party that detects a failure writes
+"I lost party p" into the rendezvous store, and a party that raises follows
+that chain to the first party that reported nothing: the root cause. The store
+lives outside the parties (the launcher's parent process, or torchrun's
+agent), so it survives any of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+from .errors import PartyFailure
+from .meter import CommMeter
+from .roles import Roles
+from .transcript import Transcript
+
+DEFAULT_TIMEOUT = 60.0
+
+# Framed messages (shape and dtype not known to the receiver) carry this header.
+_MAX_DIMS = 8
+_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+           torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128]
+_DTYPE_CODE = {d: i for i, d in enumerate(_DTYPES)}
+
+_CLOSED_MARKERS = ("Connection closed", "Connection reset", "Broken pipe", "ECONNRESET",
+                   "Socket closed", "Connection refused")
+
+
+def default_timeout() -> float:
+    """Seconds a party waits for a peer before declaring it gone (VFLTORCH_TIMEOUT, default 60)."""
+    return float(os.environ.get("VFLTORCH_TIMEOUT", DEFAULT_TIMEOUT))
+
+
+class Federation:
+    """One party's view of the federation.
+
+    Parameters are normally filled in by ``vfltorch.comm.launch`` (local
+    processes) or ``vfltorch.comm.init_from_env`` (torchrun, MPI). A single
+    party (``world_size == 1``) needs no process group: every reduction is the
+    identity, which makes Q = 1 the centralised algorithm.
+    """
+
+    def __init__(self, rank: int, roles: Roles, *, store=None, backend: str | None = "gloo",
+                 device: str | torch.device = "cpu", timeout: float | None = None,
+                 transcript: Transcript | None = None):
+        self.rank = rank
+        self.roles = roles
+        self.store = store
+        self.backend = backend
+        self.device = torch.device(device)
+        self.timeout = default_timeout() if timeout is None else float(timeout)
+        self.meter = CommMeter()
+        self.transcript = transcript
+        self._phase = ["default"]
+        self._closed = False
+
+    # ------------------------------------------------------------------ set-up
+    @classmethod
+    def local(cls, device: str | torch.device = "cpu", *, transcript: Transcript | None = None) -> "Federation":
+        """A federation of one party: no process group, the centralised twin."""
+        return cls(0, Roles(world_size=1), store=None, backend=None, device=device, transcript=transcript)
+
+    @classmethod
+    def connect(cls, store, rank: int, roles: Roles, *, backend: str = "gloo",
+                device: str | torch.device = "cpu", timeout: float | None = None,
+                join_timeout: float | None = None, transcript: Transcript | None = None) -> "Federation":
+        """Join the federation through ``store`` and initialise the process group.
+
+        Every party first announces itself in the store and waits (at most
+        ``join_timeout`` seconds, default ``timeout``) for the others, so that a
+        party that never starts is named instead of surfacing as an anonymous
+        rendezvous timeout.
+        """
+        fed = cls(rank, roles, store=store, backend=backend, device=device, timeout=timeout,
+                  transcript=transcript)
+        if roles.world_size == 1:
+            return fed
+        check_backend(backend)
+        fed._join(fed.timeout if join_timeout is None else float(join_timeout))
+        pg_timeout = datetime.timedelta(seconds=fed.timeout)
+        if backend == "mpi":
+            dist.init_process_group("mpi", timeout=pg_timeout)
+        else:
+            dist.init_process_group(backend, store=dist.PrefixStore("vfl/pg", store), rank=rank,
+                                    world_size=roles.world_size, timeout=pg_timeout)
+        return fed
+
+    def _join(self, join_timeout: float) -> None:
+        self.store.set(f"vfl/joined/{self.rank}", "1")
+        deadline = time.monotonic() + join_timeout
+        keys = [f"vfl/joined/{r}" for r in range(self.world_size)]
+        while True:
+            missing = [r for r, k in zip(range(self.world_size), keys) if not self.store.check([k])]
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                names = ", ".join(self.roles.name(r) for r in missing)
+                raise PartyFailure(
+                    f"{names} never joined the federation within {join_timeout:g} s "
+                    f"(seen from {self.roles.name(self.rank)}). Start every party with the same "
+                    f"world size and rendezvous address, or raise --timeout.",
+                    party=missing[0], reporter=self.rank, phase="join")
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        """Leave the federation after a final barrier, so no party exits while others still talk."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.world_size > 1 and dist.is_initialized():
+            try:
+                self.barrier()
+            finally:
+                dist.destroy_process_group()
+
+    # ------------------------------------------------------------------- roles
+    @property
+    def world_size(self) -> int:
+        return self.roles.world_size
+
+    @property
+    def parties(self) -> list[int]:
+        return self.roles.parties
+
+    @property
+    def num_parties(self) -> int:
+        return self.roles.num_parties
+
+    @property
+    def active(self) -> int:
+        return self.roles.active
+
+    @property
+    def coordinator(self) -> int | None:
+        return self.roles.coordinator
+
+    @property
+    def is_active(self) -> bool:
+        return self.rank == self.roles.active
+
+    @property
+    def is_coordinator(self) -> bool:
+        return self.rank == self.roles.coordinator
+
+    @property
+    def is_data_party(self) -> bool:
+        return self.rank in self.roles.parties
+
+    def name(self, rank: int | None = None) -> str:
+        return self.roles.name(self.rank if rank is None else rank)
+
+    # ------------------------------------------------------------------ phases
+    @property
+    def current_phase(self) -> str:
+        return self._phase[-1]
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        """Count the communication inside this block under ``name``."""
+        self._phase.append(name)
+        try:
+            yield
+        finally:
+            self._phase.pop()
+
+    # ---------------------------------------------------------- point-to-point
+    def _outgoing(self, tensor: torch.Tensor, dst: int) -> torch.Tensor:
+        self._check_peer(dst)
+        # gloo and MPI move host memory: CUDA tensors travel through the CPU.
+        t = tensor.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        t = t.contiguous()
+        nbytes = t.numel() * t.element_size()
+        self.meter.record_send(self.current_phase, nbytes)
+        if self.transcript is not None:
+            self.transcript.record(self.current_phase, self.rank, dst, t)
+        return t
+
+    def send(self, tensor: torch.Tensor, dst: int) -> None:
+        """Send a tensor whose shape and dtype the receiver knows (see ``recv``)."""
+        t = self._outgoing(tensor, dst)
+        self._guard(lambda: dist.send(t, dst), dst, "sending to")
+
+    def recv(self, src: int, shape, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+        """Receive a tensor of known shape and dtype from ``src``; returned on ``device`` (default: the party's)."""
+        self._check_peer(src)
+        buf = torch.empty(tuple(shape), dtype=dtype)
+        self._guard(lambda: dist.recv(buf, src), src, "receiving from")
+        self.meter.record_recv(self.current_phase, buf.numel() * buf.element_size())
+        return buf.to(self.device if device is None else device)
+
+    def sendrecv(self, tensor: torch.Tensor, dst: int, src: int, shape=None, dtype=None) -> torch.Tensor:
+        """Send to ``dst`` while receiving from ``src`` (rings would deadlock on blocking sends)."""
+        t = self._outgoing(tensor, dst)
+        buf = torch.empty(tuple(t.shape if shape is None else shape), dtype=t.dtype if dtype is None else dtype)
+
+        def both():
+            req = dist.isend(t, dst)
+            dist.recv(buf, src)
+            req.wait()
+
+        self._guard(both, src, "exchanging with")
+        self.meter.record_recv(self.current_phase, buf.numel() * buf.element_size())
+        return buf.to(self.device)
+
+    def send_tensor(self, tensor: torch.Tensor, dst: int) -> None:
+        """Send a tensor of any shape and dtype: a small header goes first (counted by the meter)."""
+        if tensor.dim() > _MAX_DIMS:
+            raise ValueError(f"send_tensor supports at most {_MAX_DIMS} dimensions, got {tensor.dim()}")
+        if tensor.dtype not in _DTYPE_CODE:
+            raise TypeError(f"send_tensor cannot send dtype {tensor.dtype}")
+        header = torch.zeros(2 + _MAX_DIMS, dtype=torch.int64)
+        header[0] = _DTYPE_CODE[tensor.dtype]
+        header[1] = tensor.dim()
+        header[2:2 + tensor.dim()] = torch.tensor(tensor.shape, dtype=torch.int64)
+        self.send(header, dst)
+        self.send(tensor, dst)
+
+    def recv_tensor(self, src: int, device=None) -> torch.Tensor:
+        header = self.recv(src, (2 + _MAX_DIMS,), torch.int64, device="cpu")
+        dtype = _DTYPES[int(header[0])]
+        shape = [int(s) for s in header[2:2 + int(header[1])]]
+        return self.recv(src, shape, dtype, device=device)
+
+    def send_json(self, obj, dst: int) -> None:
+        """Send a JSON-serialisable object. JSON, not pickle: unpickling a peer's bytes would let it run code."""
+        data = json.dumps(obj).encode()
+        self.send_tensor(torch.frombuffer(bytearray(data), dtype=torch.uint8), dst)
+
+    def recv_json(self, src: int):
+        return json.loads(bytes(self.recv_tensor(src, device="cpu").numpy()).decode())
+
+    def gather_json(self, obj, dst: int) -> list | None:
+        """Every party sends ``obj`` to ``dst``; ``dst`` gets the list by rank, others ``None``."""
+        if self.rank != dst:
+            self.send_json(obj, dst)
+            return None
+        return [obj if r == dst else self.recv_json(r) for r in range(self.world_size)]
+
+    def broadcast_json(self, obj, src: int):
+        """``src``'s object to every party (a star: small control messages only)."""
+        if self.rank == src:
+            for r in range(self.world_size):
+                if r != src:
+                    self.send_json(obj, r)
+            return obj
+        return self.recv_json(src)
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            self._guard(lambda: dist.barrier(), None, "waiting at a barrier with")
+
+    # ---------------------------------------------------------------- failures
+    def _check_peer(self, peer: int) -> None:
+        if self.world_size == 1:
+            raise RuntimeError("a single-party federation has no peers to talk to")
+        if not 0 <= peer < self.world_size or peer == self.rank:
+            raise ValueError(f"{self.name()} cannot talk to rank {peer} (world size {self.world_size})")
+
+    def _guard(self, op, peer: int | None, doing: str):
+        try:
+            return op()
+        except RuntimeError as exc:
+            if isinstance(exc, PartyFailure):
+                raise
+            raise self._diagnose(exc, peer, doing) from exc
+
+    def _diagnose(self, exc: RuntimeError, peer: int | None, doing: str) -> PartyFailure:
+        text = str(exc)
+        closed = any(m in text for m in _CLOSED_MARKERS)
+        timed_out = "Timed out" in text or "timeout" in text.lower()
+        if peer is not None:  # collectives (barrier) name no single peer
+            self._store_set(f"vfl/lost/{self.rank}", str(peer))
+        root, err = self._root_cause(peer)
+        phase = self.current_phase
+        if root is None:
+            return PartyFailure(f"{self.name()} failed while {doing} a peer during phase '{phase}': {text}",
+                                reporter=self.rank, phase=phase)
+        how = ("its connection closed (the process died or exited)" if closed and root == peer else
+               f"it did not answer within {self.timeout:g} s" if timed_out and root == peer else
+               "it stopped first")
+        msg = f"{self.roles.name(root)} is gone: {how}"
+        if err:
+            msg += f"; it reported: {err}"
+        msg += f". Seen from {self.name()} while {doing} {self.roles.name(peer)} during phase '{phase}'."
+        if root != peer:
+            msg += f" ({self.roles.name(peer)} had lost {self.roles.name(root)} first.)"
+        return PartyFailure(msg, party=root, reporter=self.rank, phase=phase)
+
+    def _root_cause(self, peer: int | None) -> tuple[int | None, str | None]:
+        """Follow 'party a lost party b' reports to the party that reported nothing."""
+        if peer is None or self.store is None:
+            return peer, None
+        # Give the peer a moment to file its own report if it is merely a messenger.
+        deadline = time.monotonic() + min(2.0, max(0.2, self.timeout / 10))
+        while True:
+            seen, node = set(), peer
+            while True:
+                nxt = self._store_get(f"vfl/lost/{node}")
+                if nxt is None or node in seen or int(nxt) == self.rank:
+                    break
+                seen.add(node)
+                node = int(nxt)
+            err = self._store_get(f"vfl/error/{node}")
+            if err is not None or node != peer or time.monotonic() > deadline:
+                return node, err
+            time.sleep(0.05)
+
+    def report_error(self, exc: BaseException) -> None:
+        """File this party's own error in the store, so peers that lose it can say why."""
+        if self.store is not None and not isinstance(exc, PartyFailure):
+            self._store_set(f"vfl/error/{self.rank}", f"{type(exc).__name__}: {exc}"[:2000])
+
+    def _store_get(self, key: str) -> str | None:
+        try:
+            if not self.store.check([key]):
+                return None
+            return self.store.get(key).decode()
+        except Exception:  # the store itself may be gone (e.g. under MPI, or its host died)
+            return None
+
+    def _store_set(self, key: str, value: str) -> None:
+        if self.store is None:
+            return
+        try:
+            self.store.set(key, value)
+        except Exception:
+            pass
+
+
+def check_backend(backend: str) -> None:
+    """Fail early, with a fix, when a backend is unavailable in this torch build."""
+    if backend == "gloo":
+        if not dist.is_gloo_available():
+            raise RuntimeError("this torch build has no gloo backend; install an official torch wheel")
+    elif backend == "mpi":
+        if not dist.is_mpi_available():
+            raise RuntimeError(
+                "--backend mpi was asked for, but this torch build has no MPI support "
+                "(torch.distributed.is_mpi_available() is False). Use --backend gloo, or build "
+                "torch from source against an MPI library and start the parties with mpirun.")
+    else:
+        raise ValueError(f"unknown backend {backend!r}: choose 'gloo' or 'mpi'")

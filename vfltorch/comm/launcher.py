@@ -1,0 +1,165 @@
+"""Starting a federation: Q local processes on loopback, or one party under torchrun / MPI.
+
+``launch(fn, parties=Q)`` is what tests, notebooks and ``vfl --parties Q`` use:
+it spawns one process per party, connects them through a TCP store that the
+parent hosts (so the store outlives any party, which failure diagnosis needs),
+runs ``fn(fed, *args)`` in each, and returns the per-rank results. If any party
+fails, it waits for all of them (each is bounded by the federation timeout)
+and raises ``FederationError`` with every party's message.
+
+``init_from_env()`` is the same federation under ``torchrun`` (env://) or
+``mpirun`` (the MPI backend): the code that runs inside a party is identical.
+"""
+
+from __future__ import annotations
+
+import datetime
+import multiprocessing as mp
+import os
+import pickle
+import queue as queue_mod
+import traceback
+
+import torch
+import torch.distributed as dist
+
+from .errors import FederationError, PartyFailure
+from .federation import Federation, check_backend, default_timeout
+from .roles import Roles
+from .transcript import Transcript
+
+
+def under_torchrun() -> bool:
+    """True when this process was started by torchrun (or anything else that sets RANK/WORLD_SIZE)."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def under_mpirun() -> bool:
+    return any(k in os.environ for k in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"))
+
+
+def init_from_env(*, coordinator: bool = False, active: int = 0, backend: str = "gloo",
+                  device: str = "cpu", timeout: float | None = None,
+                  record_transcript: bool = False) -> Federation:
+    """Join the federation this process was started into (torchrun's env:// or mpirun)."""
+    timeout = default_timeout() if timeout is None else float(timeout)
+    transcript = Transcript() if record_transcript else None
+    check_backend(backend)
+    if backend == "mpi":
+        dist.init_process_group("mpi", timeout=datetime.timedelta(seconds=timeout))
+        rank, world = dist.get_rank(), dist.get_world_size()
+        roles = Roles(world, active=active, coordinator=world - 1 if coordinator else None)
+        return Federation(rank, roles, store=None, backend="mpi", device=device, timeout=timeout,
+                          transcript=transcript)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    roles = Roles(world, active=active, coordinator=world - 1 if coordinator else None)
+    if world == 1:
+        return Federation.local(device, transcript=transcript)
+    store, _, _ = next(dist.rendezvous("env://", rank, world, timeout=datetime.timedelta(seconds=timeout)))
+    # torchrun's agent may restart the workers: keep each attempt's keys apart.
+    prefix = f"vfl/attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    return Federation.connect(dist.PrefixStore(prefix, store), rank, roles, backend=backend, device=device,
+                              timeout=timeout, transcript=transcript)
+
+
+def _party_main(rank, roles, port, options, fn, args, kwargs, results):
+    torch.set_num_threads(options["threads"])
+    fed = None
+    try:
+        store = dist.TCPStore("127.0.0.1", port, is_master=False,
+                              timeout=datetime.timedelta(seconds=options["join_timeout"]))
+        transcript = Transcript() if options["record_transcript"] else None
+        fed = Federation.connect(store, rank, roles, backend=options["backend"], device=options["device"],
+                                 timeout=options["timeout"], join_timeout=options["join_timeout"],
+                                 transcript=transcript)
+        out = fn(fed, *args, **kwargs)
+        fed.close()
+        # Plain pickle bytes: torch's queue pickler would share tensors through file
+        # descriptors that vanish when this process exits.
+        results.put((rank, "ok", pickle.dumps(out)))
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent
+        if fed is not None:
+            fed.report_error(exc)
+        kind = "failure" if isinstance(exc, PartyFailure) else "error"
+        results.put((rank, kind, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+
+
+def launch(fn, parties: int, args: tuple = (), kwargs: dict | None = None, *, coordinator: bool = False,
+           active: int = 0, backend: str = "gloo", device: str = "cpu", timeout: float | None = None,
+           join_timeout: float | None = None, record_transcript: bool = False,
+           threads: int | None = None) -> list:
+    """Run ``fn(fed, *args, **kwargs)`` in one process per party; return the results by rank.
+
+    ``fn`` must be importable by name (a module-level function): processes are
+    started with the ``spawn`` method, as CUDA requires. With ``coordinator``
+    the world has ``parties + 1`` ranks, the last one the coordinator. Each
+    process gets ``threads`` torch threads (default: the cores divided among
+    the processes, so Q parties do not oversubscribe a small machine).
+    """
+    if parties < 1:
+        raise ValueError(f"parties must be at least 1, got {parties}")
+    roles = Roles.for_parties(parties, coordinator=coordinator, active=active)
+    world = roles.world_size
+    timeout = default_timeout() if timeout is None else float(timeout)
+    if world == 1:
+        fed = Federation.local(device, transcript=Transcript() if record_transcript else None)
+        return [fn(fed, *args, **(kwargs or {}))]
+    check_backend(backend)
+    if backend == "mpi":
+        raise ValueError("the MPI backend takes its processes from mpirun: start the parties with "
+                         "`mpirun -n Q vfl ... --backend mpi` instead of --parties")
+    options = dict(backend=backend, device=device, timeout=timeout,
+                   join_timeout=timeout if join_timeout is None else float(join_timeout),
+                   record_transcript=record_transcript,
+                   threads=threads or max(1, (os.cpu_count() or 1) // world))
+    # The parent hosts the store: it survives any party, so failures can be traced to their root.
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=options["join_timeout"]))
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_party_main, name=f"vfl-party-{r}",
+                         args=(r, roles, store.port, options, fn, args, kwargs or {}, results))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    outcome: dict[int, tuple[str, object]] = {}
+    try:
+        while len(outcome) < world:
+            try:
+                rank, kind, value = results.get(timeout=0.2)
+                outcome[rank] = (kind, value)
+                continue
+            except queue_mod.Empty:
+                pass
+            for r, p in enumerate(procs):
+                if r not in outcome and not p.is_alive() and p.exitcode is not None:
+                    # It may have reported just before exiting: drain once more before calling it dead.
+                    try:
+                        while True:
+                            rank, kind, value = results.get(timeout=0.5)
+                            outcome[rank] = (kind, value)
+                    except queue_mod.Empty:
+                        pass
+                    if r not in outcome:
+                        outcome[r] = ("died", f"the process exited with code {p.exitcode} without reporting")
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    failed = {r: v for r, (k, v) in outcome.items() if k != "ok"}
+    if failed:
+        raise _federation_error(roles, outcome, failed)
+    return [pickle.loads(outcome[r][1]) for r in range(world)]
+
+
+def _federation_error(roles: Roles, outcome, failed) -> FederationError:
+    # The root cause is a party whose own error is not "I lost another party".
+    roots = [r for r, (k, _) in sorted(outcome.items()) if k in ("error", "died")]
+    root = roots[0] if roots else min(failed)
+    lines = [f"{len(failed)} of {roles.world_size} parties failed; the first cause is {roles.name(root)}:"]
+    for r in [root] + [r for r in sorted(failed) if r != root]:
+        first = str(failed[r]).splitlines()[0] if failed[r] else ""
+        lines.append(f"  {roles.name(r)}: {first}")
+    return FederationError("\n".join(lines), errors={r: str(v) for r, v in failed.items()}, root=root)

@@ -1,0 +1,171 @@
+"""Masked sums (FDSKL Algorithm 3) on two groups: phases mod 2*pi and a fixed-point ring.
+
+Each party adds a mask drawn from its own seeded stream to its part; the
+masked parts are summed over a tree T1; the masks of every party but one
+(``keep``) are summed over a *totally different* tree T2 and subtracted. The
+output party receives ``sum of parts + mask of keep``: the kept mask hides the
+result itself (FDSKL uses it as the random phase b of a Fourier feature). With
+``reveal=True`` the kept party also hands over its mask and the output party
+gets the exact sum (secure aggregation).
+
+Masks are uniform on the group their values live in, so each masked value is
+exactly uniform and reveals nothing on its own:
+
+* ``PhaseGroup``: [0, 2*pi) with addition mod 2*pi. cos is 2*pi-periodic, so
+  random-feature projections may be reduced mod 2*pi before they leave a party.
+* ``RingGroup``: int64 with wrap-around addition, i.e. Z / 2**64. Real values
+  enter as fixed-point integers (``FixedPoint``); a uniform 64-bit mask makes
+  the masked integer uniform. Overflow of the encoding raises instead of
+  wrapping silently.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .federation import Federation
+from .reduce import reduce
+from .topology import totally_different_trees
+
+TWO_PI = 2.0 * math.pi
+
+
+class PhaseGroup:
+    """Real numbers mod 2*pi, as float64."""
+
+    dtype = torch.float64
+
+    @staticmethod
+    def reduce(x: torch.Tensor) -> torch.Tensor:
+        return torch.remainder(x.to(torch.float64), TWO_PI)
+
+    def add(self, a, b):
+        return torch.remainder(a + b, TWO_PI)
+
+    def sub(self, a, b):
+        return torch.remainder(a - b, TWO_PI)
+
+    def random(self, shape, generator, device) -> torch.Tensor:
+        # float64 uniform on [0, 1) scaled: 53 random bits per mask.
+        return torch.rand(shape, generator=generator, dtype=torch.float64, device="cpu").to(device) * TWO_PI
+
+
+class RingGroup:
+    """Z / 2**64 as int64 with wrap-around (two's complement) arithmetic."""
+
+    dtype = torch.int64
+
+    def add(self, a, b):
+        return a + b
+
+    def sub(self, a, b):
+        return a - b
+
+    def random(self, shape, generator, device) -> torch.Tensor:
+        # Two independent uniform 32-bit halves give a uniform 64-bit word.
+        hi = torch.randint(0, 2 ** 32, shape, generator=generator, dtype=torch.int64)
+        lo = torch.randint(0, 2 ** 32, shape, generator=generator, dtype=torch.int64)
+        return ((hi << 32) | lo).to(device)
+
+
+class FixedPoint:
+    """Real values as int64 with ``frac_bits`` fractional bits, for sums of ``summands`` parts.
+
+    The sum is exact in the ring as long as its magnitude stays below
+    2**(63 - frac_bits); ``encode`` checks that every part is small enough for
+    ``summands`` of them to fit and raises ``OverflowError`` otherwise.
+    """
+
+    def __init__(self, frac_bits: int = 24, summands: int = 1):
+        if not 0 <= frac_bits <= 52:
+            raise ValueError(f"frac_bits must be in [0, 52], got {frac_bits}")
+        self.frac_bits = frac_bits
+        self.summands = max(1, int(summands))
+        self.scale = float(2 ** frac_bits)
+        self.bound = 2.0 ** (63 - frac_bits) / self.summands
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.to(torch.float64)
+        if not torch.isfinite(x).all():
+            raise ValueError("cannot encode NaN or inf as fixed point")
+        peak = float(x.abs().max()) if x.numel() else 0.0
+        if peak >= self.bound:
+            raise OverflowError(
+                f"fixed-point overflow: |value| up to {peak:.4g}, but with {self.frac_bits} fractional bits "
+                f"and {self.summands} summands each part must stay below {self.bound:.4g}. "
+                f"Scale the values down or use fewer fractional bits.")
+        return torch.round(x * self.scale).to(torch.int64)
+
+    def decode(self, v: torch.Tensor) -> torch.Tensor:
+        return v.to(torch.float64) / self.scale
+
+
+class MaskStream:
+    """A party's private, seeded stream of masks. Nobody else knows the seed."""
+
+    def __init__(self, seed: int, rank: int):
+        self.generator = torch.Generator(device="cpu")
+        # Distinct, reproducible streams per (seed, rank); the constant keeps them apart from data seeds.
+        self.generator.manual_seed((int(seed) * 1_000_003 + 7919 * (int(rank) + 1)) % (2 ** 63))
+
+    def draw(self, group, shape, device="cpu") -> torch.Tensor:
+        return group.random(tuple(shape), self.generator, device)
+
+
+def masked_sum(fed: Federation, value: torch.Tensor, *, keep: int, out: int, stream: MaskStream,
+               group=None, reveal: bool = False, parties=None) -> torch.Tensor | None:
+    """FDSKL Algorithm 3 on the parties (default: the data parties); ``out`` gets the result.
+
+    ``value`` must already be in the group (float64 phases in [0, 2*pi), or
+    int64 ring elements). Returns ``sum(values) + mask_of(keep)`` at ``out``
+    (or the exact sum with ``reveal``), ``None`` at the other parties.
+    """
+    group = PhaseGroup() if group is None else group
+    parties = fed.parties if parties is None else list(parties)
+    if fed.rank not in parties:
+        return None
+    t1, t2 = totally_different_trees(parties, keep)
+    mask = stream.draw(group, value.shape, value.device)
+    with fed.phase(f"{fed.current_phase}/masked-sum"):
+        # Line 2: sum of masked parts over T1 (ends at T1's root, which is `keep`).
+        total = reduce(fed, group.add(value.to(group.dtype), mask), t1, add=group.add)
+        # Line 3: sum of every mask but keep's over T2.
+        masks = reduce(fed, mask, t2, add=group.add) if t2 is not None and fed.rank != keep else None
+        shape, dtype = value.shape, group.dtype
+        if t1.root != out:
+            if fed.rank == t1.root:
+                fed.send(total, out)
+            elif fed.rank == out:
+                total = fed.recv(t1.root, shape, dtype, device=value.device)
+        if t2 is not None and t2.root != out:
+            if fed.rank == t2.root:
+                fed.send(masks, out)
+            elif fed.rank == out:
+                masks = fed.recv(t2.root, shape, dtype, device=value.device)
+        if reveal and keep != out:
+            if fed.rank == keep:
+                fed.send(mask, out)
+            elif fed.rank == out:
+                mask = fed.recv(keep, shape, dtype, device=value.device)
+    if fed.rank != out:
+        return None
+    # Line 4: remove the other masks; keep's mask stays unless revealed.
+    result = total if t2 is None else group.sub(total, masks)
+    return group.sub(result, mask) if reveal else result
+
+
+def secure_sum(fed: Federation, value: torch.Tensor, *, out: int, stream: MaskStream, frac_bits: int = 24,
+               parties=None) -> torch.Tensor | None:
+    """Exact sum of real-valued parts at ``out`` through ring masks; no other party learns anything.
+
+    The kept party is the one after ``out`` in the party order, so the result is
+    only unmasked at ``out``.
+    """
+    parties = fed.parties if parties is None else list(parties)
+    fp = FixedPoint(frac_bits, summands=len(parties))
+    keep = parties[(parties.index(out) + 1) % len(parties)]
+    total = masked_sum(fed, fp.encode(value), keep=keep, out=out, stream=stream, group=RingGroup(),
+                       reveal=True, parties=parties)
+    return None if total is None else fp.decode(total).to(value.dtype)

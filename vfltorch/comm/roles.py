@@ -1,0 +1,54 @@
+"""Who is who in a federation: the active party, passive parties, a coordinator.
+
+Ranks ``0 .. Q-1`` are the data parties (each holds some columns); the active
+party (label holder) is one of them, rank 0 unless told otherwise. An optional
+coordinator takes the last rank ``Q``: it holds no data (Paillier LR's key
+holder, VFedPCA's server).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Roles:
+    world_size: int
+    active: int = 0
+    coordinator: int | None = None
+
+    def __post_init__(self):
+        if self.world_size < 1:
+            raise ValueError(f"a federation needs at least one process, got world_size={self.world_size}")
+        if self.coordinator is not None and self.coordinator != self.world_size - 1:
+            raise ValueError("the coordinator must be the last rank "
+                             f"({self.world_size - 1}), got {self.coordinator}")
+        if self.active not in self.parties:
+            raise ValueError(f"the active party must be a data party (one of {self.parties}), got {self.active}")
+
+    @classmethod
+    def for_parties(cls, parties: int, *, coordinator: bool = False, active: int = 0) -> "Roles":
+        world = parties + (1 if coordinator else 0)
+        return cls(world_size=world, active=active, coordinator=world - 1 if coordinator else None)
+
+    @property
+    def parties(self) -> list[int]:
+        """Ranks of the data parties, in order."""
+        n = self.world_size - (1 if self.coordinator is not None else 0)
+        return list(range(n))
+
+    @property
+    def num_parties(self) -> int:
+        return len(self.parties)
+
+    @property
+    def passive(self) -> list[int]:
+        return [r for r in self.parties if r != self.active]
+
+    def name(self, rank: int) -> str:
+        """Human name of a rank for messages: 'party 2 (passive)'."""
+        if rank == self.coordinator:
+            return f"party {rank} (coordinator)"
+        if rank == self.active:
+            return f"party {rank} (active)"
+        return f"party {rank} (passive)"
