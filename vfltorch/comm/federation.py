@@ -251,17 +251,19 @@ class Federation:
     def recv_json(self, src: int):
         return json.loads(bytes(self.recv_tensor(src, device="cpu").numpy()).decode())
 
-    def gather_json(self, obj, dst: int) -> list | None:
-        """Every party sends ``obj`` to ``dst``; ``dst`` gets the list by rank, others ``None``."""
+    def gather_json(self, obj, dst: int, ranks=None) -> list | None:
+        """Every rank in ``ranks`` (default: all) sends ``obj`` to ``dst``; ``dst`` gets them in rank order."""
+        ranks = list(range(self.world_size)) if ranks is None else list(ranks)
         if self.rank != dst:
             self.send_json(obj, dst)
             return None
-        return [obj if r == dst else self.recv_json(r) for r in range(self.world_size)]
+        return [obj if r == dst else self.recv_json(r) for r in ranks]
 
-    def broadcast_json(self, obj, src: int):
-        """``src``'s object to every party (a star: small control messages only)."""
+    def broadcast_json(self, obj, src: int, ranks=None):
+        """``src``'s object to every rank in ``ranks`` (a star: small control messages only)."""
+        ranks = list(range(self.world_size)) if ranks is None else list(ranks)
         if self.rank == src:
-            for r in range(self.world_size):
+            for r in ranks:
                 if r != src:
                     self.send_json(obj, r)
             return obj
@@ -297,15 +299,16 @@ class Federation:
         if root is None:
             return PartyFailure(f"{self.name()} failed while {doing} a peer during phase '{phase}': {text}",
                                 reporter=self.rank, phase=phase)
-        how = ("its connection closed (the process died or exited)" if closed and root == peer else
-               f"it did not answer within {self.timeout:g} s" if timed_out and root == peer else
-               "it stopped first")
-        msg = f"{self.roles.name(root)} is gone: {how}"
-        if err:
-            msg += f"; it reported: {err}"
-        msg += f". Seen from {self.name()} while {doing} {self.roles.name(peer)} during phase '{phase}'."
-        if root != peer:
-            msg += f" ({self.roles.name(peer)} had lost {self.roles.name(root)} first.)"
+        gone = self.roles.name(root)
+        if root == peer:
+            how = ("its connection closed (the process died or exited)" if closed else
+                   f"it did not answer within {self.timeout:g} s" if timed_out else text)
+            msg = f"{gone} is gone: {how}" + (f"; it reported: {err}" if err else "")
+            msg += f". Seen from {self.name()} while {doing} it during phase '{phase}'."
+        else:
+            msg = f"{gone} is gone" + (f"; it reported: {err}" if err else "")
+            msg += (f". {self.roles.name(peer)}, which {self.name()} was {doing}, lost it first "
+                    f"(phase '{phase}').")
         return PartyFailure(msg, party=root, reporter=self.rank, phase=phase)
 
     def _root_cause(self, peer: int | None) -> tuple[int | None, str | None]:

@@ -14,6 +14,8 @@ and raises ``FederationError`` with every party's message.
 from __future__ import annotations
 
 import datetime
+import time
+from collections import Counter
 import multiprocessing as mp
 import os
 import pickle
@@ -81,7 +83,8 @@ def _party_main(rank, roles, port, options, fn, args, kwargs, results):
         if fed is not None:
             fed.report_error(exc)
         kind = "failure" if isinstance(exc, PartyFailure) else "error"
-        results.put((rank, kind, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+        named = exc.party if isinstance(exc, PartyFailure) else None
+        results.put((rank, kind, (f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", named)))
 
 
 def launch(fn, parties: int, args: tuple = (), kwargs: dict | None = None, *, coordinator: bool = False,
@@ -123,8 +126,19 @@ def launch(fn, parties: int, args: tuple = (), kwargs: dict | None = None, *, co
     for p in procs:
         p.start()
     outcome: dict[int, tuple[str, object]] = {}
+    stragglers_deadline = None
     try:
         while len(outcome) < world:
+            if stragglers_deadline is None and any(k != "ok" for k, _ in outcome.values()):
+                # Someone failed: the rest stop within their own timeout, or are hung. Don't wait forever.
+                stragglers_deadline = time.monotonic() + timeout + 5
+            if stragglers_deadline is not None and time.monotonic() > stragglers_deadline:
+                for r, p in enumerate(procs):
+                    if r not in outcome:
+                        p.kill()
+                        outcome[r] = ("died", (f"the process did not finish within {timeout:g} s after "
+                                               "another party failed and was killed by the launcher", None))
+                break
             try:
                 rank, kind, value = results.get(timeout=0.2)
                 outcome[rank] = (kind, value)
@@ -141,25 +155,31 @@ def launch(fn, parties: int, args: tuple = (), kwargs: dict | None = None, *, co
                     except queue_mod.Empty:
                         pass
                     if r not in outcome:
-                        outcome[r] = ("died", f"the process exited with code {p.exitcode} without reporting")
+                        outcome[r] = ("died", (f"the process exited with code {p.exitcode} without reporting",
+                                               None))
     finally:
         for p in procs:
             p.join(timeout=5)
             if p.is_alive():
                 p.kill()
                 p.join()
-    failed = {r: v for r, (k, v) in outcome.items() if k != "ok"}
+    failed = {r: (k, v) for r, (k, v) in outcome.items() if k != "ok"}
     if failed:
-        raise _federation_error(roles, outcome, failed)
+        raise _federation_error(roles, failed)
     return [pickle.loads(outcome[r][1]) for r in range(world)]
 
 
-def _federation_error(roles: Roles, outcome, failed) -> FederationError:
-    # The root cause is a party whose own error is not "I lost another party".
-    roots = [r for r, (k, _) in sorted(outcome.items()) if k in ("error", "died")]
-    root = roots[0] if roots else min(failed)
-    lines = [f"{len(failed)} of {roles.world_size} parties failed; the first cause is {roles.name(root)}:"]
-    for r in [root] + [r for r in sorted(failed) if r != root]:
-        first = str(failed[r]).splitlines()[0] if failed[r] else ""
-        lines.append(f"  {roles.name(r)}: {first}")
-    return FederationError("\n".join(lines), errors={r: str(v) for r, v in failed.items()}, root=root)
+def _federation_error(roles: Roles, failed: dict) -> FederationError:
+    # The root cause: a party that raised its own error or died; else the party most failures name.
+    roots = [r for r, (kind, _) in sorted(failed.items()) if kind in ("error", "died")]
+    named = Counter(party for kind, (_, party) in failed.values() if kind == "failure" and party is not None)
+    if named:
+        root = named.most_common(1)[0][0]
+        if roots and root not in roots:
+            root = roots[0]
+    else:
+        root = roots[0] if roots else min(failed)
+    lines = [f"{len(failed)} of {roles.world_size} parties failed; the cause is {roles.name(root)}:"]
+    for r in [root] + [r for r in sorted(failed) if r != root] if root in failed else sorted(failed):
+        lines.append(f"  {roles.name(r)}: {failed[r][1][0].splitlines()[0]}")
+    return FederationError("\n".join(lines), errors={r: v[1][0] for r, v in failed.items()}, root=root)

@@ -26,7 +26,7 @@ import math
 import torch
 
 from .federation import Federation
-from .reduce import reduce
+from .reduce import allreduce, reduce
 from .topology import totally_different_trees
 
 TWO_PI = 2.0 * math.pi
@@ -79,8 +79,8 @@ class FixedPoint:
     """
 
     def __init__(self, frac_bits: int = 24, summands: int = 1):
-        if not 0 <= frac_bits <= 52:
-            raise ValueError(f"frac_bits must be in [0, 52], got {frac_bits}")
+        if not 0 <= frac_bits <= 62:
+            raise ValueError(f"frac_bits must be in [0, 62], got {frac_bits}")
         self.frac_bits = frac_bits
         self.summands = max(1, int(summands))
         self.scale = float(2 ** frac_bits)
@@ -156,16 +156,28 @@ def masked_sum(fed: Federation, value: torch.Tensor, *, keep: int, out: int, str
     return group.sub(result, mask) if reveal else result
 
 
-def secure_sum(fed: Federation, value: torch.Tensor, *, out: int, stream: MaskStream, frac_bits: int = 24,
-               parties=None) -> torch.Tensor | None:
+def secure_sum(fed: Federation, value: torch.Tensor, *, out: int, stream: MaskStream,
+               frac_bits: int | None = None, parties=None) -> torch.Tensor | None:
     """Exact sum of real-valued parts at ``out`` through ring masks; no other party learns anything.
 
-    The kept party is the one after ``out`` in the party order, so the result is
-    only unmasked at ``out``.
+    With ``frac_bits=None`` the parties first agree on a power-of-two scale
+    (the largest binary exponent of any part, by a max-reduction: it reveals
+    the order of magnitude of the largest part, nothing else), so values of
+    any size fit the ring with about 2**-50 relative precision. The kept party
+    is the one after ``out`` in the party order, so the result is only
+    unmasked at ``out``.
     """
     parties = fed.parties if parties is None else list(parties)
+    if frac_bits is None:
+        peak = float(value.abs().max()) if value.numel() else 0.0
+        exponent = torch.tensor([math.frexp(peak)[1] if peak > 0 else -1000], dtype=torch.int64)
+        exponent = int(allreduce(fed, exponent, "tree", add=torch.maximum, parties=parties))
+        scale = 2.0 ** exponent
+        frac_bits = 58 - math.ceil(math.log2(len(parties)))
+    else:
+        scale = 1.0
     fp = FixedPoint(frac_bits, summands=len(parties))
     keep = parties[(parties.index(out) + 1) % len(parties)]
-    total = masked_sum(fed, fp.encode(value), keep=keep, out=out, stream=stream, group=RingGroup(),
-                       reveal=True, parties=parties)
-    return None if total is None else fp.decode(total).to(value.dtype)
+    total = masked_sum(fed, fp.encode(value.to(torch.float64) / scale), keep=keep, out=out, stream=stream,
+                       group=RingGroup(), reveal=True, parties=parties)
+    return None if total is None else (fp.decode(total) * scale).to(value.dtype)

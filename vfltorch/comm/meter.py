@@ -19,6 +19,14 @@ class CommMeter:
     def __init__(self):
         self._phases: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(_FIELDS, 0))
 
+    @classmethod
+    def from_dict(cls, phases: dict) -> "CommMeter":
+        """Rebuild a meter from ``as_dict()`` output (for example one gathered from another party)."""
+        m = cls()
+        for name, counts in phases.items():
+            m._phases[name].update(counts)
+        return m
+
     def record_send(self, phase: str, nbytes: int) -> None:
         p = self._phases[phase]
         p["bytes_sent"] += nbytes

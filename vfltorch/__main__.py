@@ -1,0 +1,7 @@
+"""``python -m vfltorch`` is ``vfl``; torchrun starts it with ``torchrun ... -m vfltorch METHOD ...``."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

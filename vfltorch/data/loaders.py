@@ -1,0 +1,111 @@
+"""File loaders: LIBSVM/svmlight (sparse allowed) and CSV, for named datasets and the user's own files.
+
+Every loader returns a ``Table``: features, optional labels, column names. What
+the labels mean (binary +-1, a regression target, classes) is decided by the
+caller (``registry.py`` for named datasets, ``--task`` for user files).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from .validation import VFLInputError
+
+
+@dataclass
+class Table:
+    X: np.ndarray | sp.csr_matrix
+    y: np.ndarray | None
+    feature_names: list[str]
+    ids: np.ndarray | None = None
+
+    @property
+    def shape(self):
+        return self.X.shape
+
+
+def _exists(path) -> Path:
+    path = Path(path)
+    if not path.exists():
+        raise VFLInputError(f"file not found: {path}")
+    return path
+
+
+def load_svmlight(path, n_features: int | None = None, dense: bool = True) -> Table:
+    """A LIBSVM/svmlight file (.gz/.bz2 read directly). Indices are 1-based, as LIBSVM writes them.
+
+    Pass ``n_features`` so that a train and a test file get the same width
+    (a9a's test file never uses feature 123).
+    """
+    from sklearn.datasets import load_svmlight_file
+
+    path = _exists(path)
+    try:
+        X, y = load_svmlight_file(str(path), n_features=n_features, dtype=np.float64)
+    except ValueError as exc:
+        raise VFLInputError(f"{path} is not a valid LIBSVM/svmlight file ({exc}). Each line must read "
+                            f"'label index:value index:value ...' with 1-based indices.") from exc
+    X = X.toarray() if dense else X.tocsr()
+    return Table(X, np.asarray(y, dtype=np.float64), [f"f{i + 1}" for i in range(X.shape[1])])
+
+
+def load_csv(path, label_column=None, id_column=None, drop_columns=(), header: bool = True) -> Table:
+    """A CSV file: numeric feature columns, an optional label column and an optional ID column.
+
+    Columns may be given by name, or by integer position when the file has no header.
+    Non-numeric feature columns are refused with their names (encode them first).
+    """
+    import pandas as pd
+
+    path = _exists(path)
+    frame = pd.read_csv(path, header=0 if header else None)
+    if not header:
+        frame.columns = [str(c) for c in frame.columns]
+    label_column = _resolve_column(frame, label_column, path, "label")
+    id_column = _resolve_column(frame, id_column, path, "ID")
+    y = frame.pop(label_column).to_numpy() if label_column is not None else None
+    ids = frame.pop(id_column).to_numpy() if id_column is not None else None
+    for c in drop_columns:
+        frame.pop(c)
+    non_numeric = [c for c in frame.columns if not pd.api.types.is_numeric_dtype(frame[c])]
+    if non_numeric:
+        raise VFLInputError(
+            f"{path}: column(s) {non_numeric[:8]} are not numeric. Encode categories as numbers (for example "
+            f"one-hot) or pass the label column with --label-column.")
+    return Table(frame.to_numpy(dtype=np.float64), y, [str(c) for c in frame.columns], ids)
+
+
+def _resolve_column(frame, column, path, what):
+    if column is None:
+        return None
+    if column in frame.columns:
+        return column
+    if isinstance(column, str) and column.lstrip("-").isdigit():
+        column = int(column)
+    if isinstance(column, int) and -len(frame.columns) <= column < len(frame.columns):
+        return frame.columns[column]
+    raise VFLInputError(f"{path}: no {what} column {column!r}; the columns are {list(frame.columns)[:12]}"
+                        f"{'...' if len(frame.columns) > 12 else ''}")
+
+
+def load_file(path, *, label_column=None, id_column=None, n_features=None) -> Table:
+    """A user's file by its extension: LIBSVM (.svm, .libsvm, .txt, .t, or compressed) or CSV (.csv, .csv.gz)."""
+    path = _exists(path)
+    name = path.name.lower()
+    if ".csv" in name:
+        return load_csv(path, label_column=label_column, id_column=id_column)
+    return load_svmlight(path, n_features=n_features)
+
+
+def stable_id_hash(ids) -> np.ndarray:
+    """IDs (numbers or strings) as int64 through a keyed-free stable hash, to align rows across parties."""
+    out = np.empty(len(ids), dtype=np.int64)
+    for i, v in enumerate(ids):
+        digest = hashlib.blake2b(str(v).encode(), digest_size=8).digest()
+        out[i] = int.from_bytes(digest, "little", signed=True)
+    return out

@@ -1,0 +1,83 @@
+"""Preprocessing, each party on its own columns; row normalisation through a secure sum.
+
+Column-wise steps (imputation, min-max, standardisation) need nothing from the
+other parties: each party fits them on the training rows of its own columns
+and applies them to its test rows.
+
+Per-sample L2 normalisation needs each row's norm over *all* columns: every
+party computes the squared norm of its part of each row, the parts are summed
+with ring masks (``vfltorch.comm.secure_sum``) at the active party, and the
+norms are broadcast. The parties learn the row norms (one number per row, the
+quantity the methods need), never each other's columns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..comm import Federation, MaskStream, broadcast, pairwise_tree, secure_sum
+from .validation import VFLInputError
+
+SCALERS = ("none", "minmax", "standard", "maxabs")
+IMPUTERS = ("none", "median", "mean")
+
+
+def impute(X_train: np.ndarray, X_test: np.ndarray | None, how: str):
+    """Fill NaN with the training-row median or mean of each column."""
+    if how == "none":
+        return X_train, X_test
+    if how not in IMPUTERS:
+        raise VFLInputError(f"unknown imputation {how!r}: choose one of {IMPUTERS}")
+    stat = np.nanmedian if how == "median" else np.nanmean
+    with np.errstate(all="ignore"):
+        fill = stat(X_train, axis=0)
+    fill = np.where(np.isfinite(fill), fill, 0.0)  # an all-NaN column becomes 0
+    def apply(X):
+        if X is None:
+            return None
+        X = X.copy()
+        rows, cols = np.nonzero(np.isnan(X))
+        X[rows, cols] = fill[cols]
+        return X
+    return apply(X_train), apply(X_test)
+
+
+def scale_columns(X_train: np.ndarray, X_test: np.ndarray | None, how: str):
+    """Fit a column scaling on the training rows and apply it to both. Constant columns are left at 0."""
+    if how == "none":
+        return X_train, X_test
+    if how == "minmax":
+        lo, hi = X_train.min(axis=0), X_train.max(axis=0)
+        shift, div = lo, hi - lo
+    elif how == "standard":
+        shift, div = X_train.mean(axis=0), X_train.std(axis=0)
+    elif how == "maxabs":
+        shift, div = np.zeros(X_train.shape[1]), np.abs(X_train).max(axis=0)
+    else:
+        raise VFLInputError(f"unknown scaling {how!r}: choose one of {SCALERS}")
+    div = np.where(div > 0, div, 1.0)
+    f = lambda X: None if X is None else (X - shift) / div  # noqa: E731
+    return f(X_train), f(X_test)
+
+
+def federated_row_norms(fed: Federation, X_local: torch.Tensor, *, seed: int) -> torch.Tensor:
+    """L2 norm of every row over all parties' columns, at every data party.
+
+    Squared norms of the local parts are summed with ring masks at the active
+    party (no party sees another's part) and broadcast down the pairwise tree.
+    """
+    part = (X_local.to(torch.float64) ** 2).sum(dim=1)
+    if fed.num_parties == 1:
+        return part.sqrt()
+    with fed.phase("preprocess/row-norms"):
+        total = secure_sum(fed, part, out=fed.active, stream=MaskStream(seed, fed.rank))
+        order = [fed.active] + [p for p in fed.parties if p != fed.active]
+        total = broadcast(fed, total, pairwise_tree(order), shape=part.shape, dtype=part.dtype)
+    return total.clamp_min(0).sqrt()
+
+
+def normalize_rows(fed: Federation, X_local: torch.Tensor, *, seed: int) -> torch.Tensor:
+    """Divide each row (all parties' columns together) by its L2 norm; all-zero rows stay zero."""
+    norms = federated_row_norms(fed, X_local, seed=seed)
+    return X_local / torch.where(norms > 0, norms, torch.ones_like(norms)).to(X_local.dtype).unsqueeze(1)

@@ -1,0 +1,97 @@
+"""Run outputs at the active party: TensorBoard scalars, progress bars, the JSON record.
+
+Only the active party writes (``enabled``); the other parties get a RunLog
+that does nothing, so algorithm code can log unconditionally.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+
+class RunLog:
+    def __init__(self, logdir: str | None = None, *, enabled: bool = True, progress: bool = True):
+        self.enabled = enabled
+        self.show_progress = progress and enabled
+        self._writer = None
+        if enabled and logdir:
+            from torch.utils.tensorboard import SummaryWriter
+
+            Path(logdir).mkdir(parents=True, exist_ok=True)
+            self._writer = SummaryWriter(log_dir=str(logdir))
+
+    def scalar(self, tag: str, value: float, step: int | float) -> None:
+        """One TensorBoard point. ``step`` may be an epoch, a round, a byte count or milliseconds."""
+        if self._writer is not None and value is not None and math.isfinite(float(value)):
+            self._writer.add_scalar(tag, float(value), int(step))
+
+    def scalars(self, values: dict, step: int | float, prefix: str = "") -> None:
+        for k, v in values.items():
+            self.scalar(prefix + k, v, step)
+
+    def progress(self, iterable=None, *, total=None, desc=None, unit="it"):
+        """A tqdm bar on the active party's stderr; a plain iterator elsewhere."""
+        if not self.show_progress:
+            return _Silent(iterable, total)
+        from tqdm.auto import tqdm
+
+        return tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr, leave=False,
+                    dynamic_ncols=True, mininterval=0.5)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+            self._writer.close()
+            self._writer = None
+
+
+class _Silent:
+    """The part of tqdm's interface that algorithm code uses, doing nothing."""
+
+    def __init__(self, iterable=None, total=None):
+        self.iterable = iterable
+
+    def __iter__(self):
+        return iter(self.iterable)
+
+    def update(self, n=1):
+        pass
+
+    def set_postfix(self, *args, **kwargs):
+        pass
+
+    def close(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def write_json(path: str | None, record: dict) -> None:
+    if not path:
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, default=_jsonable) + "\n")
+
+
+def _jsonable(value):
+    try:
+        import numpy as np
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            return value.tolist()
+        if isinstance(value, np.generic):
+            return value.item()
+        if isinstance(value, np.ndarray):
+            return value.tolist()
+    except ImportError:  # pragma: no cover
+        pass
+    return str(value)
