@@ -149,3 +149,20 @@ def test_nan_without_imputation_is_refused_and_imputation_fixes_it(tmp_path):
     d = launch(party_job, 1, args=(DataConfig(dataset=str(tmp_path / "n.csv"), label_column="y",
                                               test_fraction=0.0, impute="median"),))[0]
     assert d.X_train[0, 1] == 5.0  # the median of 3, 5, 7
+
+
+def test_sparse_libsvm_file_with_a_separate_test_file(tmp_path):
+    from sklearn.datasets import dump_svmlight_file
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(1)
+    X = sp.random(30, 6, density=0.3, random_state=1, format="csr")
+    y = np.where(rng.random(30) > 0.5, 1, 0)
+    dump_svmlight_file(X[:20], y[:20], str(tmp_path / "tr.svm"))
+    dump_svmlight_file(X[20:, :5], y[20:], str(tmp_path / "te.svm"))    # the test file never uses column 6
+    config = DataConfig(dataset=str(tmp_path / "tr.svm"), test_dataset=str(tmp_path / "te.svm"))
+    a, b = launch(party_job, 2, args=(config,))
+    dense = X.toarray()
+    np.testing.assert_allclose(torch.cat([a.X_train, b.X_train], 1).numpy(), dense[:20])
+    np.testing.assert_allclose(torch.cat([a.X_test, b.X_test], 1).numpy(), np.c_[dense[20:, :5], np.zeros(10)])
+    assert torch.equal(a.y_test, torch.as_tensor(np.where(y[20:] == 1, 1.0, -1.0)))

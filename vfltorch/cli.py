@@ -105,13 +105,32 @@ def add_common_arguments(p: argparse.ArgumentParser, defaults: dict | None = Non
     o.add_argument("-v", "--verbose", action="store_true", help="log per-phase communication")
 
 
+COMMON_HELP = """\
+options common to every method (see `vfl METHOD --help` for the method's own):
+  --dataset NAME|PATH   registered name (`vfl datasets`) or a LIBSVM/CSV file (default breast_cancer)
+  --test-dataset PATH   separate test file;  --test-fraction F  held-out share otherwise
+  --data-dir DIR        folder of the named datasets (default $VFLTORCH_DATA, else ../shared/data)
+  --label-column, --positive-label, --task, --id-column, --party-files   for your own files
+  --partition contiguous|random|explicit, --feature-groups '0-9;10-17'   who owns which columns
+  --impute, --scale, --normalize-rows   per-party preprocessing (row norms by a masked sum)
+  --parties Q           data parties; spawns Q local processes unless under torchrun/mpirun
+  --backend gloo|mpi    --device cpu|cuda    --seed N    --timeout SECONDS (default 60)
+  --output-json PATH    metrics, timing, bytes per party, configuration
+  --logdir DIR          TensorBoard scalars;  --quiet;  -v/--verbose
+
+examples:
+  vfl fdskl --dataset breast_cancer --parties 3
+  torchrun --nproc_per_node 4 -m vfltorch fdskl --dataset a9a
+"""
+
+
 def build_parser(commands: dict[str, Command] | None = None) -> argparse.ArgumentParser:
     commands = discover_commands() if commands is None else commands
     parser = argparse.ArgumentParser(
         prog="vfl", description="Vertical federated learning on PyTorch: every party holds some columns, "
                                 "one holds the labels, no raw column leaves its owner.",
-        epilog="Run `vfl METHOD --help` for a method's options. Under torchrun: "
-               "`torchrun --nproc_per_node Q -m vfltorch METHOD ...`.")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=COMMON_HELP)
     parser.add_argument("--version", action="version", version=f"vfltorch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="METHOD")
     sub.required = True

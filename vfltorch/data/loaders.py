@@ -94,12 +94,15 @@ def _resolve_column(frame, column, path, what):
 
 
 def load_file(path, *, label_column=None, id_column=None, n_features=None) -> Table:
-    """A user's file by its extension: LIBSVM (.svm, .libsvm, .txt, .t, or compressed) or CSV (.csv, .csv.gz)."""
+    """A user's file by its extension: LIBSVM (.svm, .libsvm, .txt, .t, or compressed) or CSV (.csv, .csv.gz).
+
+    LIBSVM files stay sparse here; each party densifies only its own columns.
+    """
     path = _exists(path)
     name = path.name.lower()
     if ".csv" in name:
         return load_csv(path, label_column=label_column, id_column=id_column)
-    return load_svmlight(path, n_features=n_features)
+    return load_svmlight(path, n_features=n_features, dense=False)
 
 
 def stable_id_hash(ids) -> np.ndarray:

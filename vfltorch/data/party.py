@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 
 from ..comm import Federation
@@ -103,6 +104,9 @@ def load_party_data(fed: Federation, config: DataConfig) -> PartyData:
         table.X = table.X[:, columns]
         table.X_test = None if table.X_test is None else table.X_test[:, columns]
         table.feature_names = [table.feature_names[c] for c in columns]
+    # Sparse inputs (LIBSVM) become dense only now, for this party's columns alone.
+    table.X = _dense(table.X)
+    table.X_test = None if table.X_test is None else _dense(table.X_test)
 
     X_tr, X_te, y_tr, y_te = _split(table, config)
     how = config.impute if config.impute is not None else table.impute
@@ -133,6 +137,10 @@ def load_party_data(fed: Federation, config: DataConfig) -> PartyData:
             data.X_test = normalize_rows(fed, data.X_test, seed=config.seed + 2)
     data.check_local_only(fed.active)
     return data
+
+
+def _dense(X):
+    return X.toarray() if sp.issparse(X) else np.asarray(X, dtype=np.float64)
 
 
 def _load_whole(config: DataConfig) -> Dataset:

@@ -1,0 +1,136 @@
+"""FDSKL Figure 4: summing per-party linear-kernel matrices by tree, star and ring.
+
+Each party computes K_l = X_l X_l^T on the first n rows of a9a (its own
+columns only) and the Q matrices are summed, over real gloo processes on this
+machine, by
+
+* the FDSKL pairwise tree (reduce to the root, then the reverse-order broadcast),
+* a star (every party sends to the centre, which sends the total back),
+* a ring (bandwidth-optimal reduce-scatter + all-gather).
+
+Reported per structure: the wall time of one all-reduce (the slowest party,
+median of ``--repeats``), the time until the root holds the sum (reduce
+only; the ring's reduce is its all-reduce), and bytes sent in total and by
+the busiest party.
+
+    python -m benchmarks.comm_topologies --rows 2000 4000 8000 --parties 2 4 8
+
+writes ``comm_topologies.json``, ``comm_topologies.csv`` and
+``comm_topologies.png`` to ``--output-dir`` (default ``results/comm``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vfltorch.comm import allreduce, build, launch, reduce
+from vfltorch.data import available, load_dataset, partition_columns
+
+STRUCTURES = ("tree", "star", "ring")
+
+
+def _local_kernel(rank: int, parties: int, rows: int, dataset: str) -> torch.Tensor:
+    ds = load_dataset(dataset)
+    cols = partition_columns(ds.n_features, parties)[rank]
+    X = torch.as_tensor(ds.X[:rows][:, cols], dtype=torch.float32)
+    return X @ X.T   # the linear kernel on this party's columns
+
+
+def _party(fed, rows_list, repeats, dataset):
+    out = []
+    for rows in rows_list:
+        K = _local_kernel(fed.rank, fed.num_parties, rows, dataset)
+        for name in STRUCTURES:
+            topo = build(name, fed.parties)
+            for op in ("allreduce", "reduce"):
+                times = []
+                before = fed.meter.totals()["bytes_sent"]
+                for _ in range(repeats):
+                    fed.barrier()
+                    t0 = time.perf_counter()
+                    if op == "allreduce":
+                        allreduce(fed, K, topo)
+                    else:
+                        reduce(fed, K, topo)
+                    times.append(time.perf_counter() - t0)
+                sent = (fed.meter.totals()["bytes_sent"] - before) // repeats
+                out.append(dict(rows=rows, structure=name, op=op, seconds=times, bytes_sent=sent))
+    return out
+
+
+def run(rows_list, parties_list, repeats, dataset):
+    table = []
+    for q in parties_list:
+        per_party = launch(_party, q, args=(rows_list, repeats, dataset))
+        for i, entry in enumerate(per_party[0]):
+            # One operation's time is that of its slowest party, repeat by repeat.
+            slowest = [max(p[i]["seconds"][k] for p in per_party) for k in range(repeats)]
+            sent = [p[i]["bytes_sent"] for p in per_party]
+            table.append(dict(parties=q, rows=entry["rows"], structure=entry["structure"], op=entry["op"],
+                              seconds=statistics.median(slowest), bytes_total=int(sum(sent)),
+                              bytes_max_party=int(max(sent)),
+                              matrix_bytes=entry["rows"] ** 2 * 4))
+    return table
+
+
+def plot(table, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows_list = sorted({r["rows"] for r in table})
+    fig, axes = plt.subplots(1, len(rows_list), figsize=(4.2 * len(rows_list), 3.6), squeeze=False)
+    for ax, rows in zip(axes[0], rows_list):
+        for name, marker in zip(STRUCTURES, "osd"):
+            pts = sorted((r["parties"], r["seconds"]) for r in table
+                         if r["rows"] == rows and r["structure"] == name and r["op"] == "allreduce")
+            ax.plot([p for p, _ in pts], [s for _, s in pts], marker=marker, label=name)
+        ax.set_title(f"{rows} x {rows} kernel matrix")
+        ax.set_xlabel("parties Q")
+        ax.set_ylabel("all-reduce time (s)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, nargs="+", default=[2000, 4000])
+    p.add_argument("--parties", type=int, nargs="+", default=[2, 4, 8])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--dataset", default=None, help="default: a9a if found, else breast_cancer (rows capped)")
+    p.add_argument("--output-dir", default="results/comm")
+    args = p.parse_args(argv)
+    dataset = args.dataset or ("a9a" if available("a9a") else "breast_cancer")
+    n_max = load_dataset(dataset).X.shape[0]
+    rows_list = [min(r, n_max) for r in args.rows]
+    table = run(rows_list, args.parties, args.repeats, dataset)
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "comm_topologies.json").write_text(json.dumps({"dataset": dataset, "repeats": args.repeats,
+                                                          "table": table}, indent=2))
+    with open(out / "comm_topologies.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(table[0]))
+        w.writeheader()
+        w.writerows(table)
+    plot(table, out / "comm_topologies.png")
+    print(f"dataset {dataset}; float32 matrices; median of {args.repeats}; time = slowest party")
+    print(f"{'Q':>3} {'rows':>6} {'structure':<6} {'op':<10} {'seconds':>9} {'MB total':>10} {'MB busiest':>11}")
+    for r in table:
+        print(f"{r['parties']:>3} {r['rows']:>6} {r['structure']:<6} {r['op']:<10} {r['seconds']:>9.3f} "
+              f"{r['bytes_total'] / 1e6:>10.1f} {r['bytes_max_party'] / 1e6:>11.1f}")
+    print(f"wrote {out}/comm_topologies.{{json,csv,png}}")
+
+
+if __name__ == "__main__":
+    main()
