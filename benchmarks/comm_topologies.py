@@ -66,6 +66,27 @@ def _party(fed, rows_list, repeats, dataset):
     return out
 
 
+def link_model_seconds(structure: str, q: int, nbytes: int, gbps: float = 1.0) -> float:
+    """All-reduce time if every party had its own full-duplex link of ``gbps`` and nothing else cost.
+
+    A model, not a measurement: on one machine all parties share memory
+    bandwidth and cores, so loopback times do not show the per-link
+    bottleneck that decides the time on a real network. Tree: 2 ceil(log2 Q)
+    rounds of one matrix each; star: the centre receives Q - 1 matrices and
+    sends Q - 1; ring: 2 (Q - 1) steps of 1/Q of a matrix.
+    """
+    per_matrix = nbytes * 8 / (gbps * 1e9)
+    if q == 1:
+        return 0.0
+    if structure == "tree":
+        return 2 * int(np.ceil(np.log2(q))) * per_matrix
+    if structure == "star":
+        return 2 * (q - 1) * per_matrix
+    if structure == "ring":
+        return 2 * (q - 1) / q * per_matrix
+    raise ValueError(structure)
+
+
 def run(rows_list, parties_list, repeats, dataset):
     table = []
     for q in parties_list:
@@ -77,7 +98,9 @@ def run(rows_list, parties_list, repeats, dataset):
             table.append(dict(parties=q, rows=entry["rows"], structure=entry["structure"], op=entry["op"],
                               seconds=statistics.median(slowest), bytes_total=int(sum(sent)),
                               bytes_max_party=int(max(sent)),
-                              matrix_bytes=entry["rows"] ** 2 * 4))
+                              matrix_bytes=entry["rows"] ** 2 * 4,
+                              model_seconds_1gbps=(link_model_seconds(entry["structure"], q, entry["rows"] ** 2 * 4)
+                                                   if entry["op"] == "allreduce" else None)))
     return table
 
 
@@ -125,10 +148,12 @@ def main(argv=None):
         w.writerows(table)
     plot(table, out / "comm_topologies.png")
     print(f"dataset {dataset}; float32 matrices; median of {args.repeats}; time = slowest party")
-    print(f"{'Q':>3} {'rows':>6} {'structure':<6} {'op':<10} {'seconds':>9} {'MB total':>10} {'MB busiest':>11}")
+    print(f"{'Q':>3} {'rows':>6} {'structure':<6} {'op':<10} {'seconds':>9} {'MB total':>10} {'MB busiest':>11} "
+          f"{'model 1Gb/s':>12}")
     for r in table:
+        model = "" if r["model_seconds_1gbps"] is None else f"{r['model_seconds_1gbps']:.3f}"
         print(f"{r['parties']:>3} {r['rows']:>6} {r['structure']:<6} {r['op']:<10} {r['seconds']:>9.3f} "
-              f"{r['bytes_total'] / 1e6:>10.1f} {r['bytes_max_party'] / 1e6:>11.1f}")
+              f"{r['bytes_total'] / 1e6:>10.1f} {r['bytes_max_party'] / 1e6:>11.1f} {model:>12}")
     print(f"wrote {out}/comm_topologies.{{json,csv,png}}")
 
 
