@@ -1,0 +1,42 @@
+"""Vertical federated PCA: VFedPCA, VFedAKPCA (Cheung et al.), and exact federated (kernel) PCA.
+
+Every party holds the same n samples and its own columns X_i (n x f_i). The
+principal directions in sample space (length-n vectors, the left singular
+vectors of the pooled matrix) are what the parties share; no column leaves
+its owner.
+
+* ``VFedPCA`` - merged local power iterations, server-client or decentralised,
+  with warm start and weight scaling (Algorithms 1-5) (``vfedpca.py``).
+* ``VFedAKPCA`` - merged local kernel PCA; each party projects its own data
+  (``akpca.py``).
+* ``ExactFederatedPCA`` - subspace iteration on the pooled matrix through one
+  (masked) sum per round: the pooled PCA, federated (``exact.py``).
+* ``ExactFederatedKernelPCA`` - kernel PCA of the pooled data through one
+  (masked) sum of Gram matrices (``exact_kernel.py``).
+* ``metrics`` - distances and angles to the pooled references; ``synthetic`` -
+  the paper's Gaussian data.
+
+``vfl pca --method vfedpca|exact|akpca ...`` runs them from the command line
+(``cli.py``). Design notes, measured results and the privacy discussion are in
+docs/pca.md.
+"""
+
+from .akpca import VFedAKPCA
+from .exact import ExactFederatedPCA, federated_sum
+from .exact_kernel import ExactFederatedKernelPCA
+from .exchange import TOPOLOGIES, merge_round, neighbours
+from .kernels import KERNELS, center_kernel, kernel_from_gram, kernel_matrix
+from .linalg import center_columns, orthonormalize, power_iteration, shared_start
+from .merge import eigenvalue_weights, equal_merge, merge, merge_weights, scale_weights
+from .metrics import (aligned_distances, compare, pooled_kernel_pca, pooled_pca, principal_angles,
+                      unaligned_distances)
+from .synthetic import PAPER_SHAPES, gaussian_data
+from .vfedpca import VFedPCA, update_local_data
+
+__all__ = [
+    "ExactFederatedKernelPCA", "ExactFederatedPCA", "KERNELS", "PAPER_SHAPES", "TOPOLOGIES", "VFedAKPCA", "VFedPCA",
+    "aligned_distances", "center_columns", "center_kernel", "compare", "eigenvalue_weights", "equal_merge",
+    "federated_sum", "gaussian_data", "kernel_from_gram", "kernel_matrix", "merge", "merge_round",
+    "merge_weights", "neighbours", "orthonormalize", "pooled_kernel_pca", "pooled_pca", "power_iteration",
+    "principal_angles", "scale_weights", "shared_start", "unaligned_distances", "update_local_data",
+]

@@ -1,0 +1,68 @@
+"""`vfl pca`: the JSON record, TensorBoard curves, the server rank, option errors; shared datasets (slow)."""
+
+import json
+
+import pytest
+
+from conftest import needs_dataset
+from vfltorch.cli import build_parser, main
+from vfltorch.data import VFLInputError
+from vfltorch.pca.cli import build_estimator
+
+
+def test_exact_method_record_has_distance_rounds_and_bytes(tmp_path):
+    path, tb = tmp_path / "exact.json", tmp_path / "tb"
+    assert main(["pca", "--method", "exact", "--components", "2", "--parties", "2", "--scale", "standard",
+                 "--output-json", str(path), "--logdir", str(tb), "--quiet"]) == 0
+    record = json.loads(path.read_text())
+    m = record["metrics"]
+    assert m["distance"] < 1e-6 and m["principal_angle_deg"] < 1e-4
+    assert m["rounds"] >= 2 and m["bytes"] > 0 and m["fit_seconds"] > 0
+    assert abs(m["explained_variance_ratio"] - m["pooled_explained_variance_ratio"]) < 1e-9
+    assert len(record["history"]) == m["rounds"] and record["config"]["coordinator"] is None
+    assert record["history"][-1]["distance"] == m["distance"]
+    assert any(tb.iterdir())
+
+
+def test_vfedpca_server_record(tmp_path):
+    path = tmp_path / "vfed.json"
+    assert main(["pca", "--method", "vfedpca", "--parties", "2", "--periods", "3", "--warm-start",
+                 "--weight-scaling", "--test-fraction", "0.2", "--output-json", str(path), "--quiet"]) == 0
+    record = json.loads(path.read_text())
+    m = record["metrics"]
+    for key in ("distance", "distance_unaligned", "principal_angle_deg", "rounds", "bytes",
+                "explained_variance_ratio", "test_explained_variance_ratio", "isolated_distance"):
+        assert key in m, key
+    assert m["rounds"] == 3 and len(record["history"]) == 3
+    assert record["config"]["coordinator"] == 2 and set(record["comm"]) == {"0", "1", "2"}
+    assert record["comm"]["2"]["phases"]["pca/vfedpca"]["bytes_sent"] > 0      # the server sends u back
+    assert 0 <= m["distance"] < 1.5
+
+
+def _args(*argv):
+    return build_parser().parse_args(["pca", *argv])
+
+
+def test_options_build_the_right_estimator():
+    from vfltorch.pca import ExactFederatedKernelPCA, ExactFederatedPCA, VFedAKPCA, VFedPCA
+
+    assert isinstance(build_estimator(_args()), VFedPCA)
+    est = build_estimator(_args("--method", "akpca", "--topology", "ring", "--kernel", "poly"))
+    assert isinstance(est, VFedAKPCA) and est.kernel == "poly" and est.topology == "ring" and est.local_iters is None
+    assert isinstance(build_estimator(_args("--method", "exact")), ExactFederatedPCA)
+    assert isinstance(build_estimator(_args("--method", "exact", "--kernel", "rbf")), ExactFederatedKernelPCA)
+    assert build_estimator(_args("--periods", "4", "--local-iters", "3", "--warm-start")).local_iters == 3
+    with pytest.raises(VFLInputError, match="--kernel rbf is for --method akpca or exact"):
+        build_estimator(_args("--kernel", "rbf"))
+    assert _args().test_fraction == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dataset", [pytest.param(d, marks=needs_dataset(d))
+                                     for d in ("sonar", "vehicle", "pima", "glaucoma", "college")])
+def test_exact_method_on_the_papers_structured_datasets(dataset, tmp_path):
+    path = tmp_path / f"{dataset}.json"
+    assert main(["pca", "--dataset", dataset, "--method", "exact", "--parties", "3", "--components", "3",
+                 "--output-json", str(path), "--quiet"]) == 0
+    m = json.loads(path.read_text())["metrics"]
+    assert m["distance"] < 1e-6 and m["rounds"] > 0 and m["bytes"] > 0

@@ -1,0 +1,189 @@
+"""What every federated PCA estimator shares: set-up, validation, loadings, scores, explained variance.
+
+Conventions (all estimators):
+
+* A party's data X_i is n x f_i: the same n samples (rows) at every party,
+  its own f_i features (columns). Linear PCA centres each column locally
+  (``center=True``), which centres the pooled matrix exactly.
+* The learned directions live in sample space: ``components_`` is n x k with
+  orthonormal columns, an estimate of the leading left singular vectors U of
+  the pooled (centred) matrix X = [X_1, ..., X_Q] = U S V^T. Every data
+  party (and the server) holds the same block, except in the decentralised
+  topologies, where each party holds its own estimate.
+* ``loadings_`` is the party's own projection Z_i = X_i^T U (f_i x k), the
+  paper's output: for the exact method Z_i = V_i S, the rows of the pooled
+  right singular vectors that belong to party i's features, scaled.
+* ``explained_variance_`` (s_j^2 / (n - 1) with s_j^2 = u_j^T X X^T u_j) and
+  ``explained_variance_ratio_`` are computed through a sum over the parties
+  of ||X_i^T u_j||^2 and ||X_i||_F^2: k + 1 numbers per party (in the
+  decentralised topologies: for the first party's estimate).
+* ``fit(X, fed=None, parties=None)``: ``X`` is this party's block (``None`` at
+  the coordinator), ``fed`` the party's ``Federation`` (default
+  ``Federation.local()``: one party, the centralised algorithm), ``parties``
+  the data ranks taking part (default all).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..comm import Federation, allreduce, broadcast, pairwise_tree
+from ..data import VFLInputError
+
+
+class FederatedPCABase:
+    """Set-up and the outputs that every federated PCA estimator shares (see the module docstring)."""
+
+    method = "pca"          # phase names: pca/<method>
+    linear = True           # explained variance / scores of the linear model make sense
+
+    def _setup(self, X, fed: Federation | None, parties, *, needs_coordinator: bool = False):
+        """Validate, agree on n (and the total number of features) across the parties."""
+        if fed is None:
+            fed = Federation.local(X.device if isinstance(X, torch.Tensor) else "cpu")
+        parties = list(fed.parties if parties is None else (int(p) for p in parties))
+        if not parties or any(p not in fed.parties for p in parties):
+            raise VFLInputError(f"parties must be a non-empty subset of the data parties {fed.parties}, got {parties}")
+        k = self.n_components
+        if not isinstance(k, int) or k < 1:
+            raise VFLInputError(f"n_components must be a positive integer, got {k!r}")
+        if needs_coordinator and fed.world_size > 1 and fed.coordinator is None:
+            raise VFLInputError("the server-client topology needs a server: start the federation with a coordinator "
+                                "(launch(..., coordinator=True), or `vfl pca --topology server`), or choose a "
+                                "decentralised topology (complete, ring, star)")
+        client = fed.rank in parties
+        if client:
+            if not isinstance(X, torch.Tensor) or X.dim() != 2:
+                raise VFLInputError(f"{fed.name()} must pass its own columns as a 2-D tensor (n samples x f_i "
+                                    f"features), got {type(X).__name__}"
+                                    f"{'' if not isinstance(X, torch.Tensor) else f' of shape {tuple(X.shape)}'}")
+            if not X.dtype.is_floating_point:
+                raise VFLInputError(f"{fed.name()}'s columns must be floating point, got {X.dtype}")
+            if not torch.isfinite(X).all():
+                raise VFLInputError(f"{fed.name()}'s columns contain NaN or inf: impute them (--impute) first")
+            X = X.to(torch.float64)
+        self._device = X.device if client else fed.device
+        self._meter_before = self._bytes_in(fed)
+        with fed.phase("pca/setup"):
+            info = [int(X.shape[0]), int(X.shape[1])] if client else None
+            if len(parties) == 1 and fed.world_size == 1:
+                plan = {"n": info[0], "features": info[1], "error": None}
+            else:
+                hub = parties[0]
+                gathered = fed.gather_json(info, hub, ranks=parties) if client else None
+                plan = None
+                if fed.rank == hub:
+                    rows = {p: g[0] for p, g in zip(parties, gathered)}
+                    error = None
+                    if len(set(rows.values())) != 1:
+                        error = ("the parties hold different numbers of samples ("
+                                 + ", ".join(f"party {p}: {r}" for p, r in rows.items())
+                                 + "); every party must hold the same rows in the same order")
+                    plan = {"n": gathered[0][0], "features": sum(g[1] for g in gathered), "error": error}
+                ranks = parties + ([fed.coordinator] if fed.coordinator is not None else [])
+                if fed.rank in ranks:
+                    plan = fed.broadcast_json(plan, hub, ranks=ranks)
+        if plan is None:
+            raise VFLInputError(f"{fed.name()} takes no part in this fit (parties {parties})")
+        if plan["error"]:
+            raise VFLInputError(plan["error"])
+        n = plan["n"]
+        if k > n:
+            raise VFLInputError(f"n_components={k} but there are only {n} samples: ask for at most {n}")
+        self.n_samples_ = n
+        self.n_features_total_ = plan["features"]
+        self.parties_ = parties
+        return fed, parties, X, n
+
+    def _kernel_gamma(self, fed: Federation, parties, X: torch.Tensor | None) -> float:
+        """The kernel's gamma: a number as given; None: 1 / (total features); 'scale': scikit-learn's
+        1 / (F var(X)), var over every entry of the pooled matrix, from three sums per party
+        (sum of squares, sum, count)."""
+        if self.gamma is None:
+            return 1.0 / max(self.n_features_total_, 1)
+        if isinstance(self.gamma, str):
+            if self.gamma != "scale":
+                raise VFLInputError(f"gamma must be a positive number, None or 'scale', got {self.gamma!r}")
+            if fed.rank not in parties:
+                return float("nan")   # the server merges vectors; it needs no kernel
+            part = torch.stack([(X ** 2).sum(), X.sum(), torch.tensor(float(X.numel()), dtype=X.dtype,
+                                                                      device=X.device)])
+            with fed.phase("pca/setup"):
+                sq, total, count = allreduce(fed, part, "tree", parties=parties).tolist()
+            var = sq / count - (total / count) ** 2
+            return 1.0 / (self.n_features_total_ * var) if var > 0 else 1.0
+        if not float(self.gamma) > 0:
+            raise VFLInputError(f"gamma must be positive, got {self.gamma!r}")
+        return float(self.gamma)
+
+    # ------------------------------------------------------------------ outputs
+    def _finish(self, fed: Federation, parties, Xc: torch.Tensor | None, U: torch.Tensor | None, *,
+                shared: bool = True) -> None:
+        """Loadings and the explained variance of the components (a sum of k + 1 numbers per party).
+
+        ``shared=False`` (decentralised topologies): each party has its own
+        estimate; the explained variance is that of the first party's, which
+        it sends down the pairwise tree for the purpose.
+        """
+        self.components_ = U
+        client = fed.rank in parties
+        self.loadings_ = Xc.T @ U if client else None
+        if not self.linear:
+            return
+        if client:
+            with fed.phase("pca/variance"):
+                common = U
+                if not shared and len(parties) > 1:
+                    common = broadcast(fed, U if fed.rank == parties[0] else None, pairwise_tree(parties),
+                                       shape=U.shape, dtype=U.dtype).to(U.device)
+                proj = Xc.T @ common
+                parts = torch.cat([(proj ** 2).sum(dim=0), (Xc ** 2).sum().reshape(1)])
+                sums = allreduce(fed, parts, "tree", parties=parties)
+            captured, total = sums[:-1], sums[-1]
+            dof = max(self.n_samples_ - 1, 1)
+            self.singular_values_ = captured.clamp_min(0).sqrt()
+            self.explained_variance_ = captured / dof
+            self.total_variance_ = float(total / dof)
+            self.explained_variance_ratio_ = captured / total if total > 0 else torch.zeros_like(captured)
+
+    def transform(self, X: torch.Tensor | None = None, fed: Federation | None = None) -> torch.Tensor:
+        """Scores of samples on the components, at every data party.
+
+        ``X=None``: the training samples, U S (n x k), computed locally. New
+        samples: this party's columns of them (m x f_i); each party computes
+        (X_i - mean_i) V_i with V_i = Z_i / s, its block of the pooled right
+        singular vectors, and the m x k parts are summed over the parties.
+        """
+        if not hasattr(self, "components_"):
+            raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit first")
+        if not self.linear:
+            raise VFLInputError(f"{type(self).__name__}.transform takes no new samples: a kernel between new "
+                                "and training samples would need every party's columns; use transform() for "
+                                "the training samples' embedding")
+        if X is None:
+            return self.components_ * self.singular_values_
+        if self.loadings_ is None:
+            raise VFLInputError("only a data party can transform its columns of new samples")
+        fed = Federation.local(X.device) if fed is None else fed
+        if X.dim() != 2 or X.shape[1] != self.loadings_.shape[0]:
+            raise VFLInputError(f"expected this party's {self.loadings_.shape[0]} columns of the new samples "
+                                f"(m x {self.loadings_.shape[0]}), got shape {tuple(X.shape)}")
+        Xc = X.to(torch.float64) - self.mean_
+        s = torch.where(self.singular_values_ > 0, self.singular_values_, torch.ones_like(self.singular_values_))
+        part = Xc @ (self.loadings_ / s)
+        with fed.phase("pca/transform"):
+            return allreduce(fed, part, "tree", parties=self.parties_)
+
+    def fit_transform(self, X=None, fed=None, parties=None) -> torch.Tensor:
+        return self.fit(X, fed, parties).transform()
+
+    def _bytes_in(self, fed: Federation) -> dict:
+        """This party's meter totals for the fit proper (phases pca/<method>...), since the federation began."""
+        phases = [p for p in fed.meter.as_dict() if p == f"pca/{self.method}" or p.startswith(f"pca/{self.method}/")]
+        return fed.meter.totals(phases)
+
+    def _count_bytes(self, fed: Federation) -> None:
+        """``bytes_`` / ``messages_``: what this party sent during this fit (the meter counts since the start)."""
+        now = self._bytes_in(fed)
+        self.bytes_ = now["bytes_sent"] - self._meter_before["bytes_sent"]
+        self.messages_ = now["messages_sent"] - self._meter_before["messages_sent"]

@@ -1,0 +1,199 @@
+"""``vfl pca``: VFedPCA, VFedAKPCA and exact federated (kernel) PCA from the command line.
+
+    vfl pca --dataset sonar --parties 3 --method vfedpca --components 1 --topology server \\
+            --periods 10 --local-iters 10 --warm-start --weight-scaling --output-json out.json
+
+Every data party loads its own columns (all rows: ``--test-fraction`` is 0
+by default for PCA) and fits; with ``--topology server`` a coordinator rank
+is started as the server. The JSON record's metrics hold ``distance`` (the
+largest sign-aligned Euclidean distance between a federated component and
+the pooled one, over the components and, for decentralised topologies, over
+the parties), ``distance_unaligned`` (the paper's Dis(V, U)),
+``principal_angle_deg``, ``explained_variance_ratio`` (computed federatedly),
+``rounds``, ``bytes`` (sent by all ranks during the fit) and ``fit_seconds``;
+``history`` lists the distance after every period. TensorBoard
+(``--logdir``) gets ``pca/distance`` against the period.
+
+The pooled reference is an evaluation oracle: the active party re-reads the
+whole training matrix through the same loader (the simulation can;
+a real deployment cannot, and should pass ``--no-evaluate``).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from ..cli import Command, data_config
+from ..comm import Federation, allreduce
+from ..data import VFLInputError, load_party_data
+from .akpca import VFedAKPCA
+from .exact import SUM_TOPOLOGIES, ExactFederatedPCA
+from .exact_kernel import ExactFederatedKernelPCA
+from .exchange import TOPOLOGIES
+from .kernels import KERNELS
+from .linalg import shared_start
+from .metrics import compare, pooled_kernel_pca, pooled_pca
+from .vfedpca import VFedPCA
+
+METHODS = ("vfedpca", "exact", "akpca")
+
+
+def _gamma(text: str):
+    if text == "scale":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"gamma must be a positive number or 'scale', got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"gamma must be positive, got {text}")
+    return value
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("pca")
+    g.add_argument("--method", choices=METHODS, default="vfedpca",
+                   help="vfedpca: merged local power iterations (the paper); exact: the pooled PCA by federated "
+                        "subspace iteration (or, with --kernel, exact kernel PCA); akpca: VFedAKPCA")
+    g.add_argument("--components", type=int, default=1, metavar="K", help="number of principal components")
+    g.add_argument("--topology", choices=TOPOLOGIES, default="server",
+                   help="vfedpca/akpca: server-client (a coordinator rank is started) or a decentralised graph")
+    g.add_argument("--periods", type=int, default=10, metavar="T", help="vfedpca: communication periods")
+    g.add_argument("--local-iters", type=int, default=None, metavar="L",
+                   help="local power iterations per period (vfedpca default 10; akpca default: dense eigensolver)")
+    g.add_argument("--warm-start", action="store_true", help="vfedpca: Algorithm 3, start from the merged u")
+    g.add_argument("--weight-scaling", action="store_true", help="vfedpca/akpca: Algorithm 4")
+    g.add_argument("--include-self", action=argparse.BooleanOptionalAction, default=True,
+                   help="decentralised: merge the own eigenvectors with the neighbours' (the reference code does not)")
+    g.add_argument("--kernel", choices=KERNELS, default=None,
+                   help="akpca (default rbf) or exact kernel PCA (default linear: plain PCA)")
+    g.add_argument("--gamma", type=_gamma, default=None,
+                   help="kernel gamma: a number, or 'scale' for 1 / (features x variance) (default 1 / total features)")
+    g.add_argument("--degree", type=int, default=3, help="poly kernel degree")
+    g.add_argument("--coef0", type=float, default=1.0, help="poly / sigmoid kernel offset")
+    g.add_argument("--tol", type=float, default=1e-10, help="exact: relative residual at which to stop")
+    g.add_argument("--max-rounds", type=int, default=1000, help="exact: at most this many rounds")
+    g.add_argument("--oversample", type=int, default=None, help="exact: extra block columns (default min(10, n - K))")
+    g.add_argument("--secure-sum", action=argparse.BooleanOptionalAction, default=True,
+                   help="exact: masked ring sums, so no party sees another's part (else a plain --sum-topology sum)")
+    g.add_argument("--sum-topology", choices=SUM_TOPOLOGIES, default="tree", help="exact without --secure-sum")
+    g.add_argument("--center", action=argparse.BooleanOptionalAction, default=True,
+                   help="centre each party's columns (linear PCA)")
+    g.add_argument("--evaluate", action=argparse.BooleanOptionalAction, default=True,
+                   help="compare with the pooled PCA (an oracle that re-reads the whole file; simulation only)")
+
+
+def build_estimator(args):
+    """The estimator that ``vfl pca`` options describe."""
+    kernel = args.kernel
+    if args.method == "vfedpca":
+        if kernel not in (None, "linear"):
+            raise VFLInputError(f"--kernel {kernel} is for --method akpca or exact; vfedpca is linear")
+        return VFedPCA(args.components, periods=args.periods, local_iters=10 if args.local_iters is None else
+                       args.local_iters, topology=args.topology, warm_start=args.warm_start,
+                       weight_scaling=args.weight_scaling, include_self=args.include_self, center=args.center,
+                       seed=args.seed)
+    if args.method == "akpca":
+        return VFedAKPCA(args.components, kernel=kernel or "rbf", gamma=args.gamma, degree=args.degree,
+                         coef0=args.coef0, local_iters=args.local_iters, topology=args.topology,
+                         weight_scaling=args.weight_scaling, include_self=args.include_self, seed=args.seed)
+    if kernel in (None, "linear"):
+        return ExactFederatedPCA(args.components, oversample=args.oversample, tol=args.tol,
+                                 max_rounds=args.max_rounds, secure=args.secure_sum, sum_topology=args.sum_topology,
+                                 center=args.center, seed=args.seed)
+    return ExactFederatedKernelPCA(args.components, kernel=kernel, gamma=args.gamma, degree=args.degree,
+                                   coef0=args.coef0, secure=args.secure_sum, sum_topology=args.sum_topology,
+                                   seed=args.seed)
+
+
+def _wants_server(args) -> bool:
+    return args.method in ("vfedpca", "akpca") and args.topology == "server"
+
+
+def _gather_estimates(fed, est, decentralised: bool):
+    """Every data party's final components at the active party (decentralised: they differ)."""
+    if not decentralised or fed.num_parties == 1:
+        return [est.components_] if fed.is_active else None
+    n, k = est.n_samples_, est.n_components
+    with fed.phase("pca/evaluate"):
+        if fed.is_active:
+            return [est.components_ if p == fed.rank else fed.recv(p, (n, k), torch.float64, device="cpu")
+                    for p in fed.parties]
+        if fed.is_data_party:
+            fed.send(est.components_, fed.active)
+    return None
+
+
+def _run(fed: Federation, data, args, log):
+    if _wants_server(args) and fed.world_size > 1 and fed.coordinator is None:
+        raise VFLInputError("--topology server needs a coordinator rank: under torchrun start Q + 1 processes")
+    est = build_estimator(args)
+    X = None if data is None else data.X_train.to(args.device)
+    est.fit(X, fed)
+    decentralised = args.method in ("vfedpca", "akpca") and args.topology != "server"
+    evaluate = args.evaluate and not args.party_files
+    finals = _gather_estimates(fed, est, decentralised) if evaluate else None
+    test_ratio = None
+    if data is not None and data.X_test is not None and est.linear:
+        # Variance of the held-out rows captured by the components: scores through a sum over the parties.
+        scores = est.transform(data.X_test.to(args.device), fed)
+        part = ((data.X_test.to(args.device, torch.float64) - est.mean_) ** 2).sum().reshape(1)
+        with fed.phase("pca/transform"):
+            total = allreduce(fed, part, "tree", parties=fed.parties)
+        test_ratio = float((scores ** 2).sum() / total) if total > 0 else 0.0
+    with fed.phase("report"):
+        sent = fed.gather_json([getattr(est, "bytes_", 0), getattr(est, "messages_", 0)], fed.active)
+    if not fed.is_active:
+        return None
+    metrics = {"rounds": est.rounds_, "bytes": sum(s[0] for s in sent), "messages": sum(s[1] for s in sent),
+               "fit_seconds": est.fit_seconds_}
+    if est.linear:
+        metrics["explained_variance_ratio"] = float(est.explained_variance_ratio_.sum())
+    if test_ratio is not None:
+        metrics["test_explained_variance_ratio"] = test_ratio
+    record = {"metrics": metrics, "train_seconds": est.fit_seconds_, "pca_method": type(est).__name__}
+    if getattr(est, "eigenvalues_", None) is not None:
+        record["eigenvalues"] = est.eigenvalues_.tolist()
+    if evaluate:
+        record.update(_evaluate(fed, est, args, log, finals, metrics))
+    elif args.evaluate:
+        record["evaluation"] = "no pooled reference with --party-files (the simulation cannot pool them)"
+    return record
+
+
+def _evaluate(fed, est, args, log, finals, metrics) -> dict:
+    """Distances to the pooled PCA (the oracle), per final estimate and along the history."""
+    pooled = load_party_data(Federation.local("cpu"), data_config(args)).X_train.to(torch.float64)
+    k, n = est.n_components, pooled.shape[0]
+    if est.linear:
+        G, lam = pooled_pca(pooled, k, center=args.center)
+        metrics["pooled_explained_variance_ratio"] = float(
+            lam.sum() / ((pooled - pooled.mean(0) if args.center else pooled) ** 2).sum())
+    else:
+        G, lam = pooled_kernel_pca(pooled, k, kernel=est.kernel, gamma=est.gamma_, degree=est.degree,
+                                   coef0=est.coef0)
+    r = shared_start(n, k, args.seed, 1, device="cpu")
+    per_party = [compare(U.cpu(), G, r) for U in finals]
+    for key in ("distance", "distance_unaligned", "principal_angle_deg"):
+        metrics[key] = max(p[key] for p in per_party)
+    if getattr(est, "local_components_", None) is not None:
+        metrics["isolated_distance"] = compare(est.local_components_.cpu(), G, r)["distance"]
+    history = []
+    for t, U in enumerate(est.history_, start=1):
+        c = compare(U.cpu(), G, r)
+        history.append({"period": t, **c})
+        log.scalar("pca/distance", c["distance"], t)
+        log.scalar("pca/distance_unaligned", c["distance_unaligned"], t)
+    out = {"history": history, "pooled_eigenvalues": lam.tolist()}
+    if len(per_party) > 1:
+        out["distance_by_party"] = [p["distance"] for p in per_party]
+    return out
+
+
+COMMANDS = [
+    Command("pca", "vertical federated PCA: VFedPCA, VFedAKPCA (Cheung et al.) or exact federated (kernel) PCA",
+            _run, add_arguments=_add_arguments, coordinator=_wants_server,
+            data_defaults={"test_fraction": 0.0}),
+]
