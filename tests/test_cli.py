@@ -82,3 +82,24 @@ def test_more_parties_than_features(tmp_path):
     (tmp_path / "two.csv").write_text("a,b,y\n1,2,0\n3,4,1\n5,6,0\n7,8,1\n")
     r = run_vfl("inspect", "--dataset", str(tmp_path / "two.csv"), "--label-column", "y", "--parties", "3")
     assert r.returncode == 2 and "3 parties but only 2 features" in r.stderr, r.stderr
+
+
+def test_command_check_runs_before_any_party_starts(monkeypatch, capsys):
+    """A Command's check() rejects a bad option combination in the launcher, before spawning."""
+    import vfltorch.cli as cli
+    from vfltorch.comm import launcher
+    from vfltorch.data import VFLInputError
+
+    def check(args):
+        if args.parties == 5:
+            raise VFLInputError("five parties are not allowed here: use --parties 2")
+
+    def never(*a, **k):
+        raise AssertionError("a party was started although check() rejected the options")
+
+    fake = cli.Command("fake", "test command", run=lambda fed, data, args, log: {}, check=check)
+    monkeypatch.setattr(cli, "discover_commands", lambda: {"fake": fake})
+    monkeypatch.setattr(launcher, "launch", never)
+    monkeypatch.setattr("vfltorch.comm.launch", never)
+    assert main(["fake", "--parties", "5"]) == 2
+    assert "use --parties 2" in capsys.readouterr().err

@@ -34,7 +34,10 @@ class Command:
     ``run(fed, data, args, log)`` runs in every party process (``data`` is
     ``None`` at a coordinator) and returns, at the active party, a dict with
     ``metrics`` (flat floats), ``train_seconds`` and any extra top-level keys
-    for the JSON record.
+    for the JSON record. ``check(args)``, if given, runs once in the launching
+    process before any party is started and raises ``VFLInputError`` for
+    option combinations that cannot work, so a bad command line fails in
+    milliseconds instead of after Q processes have started and loaded data.
     """
 
     name: str
@@ -44,6 +47,7 @@ class Command:
     coordinator: bool | Callable[[argparse.Namespace], bool] = False
     data_defaults: dict = field(default_factory=dict)
     needs_data: bool = True
+    check: Callable[[argparse.Namespace], None] | None = None
 
     def wants_coordinator(self, args) -> bool:
         return self.coordinator(args) if callable(self.coordinator) else bool(self.coordinator)
@@ -231,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     coordinator = command.wants_coordinator(args)
     try:
         _check_device(args.device)
+        if command.check is not None:
+            command.check(args)
         try:
             check_backend(args.backend)
         except RuntimeError as exc:

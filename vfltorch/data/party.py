@@ -126,8 +126,10 @@ def load_party_data(fed: Federation, config: DataConfig) -> PartyData:
 
     _check_rows(fed, X_tr.shape[0], 0 if X_te is None else X_te.shape[0])
 
+    # Tensors live on the party's device (``--device``): methods work where the data already is.
     dtype = getattr(torch, config.dtype)
-    to = lambda a: None if a is None else torch.as_tensor(np.ascontiguousarray(a), dtype=dtype)  # noqa: E731
+    to = lambda a: None if a is None else torch.as_tensor(np.ascontiguousarray(a), dtype=dtype,  # noqa: E731
+                                                          device=fed.device)
     data = PartyData(party, q, table.name, table.task, np.asarray(columns), list(table.feature_names),
                      n_total if not config.party_files else X_tr.shape[1], to(X_tr), to(X_te), to(y_tr),
                      to(y_te), table.classes)
