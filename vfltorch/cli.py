@@ -159,7 +159,7 @@ def data_config(args):
 
 def run_party(fed, argv: list[str]) -> dict | None:
     """What every party process runs for ``vfl METHOD ...``; the active party returns the JSON record."""
-    from .data import load_party_data
+    from .data import VFLInputError, load_party_data
     from .runlog import RunLog, write_json
 
     commands = discover_commands()
@@ -173,7 +173,14 @@ def run_party(fed, argv: list[str]) -> dict | None:
         data = load_party_data(fed, data_config(args)) if fed.is_data_party else None
         fed.barrier()
         load_seconds = time.perf_counter() - started
-        out = command.run(fed, data, args, log) or {}
+        try:
+            out = command.run(fed, data, args, log) or {}
+        except VFLInputError as exc:
+            # Library subclasses (PrivacyBudgetError, ...) reach the user as the plain input error that
+            # `vfl` prints cleanly, whichever process raised it.
+            if type(exc) is VFLInputError:
+                raise
+            raise VFLInputError(str(exc)) from exc
         meters = fed.meter.as_dict()
         if args.verbose:
             fed.meter.log(fed.rank)

@@ -1,0 +1,24 @@
+"""Differential privacy: the noise calibration (opacus' accountants), DP-SCD and its variants, DP-SGD.
+
+* ``accountant.py`` - sigma for (epsilon, delta, q, T) and the epsilon a run has spent (opacus RDP / PRV / GDP).
+* ``glm.py`` - ridge, logistic regression, L2-SVM: losses, conjugates, the one-dimensional coordinate steps.
+* ``dpscd.py`` (Algorithm 1, DP-SCD), ``seqdpscd.py`` (Algorithm 3, seqDP-SCD, and plain SCD),
+  ``primal.py`` (Algorithm 2, primal DP-SCD): one step generator each, with its sensitivity.
+* ``solver.py`` - ``fit_glm``: one party's run of any variant; Q = 1 is the centralised algorithm.
+* ``vertical.py`` - the tree messages of the vertical run; ``noise.py`` - private noise streams;
+  ``sampling.py`` - the shared batch schedule.
+* ``estimator.py`` - ``DPSCD``; ``dpsgd.py`` - ``DPSGD`` (opacus); ``cli.py`` - ``vfl dpscd`` / ``vfl dpsgd``.
+"""
+
+from .accountant import (MECHANISMS, PrivacyAccountant, PrivacyBudgetError, calibrate_sigma, check_budget,
+                         epsilon_spent)
+from .dpsgd import DPSGD
+from .estimator import DPSCD
+from .glm import TASKS, Hinge, Logistic, Ridge, make_glm
+from .solver import VARIANTS, DPSCDConfig, FitResult, fit_glm
+
+__all__ = [
+    "DPSCD", "DPSCDConfig", "DPSGD", "FitResult", "Hinge", "Logistic", "MECHANISMS", "PrivacyAccountant",
+    "PrivacyBudgetError", "Ridge", "TASKS", "VARIANTS", "calibrate_sigma", "check_budget", "epsilon_spent",
+    "fit_glm", "make_glm",
+]

@@ -1,0 +1,185 @@
+"""DP-SCD and its variants at one party: optimum of non-private SCD, clipping, calibrated noise, bad input."""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+from sklearn.datasets import load_breast_cancer
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.preprocessing import MaxAbsScaler, normalize
+from sklearn.svm import LinearSVC
+
+from vfltorch.comm import Federation
+from vfltorch.data import VFLInputError
+from vfltorch.privacy import DPSCD, DPSCDConfig, PrivacyBudgetError, fit_glm
+from vfltorch.privacy.accountant import calibrate_sigma, epsilon_spent
+from vfltorch.privacy.glm import dual_objective, make_glm, primal_objective
+
+LAM = 1e-3
+# SDCA converges linearly for the smooth losses but only sublinearly for the hinge: a larger lambda keeps the
+# SVM test short (at lambda = 1e-3 it needs ~600 epochs for 1e-6; at 1e-2, 60).
+TASK_LAM = {"ridge": 1e-3, "logistic": 1e-3, "svm": 1e-2}
+
+
+@pytest.fixture(scope="module")
+def paper_data():
+    """breast_cancer with the paper's preprocessing: max-abs columns, unit rows; labels -1 / +1."""
+    bc = load_breast_cancer()
+    X = normalize(MaxAbsScaler().fit_transform(bc.data))
+    y = np.where(bc.target == 0, 1.0, -1.0)
+    return X, y
+
+
+def P(task, X, y, theta, lam=LAM):
+    glm = make_glm(task)
+    return primal_objective(glm, torch.as_tensor(X @ theta), torch.as_tensor(y), float(theta @ theta), lam)
+
+
+def reference_optimum(task, X, y, lam=LAM):
+    """The minimum of P from scikit-learn, each solver's objective rescaled to ours (N = rows).
+
+    Ridge:    ||y - X w||^2 + a ||w||^2           = 2 N P  with a = lambda N
+    Logistic: (1/2)||w||^2 + c sum log(1 + e^-ym) = P / lambda with c = 1 / (lambda N)  (l2 penalty)
+    L2-SVM:   (1/2)||w||^2 + c sum max(0, 1 - ym) = P / lambda with c = 1 / (lambda N)  (LinearSVC, hinge)
+    No intercept anywhere: P has none. The solvers run to tight tolerances; we evaluate P at their
+    solutions ourselves rather than trusting their stopping criteria.
+    """
+    n = X.shape[0]
+    if task == "ridge":
+        w = Ridge(alpha=lam * n, fit_intercept=False, solver="cholesky").fit(X, y).coef_
+    elif task == "logistic":
+        w = LogisticRegression(C=1 / (lam * n), fit_intercept=False, tol=1e-12, max_iter=100000).fit(X, y).coef_
+    else:
+        # liblinear warns that it did not meet tol=1e-12; its objective is stable to 1e-15 across max_iter.
+        warnings.filterwarnings("ignore", category=ConvergenceWarning)
+        w = LinearSVC(loss="hinge", C=1 / (lam * n), fit_intercept=False, dual=True, tol=1e-12,
+                      max_iter=1_000_000).fit(X, y).coef_
+    return P(task, X, y, np.ravel(w), lam)
+
+
+@pytest.mark.parametrize("task", ["ridge", "logistic", "svm"])
+def test_nonprivate_scd_reaches_the_scikit_learn_optimum(paper_data, task):
+    X, y = paper_data
+    lam = TASK_LAM[task]
+    ref = reference_optimum(task, X, y, lam)
+    model = DPSCD(task=task, variant="nonprivate", C=math.inf, lam=lam, epochs=60, L=50, monitor_every=0).fit(X, y)
+    ours = P(task, X, y, model.coef_, lam)
+    assert ours <= ref * (1 + 1e-4), (ours, ref)
+    # The duality gap certifies it independently of scikit-learn.
+    glm = make_glm(task)
+    alpha = torch.as_tensor(model.dual_coef_)
+    v = X.T @ model.dual_coef_
+    gap = ours - dual_objective(glm, alpha, torch.as_tensor(y), float(v @ v), lam)
+    assert -1e-12 <= gap <= 1e-4 * ours
+    # theta = X^T alpha / (lambda N): the shared vector stayed consistent with alpha.
+    np.testing.assert_allclose(model.coef_, v / (lam * len(y)), rtol=1e-9, atol=1e-12)
+
+
+def test_primal_coordinate_descent_reaches_the_ridge_optimum(paper_data):
+    X, y = paper_data
+    # Full batches (L = N), no noise, no effective clipping: exact primal coordinate descent.
+    model = DPSCD(task="ridge", variant="primal", sigma=0.0, C=1e6, L=len(y), lam=1e-2, epochs=200,
+                  monitor_every=0).fit(X, y)
+    assert P("ridge", X, y, model.coef_, 1e-2) <= reference_optimum("ridge", X, y, 1e-2) * (1 + 1e-4)
+
+
+@pytest.mark.parametrize("variant", ["dual", "seq", "primal"])
+def test_clipped_steps_never_exceed_C(paper_data, variant):
+    X, y = paper_data
+    C = 0.02
+    seen = []
+    DPSCD(task="svm", variant=variant, epsilon=1.0, C=C, L=25, lam=LAM, epochs=2, noise_seed=3,
+          monitor_every=0).fit(X, y, on_step=lambda t, batch, zeta, state: seen.append(zeta.abs().max().item()
+                                                                                       if len(zeta) else 0.0))
+    assert max(seen) <= C * (1 + 1e-12)
+    assert max(seen) == pytest.approx(C)          # the bound binds: the check can fail
+
+
+@pytest.mark.parametrize("variant", ["dual", "seq"])
+def test_noise_added_has_the_calibrated_variance(paper_data, variant):
+    X, y = paper_data
+    n, d = X.shape
+    eps, delta, L, C, epochs = 1.0, 1e-3, 25, 0.05, 6
+    Xt = torch.as_tensor(X)
+    noise_v, noise_a = [], []
+    prev = {"v": torch.zeros(d), "alpha": torch.zeros(n, dtype=torch.float64)}
+
+    def record(t, batch, zeta, state):
+        # What was added beyond the clipped steps is the noise: v' - v - X_B^T zeta, alpha'_B - alpha_B - zeta.
+        noise_v.append(state.v - prev["v"] - Xt[batch].T @ zeta)
+        noise_a.append(state.alpha[batch] - prev["alpha"][batch] - zeta)
+        prev["v"], prev["alpha"] = state.v.clone(), state.alpha.clone()
+
+    model = DPSCD(task="logistic", variant=variant, epsilon=eps, delta=delta, L=L, C=C, lam=LAM, epochs=epochs,
+                  noise_seed=11, monitor_every=0).fit(X, y, on_step=record)
+    S = math.sqrt(2) * C if variant == "dual" else 2 * C * math.sqrt(L * (L + 1))
+    assert model.sensitivity_ == pytest.approx(S)
+    sigma = calibrate_sigma(eps, delta, model.sample_rate_, model.steps_)
+    assert model.sigma_ == sigma and model.noise_std_ == pytest.approx(sigma * S)
+    assert epsilon_spent(sigma, model.sample_rate_, model.steps_, delta) <= eps
+    for sample in (torch.cat(noise_v), torch.cat(noise_a)):
+        z = (sample / model.noise_std_).numpy()
+        k = len(z)
+        # Sample variance of k standard normals: mean 1, sd sqrt(2 / k); allow 5 sd.
+        assert abs(z.var() - 1) < 5 * math.sqrt(2 / k), (z.var(), k)
+        assert abs(z.mean()) < 5 / math.sqrt(k)
+        assert stats.kstest(z, "norm").pvalue > 1e-4
+
+
+def test_dp_scd_learns_and_reports_its_budget(paper_data):
+    X, y = paper_data
+    # 569 rows are few for DP: a loose budget, and the mean accuracy of three noise draws (majority: 0.63).
+    models = [DPSCD(task="logistic", epsilon=10.0, L=20, C=0.2, lam=1e-2, epochs=10, noise_seed=s).fit(X, y)
+              for s in range(3)]
+    assert np.mean([m.score(X, y) for m in models]) > 0.8
+    model = models[0]
+    assert 9.9 < model.epsilon_ <= 10.0
+    assert [h["epoch"] for h in model.history_] == list(range(1, 11))
+    eps = [h["epsilon"] for h in model.history_]
+    assert eps == sorted(eps) and eps[-1] == pytest.approx(model.epsilon_)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(epsilon=0), "epsilon must be a positive number"),
+    (dict(epsilon=-0.5), "epsilon must be a positive number"),
+    (dict(delta=0), "delta must lie strictly between 0 and 1"),
+    (dict(delta=1.5), "delta must lie strictly between 0 and 1"),
+    (dict(L=10_000), "mini-batch size L=10000 exceeds the 569 training rows"),
+    (dict(L=0), "mini-batch size L must be a positive integer"),
+    (dict(C=0), "clipping bound C must be a positive number"),
+    (dict(C=-1.0), "clipping bound C must be a positive number"),
+    (dict(lam=0), "regularisation lambda must be positive"),
+    (dict(task="lasso"), "unknown task 'lasso'"),
+    (dict(variant="fast"), "unknown variant 'fast'"),
+    (dict(variant="seq", sampling="poisson"), "seqDP-SCD needs fixed-size lots"),
+    (dict(accountant="moments"), "unknown accountant 'moments'"),
+])
+def test_bad_input_is_explained(paper_data, kwargs, message):
+    X, y = paper_data
+    with pytest.raises(VFLInputError, match=message):
+        DPSCD(**{"task": "logistic", **kwargs}).fit(X, y)
+
+
+def test_rows_that_are_not_normalised_are_refused_with_the_fix(paper_data):
+    X, y = paper_data
+    with pytest.raises(VFLInputError, match=r"norm at most 1.*--normalize-rows.*normalize_rows=True"):
+        DPSCD().fit(X * 3, y)
+    assert DPSCD(normalize_rows=True, epochs=1).fit(X * 3, y).epsilon_ <= 1.0
+    DPSCD(variant="nonprivate", epochs=1).fit(X * 3, y)      # no sensitivity bound, no requirement
+
+
+def test_an_unreachable_budget_is_explained(paper_data):
+    X, y = paper_data
+    with pytest.raises(PrivacyBudgetError, match="cannot be reached"):
+        DPSCD(epsilon=1e-6, delta=1e-12, L=len(y), epochs=2000).fit(X, y)
+
+
+def test_fit_glm_refuses_labels_that_do_not_fit_the_task(paper_data):
+    X, _ = paper_data
+    fed = Federation.local()
+    with pytest.raises(VFLInputError, match="needs binary labels -1 / \\+1"):
+        fit_glm(fed, torch.as_tensor(X), torch.arange(len(X), dtype=torch.float64), DPSCDConfig(task="svm"))

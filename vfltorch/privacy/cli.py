@@ -1,0 +1,263 @@
+"""``vfl dpscd`` (DP-SCD and its variants, vertical) and ``vfl dpsgd`` (the opacus DP-SGD baseline).
+
+    vfl dpscd --dataset phishing --task logistic --variant dual --epsilon 1 --L 100 --C 0.01 --parties 3
+    vfl dpsgd --dataset phishing --task logistic --epsilon 1 --batch-size 100 --C 1 --lr 1
+
+Both default to the paper's preprocessing: every party scales its columns by
+their maximum absolute value (``--scale maxabs``), then each row is divided
+by its norm over all parties' columns (``--normalize-rows``, a masked sum);
+regression labels are centred at the active party. The JSON record carries
+``sigma``, ``sample_rate``, ``steps``, ``epsilon`` (spent, from opacus) and
+``delta`` at the top level; TensorBoard gets the primal objective and the
+epsilon spent against epochs.
+
+The common ``--task`` option (the data task of your own file) is replaced in
+these two commands by the model: ``ridge``, ``logistic`` or ``svm``; for
+your own file the data task is detected from its labels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import torch
+
+from ..cli import Command
+from ..data import VFLInputError
+from .accountant import MECHANISMS
+from .glm import TASKS, make_glm
+from .solver import VARIANTS, DPSCDConfig, fit_glm, monitor_objective
+from .vertical import ActiveLink
+
+PAPER_PREPROCESSING = {"scale": "maxabs", "normalize_rows": True}
+
+
+# ------------------------------------------------------------------ arguments
+def _replace_task_option(p) -> None:
+    # The common --task (a user file's data task) would clash with the model's --task: replace it.
+    g = p.add_argument_group("model", conflict_handler="resolve")
+    g.add_argument("--task", dest="glm", choices=sorted(TASKS), default=None,
+                   help="the model: ridge (regression), logistic or svm (L2-SVM, hinge loss); default: ridge for a "
+                        "regression dataset, logistic for a binary one")
+    p.set_defaults(task=None)
+
+
+def _common_model_arguments(g) -> None:
+    g.add_argument("--epsilon", type=float, default=1.0, help="privacy budget epsilon (the paper: 0.1 to 2)")
+    g.add_argument("--delta", type=float, default=1e-3, help="privacy budget delta (the paper: 1e-3)")
+    g.add_argument("--C", "--clip", dest="C", type=float, default=None,
+                   help="clipping bound (DP-SCD: of each coordinate step; DP-SGD: of each per-example gradient); "
+                        "default 1 for DP-SGD, 0.01 for DP-SCD, inf for non-private SCD")
+    g.add_argument("--lambda", dest="lam", type=float, default=1e-4, help="L2 regularisation lambda")
+    g.add_argument("--accountant", choices=MECHANISMS, default="rdp",
+                   help="opacus accountant for the noise calibration and the epsilon spent")
+    g.add_argument("--center-labels", action=argparse.BooleanOptionalAction, default=True,
+                   help="subtract the training mean from regression labels (the paper's preprocessing)")
+    g.add_argument("--label-scale", type=float, default=1.0,
+                   help="divide regression labels by this first (e.g. 1e5: cal_housing in units of $100k)")
+
+
+def _dpscd_arguments(p) -> None:
+    _replace_task_option(p)
+    g = p.add_argument_group("DP-SCD")
+    g.add_argument("--variant", choices=VARIANTS, default="dual",
+                   help="dual: DP-SCD (Algorithm 1); seq: seqDP-SCD (Algorithm 3); primal: primal DP-SCD "
+                        "(Algorithm 2, one party only); nonprivate: SCD")
+    g.add_argument("--L", "--batch-size", dest="L", type=int, default=100, help="mini-batch size L")
+    g.add_argument("--epochs", type=float, default=10, help="passes over the training rows")
+    g.add_argument("--sampling", choices=["poisson", "shuffle"], default=None,
+                   help="batch sampling (default: poisson for dual/primal, shuffle for seq/nonprivate)")
+    g.add_argument("--newton-steps", type=int, default=1, help="Newton steps per logistic coordinate step")
+    g.add_argument("--noise-seed", type=int, default=None,
+                   help="seed the noise (reproducible runs; anyone who knows it can remove the noise: tests only)")
+    g.add_argument("--secure-sum", action="store_true",
+                   help="sum partial inner products with ring masks instead of the plain tree (no party sees "
+                        "another's partial sums)")
+    g.add_argument("--monitor-every", type=int, default=1,
+                   help="log the primal objective and epsilon every this many epochs (0: only at the end)")
+    _common_model_arguments(g)
+
+
+def _dpsgd_arguments(p) -> None:
+    _replace_task_option(p)
+    # DP-SGD is the centralised baseline: one party unless told otherwise.
+    p.set_defaults(parties=1)
+    g = p.add_argument_group("DP-SGD (opacus)")
+    g.add_argument("--batch-size", type=int, default=100, help="expected batch size (Poisson sampling)")
+    g.add_argument("--lr", type=float, default=0.1, help="learning rate eta")
+    g.add_argument("--epochs", type=int, default=10, help="passes over the training rows")
+    g.add_argument("--non-private", action="store_true", help="plain mini-batch SGD (no clipping, no noise)")
+    _common_model_arguments(g)
+
+
+# ---------------------------------------------------------------------- runs
+def resolve_task(glm: str | None, data_task: str) -> str:
+    """The model for the data: checked at every party (each knows the data's task), so all fail alike."""
+    if glm is None:
+        if data_task == "regression":
+            return "ridge"
+        if data_task == "binary":
+            return "logistic"
+        raise VFLInputError(f"DP-SCD handles regression (ridge) and binary tasks (logistic, svm); this dataset "
+                            f"is {data_task}")
+    if glm in ("logistic", "svm") and data_task != "binary":
+        raise VFLInputError(f"--task {glm} needs binary labels, but the dataset is a {data_task} task: use "
+                            f"--task ridge for a regression target, or a binary dataset")
+    return glm
+
+
+def prepare_labels(data, task: str, args):
+    """Labels at the active party: regression targets scaled and centred on the training mean."""
+    if data.y_train is None:
+        return None, None, {}
+    y_train, y_test = data.y_train, data.y_test
+    info = {}
+    if make_glm(task).kind == "regression":
+        if not args.label_scale > 0:
+            raise VFLInputError(f"--label-scale must be positive, got {args.label_scale}")
+        y_train = y_train / args.label_scale
+        y_test = None if y_test is None else y_test / args.label_scale
+        mean = float(y_train.mean()) if args.center_labels else 0.0
+        y_train = y_train - mean
+        y_test = None if y_test is None else y_test - mean
+        info = {"label_scale": args.label_scale, "label_mean": mean}
+    return y_train, y_test, info
+
+
+def test_metrics(glm, margins: torch.Tensor, y: torch.Tensor, label_scale: float = 1.0) -> dict:
+    """Held-out metrics from the margins x^T theta (at the active party)."""
+    m, yy = margins.cpu().to(torch.float64), y.cpu().to(torch.float64)
+    out = {"test_loss": float(glm.loss(m, yy).mean())}
+    if glm.kind == "regression":
+        mse = float(((m - yy) ** 2).mean())
+        out["test_mse"] = mse
+        out["test_mse_original_units"] = mse * label_scale ** 2
+        var = float(((yy - yy.mean()) ** 2).mean())
+        out["test_r2"] = 1.0 - mse / var if var > 0 else float("nan")
+    else:
+        from sklearn.metrics import roc_auc_score
+
+        out["test_accuracy"] = float(((m > 0).to(torch.float64) * 2 - 1 == yy).to(torch.float64).mean())
+        if len(torch.unique(yy)) == 2:
+            out["test_auc"] = float(roc_auc_score(yy.numpy(), m.numpy()))
+    return out
+
+
+def _epoch_logger(log):
+    def on_epoch(record):
+        log.scalar("objective/primal", record["objective"], record["epoch"])
+        if record.get("epsilon") is not None:
+            log.scalar("privacy/epsilon_spent", record["epsilon"], record["epoch"])
+    return on_epoch
+
+
+def _dpscd(fed, data, args, log):
+    task = resolve_task(args.glm, data.task)
+    C = args.C if args.C is not None else (math.inf if args.variant == "nonprivate" else 0.01)
+    cfg = DPSCDConfig(task=task, variant=args.variant, epsilon=args.epsilon, delta=args.delta, L=args.L, C=C,
+                      lam=args.lam, epochs=args.epochs, accountant=args.accountant, sampling=args.sampling,
+                      newton_steps=args.newton_steps)
+    y_train, y_test, label_info = prepare_labels(data, task, args)
+    bar = log.progress(total=None, desc=f"dpscd {args.variant}", unit="step")
+    try:
+        result = fit_glm(fed, data.X_train, y_train, cfg, seed=args.seed, noise_seed=args.noise_seed,
+                         secure=args.secure_sum, monitor_every=args.monitor_every, on_epoch=_epoch_logger(log),
+                         progress=bar)
+    finally:
+        bar.close()
+    glm = make_glm(task)
+    link = ActiveLink(fed, secure=args.secure_sum)
+    if args.monitor_every:
+        # fit_glm monitored the last step too (at the active party, the only one with a history).
+        objective = result.history[-1]["objective"] if fed.is_active else None
+    else:
+        objective = monitor_objective(fed, link, data.X_train, y_train, glm, result.theta, cfg.lam)
+    margins = None
+    if data.X_test is not None:
+        with fed.phase("dpscd/predict"):
+            margins = link.sum_at_active(data.X_test @ result.theta)
+    if not fed.is_active:
+        return None
+    metrics = {"train_objective": objective}
+    if margins is not None:
+        metrics.update(test_metrics(glm, margins, y_test, label_info.get("label_scale", 1.0)))
+    return {
+        "metrics": metrics,
+        "train_seconds": result.train_seconds,
+        "sigma": result.sigma,
+        "sample_rate": result.sample_rate,
+        "steps": result.steps,
+        "epsilon": result.epsilon,
+        "delta": result.delta,
+        "epsilon_target": args.epsilon if cfg.private else None,
+        "noise_std": result.noise_std,
+        "sensitivity": result.sensitivity,
+        "accountant": args.accountant if cfg.private else None,
+        "sampling": result.sampling,
+        "task": task,
+        "variant": args.variant,
+        "L": args.L,
+        "C": C if math.isfinite(C) else None,
+        "lambda": args.lam,
+        "epochs": args.epochs,
+        "history": result.history,
+        **label_info,
+    }
+
+
+def _dpsgd(fed, data, args, log):
+    from .dpsgd import DPSGD
+
+    if fed.num_parties > 1:
+        raise VFLInputError(
+            f"vfl dpsgd is the centralised DP-SGD baseline (opacus needs the whole model and every column in one "
+            f"process), but {fed.num_parties} parties were asked for: run it with --parties 1, or use "
+            f"`vfl dpscd --parties {fed.num_parties}` for the vertical method")
+    task = resolve_task(args.glm, data.task)
+    y_train, y_test, label_info = prepare_labels(data, task, args)
+    C = args.C if args.C is not None else 1.0
+    model = DPSGD(task=task, private=not args.non_private, epsilon=args.epsilon, delta=args.delta,
+                  batch_size=args.batch_size, C=C, lr=args.lr, lam=args.lam, epochs=args.epochs,
+                  accountant=args.accountant, seed=args.seed, device=args.device)
+    model.fit(data.X_train.cpu().numpy(), y_train.cpu().numpy())
+    for record in model.history_:
+        _epoch_logger(log)(record)
+    glm = make_glm(task)
+    metrics = {"train_objective": model.history_[-1]["objective"] if model.history_ else
+               model.objective(data.X_train.cpu().numpy(), y_train.cpu().numpy())}
+    if data.X_test is not None:
+        margins = torch.as_tensor(model.decision_function(data.X_test.cpu().numpy()))
+        metrics.update(test_metrics(glm, margins, y_test, label_info.get("label_scale", 1.0)))
+    private = not args.non_private
+    return {
+        "metrics": metrics,
+        "train_seconds": model.train_seconds_,
+        "sigma": model.sigma_,
+        "sample_rate": model.sample_rate_,
+        "steps": model.steps_,
+        "epsilon": model.epsilon_,
+        "delta": model.delta_,
+        "epsilon_target": args.epsilon if private else None,
+        "noise_std": model.sigma_ * C if private else 0.0,
+        "sensitivity": C if private else 0.0,
+        "accountant": args.accountant if private else None,
+        "task": task,
+        "variant": "dpsgd" if private else "sgd",
+        "batch_size": args.batch_size,
+        "C": C,
+        "lr": args.lr,
+        "lambda": args.lam,
+        "epochs": args.epochs,
+        "history": model.history_,
+        **label_info,
+    }
+
+
+COMMANDS = [
+    Command("dpscd", "DP-SCD: differentially private stochastic coordinate descent for ridge, logistic regression "
+                     "and the L2-SVM over vertically split columns (Damaskinos et al., AAAI 2021)",
+            _dpscd, add_arguments=_dpscd_arguments, data_defaults=PAPER_PREPROCESSING),
+    Command("dpsgd", "the DP-SGD baseline (opacus) on DP-SCD's linear model and data; centralised (--parties 1)",
+            _dpsgd, add_arguments=_dpsgd_arguments, data_defaults=PAPER_PREPROCESSING),
+]
