@@ -1,0 +1,33 @@
+"""Encrypted vertical logistic regression: Hardy et al.'s SGD and Yang et al.'s stochastic quasi-Newton (SQN).
+
+Two or more data parties hold different columns of the same rows; the guest
+(the active party) also holds the labels; a coordinator holds the Paillier
+private key and no data. They train a logistic regression on the Taylor
+loss log 2 - y u / 2 + u^2 / 8 without any party seeing another's columns,
+labels or margins in the clear.
+
+* ``HeteroLogisticRegression`` - the scikit-learn style estimator (``estimator.py``);
+* roles: ``guest.py``, ``host.py`` (with the host chain), ``coordinator.py``, shared
+  data-party steps in ``party.py``, the centralised twin in ``local.py``;
+* maths: ``taylor.py`` (loss, residual, gradient, Hessian-vector product),
+  ``lbfgs.py`` (two-loop recursion, curvature memory), ``optimizers.py``
+  (schedule, step sizes, iterate averages), ``stopping.py``;
+* encryption: ``cipher.py`` (Paillier through ``vfltorch.crypto``, or the
+  insecure plaintext stand-in), ``bounds.py`` (public fixed-point scales and
+  bounds), ``masks.py`` (integer gradient masks);
+* ``vfl hetero-lr`` (``cli.py``).
+
+See ``docs/hetero_lr.md`` for what each role learns and the measured figures.
+"""
+
+from .bounds import DivergenceError, PublicBounds
+from .cipher import PLAINTEXT_LABEL, PaillierScheme, PlaintextScheme
+from .estimator import DEFAULT_DECAY, DEFAULT_LR, HeteroLogisticRegression
+from .lbfgs import CurvatureMemory, two_loop
+from .taylor import gradient, hessian_vector, logistic_loss, residual, taylor_loss
+
+__all__ = [
+    "CurvatureMemory", "DEFAULT_DECAY", "DEFAULT_LR", "DivergenceError", "HeteroLogisticRegression",
+    "PLAINTEXT_LABEL", "PaillierScheme", "PlaintextScheme", "PublicBounds", "gradient", "hessian_vector",
+    "logistic_loss", "residual", "taylor_loss", "two_loop",
+]

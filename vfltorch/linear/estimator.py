@@ -1,0 +1,564 @@
+"""``HeteroLogisticRegression``: encrypted vertical logistic regression, SGD (Hardy et al.) or SQN (Yang et al.).
+
+Every process of the federation builds the same estimator (same
+hyperparameters) with its ``Federation`` handle and calls ``fit`` with what
+it holds:
+
+* the guest (the active party, rank 0): its columns of the training rows and
+  the labels y in {-1, +1};
+* each host (the other data parties): its columns of the same rows, in the
+  same order, and no labels;
+* the coordinator (``fed.coordinator``, started with ``coordinator=True``):
+  nothing (``fit(None)``); it makes the Paillier key pair and keeps the
+  private key.
+
+    >>> lr = HeteroLogisticRegression(fed, optimizer="sqn", batch_size=1000)
+    >>> lr.fit(data.X_train, data.y_train)            # data is None at the coordinator
+    >>> lr.decision_function(data.X_test)             # scores at the guest, None elsewhere
+
+Without a federation (or with ``Federation.local()``) it is the centralised
+twin: one party with every column, the same optimizer (``local.py``).
+
+The protocol, per mini-batch S (see ``host.py``, ``guest.py``, ``party.py``,
+``coordinator.py`` for each role's steps and what it learns):
+
+1. hosts -> guest: [[U]] (sum of host margins) and [[sum_i U_i^2]], along the host chain;
+2. guest: [[d]] = [[U]]/4 + u_B/4 - y/2 -> hosts; [[8 sum_i l_i]] -> coordinator;
+3. every data party l: [[G_l]] = [[d]]^T X_l + |S| lambda w_l -> coordinator, masked in SGD steps;
+4. coordinator: decrypts; SGD step: G_l + r_l back to l; SQN step (k > 2L): p = H_t g (two-loop), p_l to l;
+5. every data party: w_l <- w_l - eta_e p_l (p_l = g_l in SGD steps).
+
+Every L iterations (SQN, t >= 2) a curvature round: s_l -> coordinator,
+hosts -> guest [[Z]] = [[sum X_h s_h]] over S_H, guest -> hosts [[h]] =
+[[(Z + X_B s_B)/4]], every party -> coordinator [[h^T X_l + |S_H| lambda s_l]].
+
+Prediction: each data party computes u_l = X_l w_l (+ the intercept at the
+guest) and the parties sum them with ring masks (``vfltorch.comm.secure_sum``):
+the guest learns the score u = sum_l u_l of each row and nothing else; the
+hosts learn nothing. With a single host the guest can subtract its own
+part, so the score reveals the host's partial score u_A of each scored row -
+inherent in the guest holding the scores. Per-epoch monitoring
+(``monitor=``) reveals those scores of the monitored rows at every epoch.
+
+Learned state (trailing underscore): ``coef_`` (this party's block; the
+guest's without the intercept), ``intercept_`` (guest), ``n_iter_``
+(iterations), ``n_epochs_``, ``converged_``, ``train_loss_`` (guest and
+coordinator: the last epoch's loss, ``stopping.py``), ``history_`` (guest:
+one dict per epoch), ``comm_`` (guest: bytes per epoch per party),
+``timings_`` (guest: per-party seconds by phase), ``encryption_``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import secrets
+import time
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator
+
+from ..comm import Federation, MaskStream, secure_sum
+from ..crypto import MIN_KEY_BITS, generate_keypair
+from ..data.validation import VFLInputError
+from .batches import BatchPlan
+from .bounds import FEATURE_MAX, PublicBounds, quantize
+from .cipher import PaillierScheme, PlaintextScheme
+from .coordinator import Coordinator
+from .guest import Guest
+from .host import Host
+from .lbfgs import CurvatureMemory
+from .local import LocalLearner
+from .masks import MaskSource
+from .optimizers import IterationPlan, StepSize
+from .session import PHASE_MONITOR, PHASE_PREDICT, PHASE_REPORT, PHASE_SETUP, TRAIN_PHASES, Session
+from .stopping import LossTracker
+
+log = logging.getLogger("vfltorch.linear")
+
+OPTIMIZERS = ("sgd", "sqn")
+PRECOMPUTE = ("batch", "epoch", "background", "none")
+DEFAULT_LR = {"sgd": 0.15, "sqn": 0.3}
+DEFAULT_DECAY = {"sgd": 0.0, "sqn": 1.0}
+INSECURE_WARNING = ("INSECURE plaintext mode: the hetero-LR protocol runs WITHOUT encryption; every party sees "
+                    "residuals (which reveal the labels) in the clear. Use it for debugging and for measuring the "
+                    "cost of encryption only.")
+
+# Hyperparameters every process must share (mask_seed and device are each party's own).
+_AGREED = ("optimizer", "batch_size", "lr", "decay", "decay_sqrt", "L", "M", "hessian_batch", "l2", "fit_intercept",
+           "max_epochs", "tol", "encryption", "key_bits", "insecure_key", "feature_frac_bits", "mask_bits",
+           "random_state")
+
+
+class HeteroLogisticRegression(BaseEstimator):
+    """Vertical logistic regression on the Taylor loss under Paillier encryption (guest, hosts, coordinator).
+
+    Parameters
+    ----------
+    fed: the party's ``Federation`` (None: the centralised twin).
+    optimizer: ``"sgd"`` (Hardy et al. 2017) or ``"sqn"`` (Yang et al.: stochastic quasi-Newton).
+    batch_size: rows |S| per iteration.
+    lr, decay, decay_sqrt: step eta_e = lr / (1 + decay e) (or / sqrt(1 + decay e)), e the epoch;
+        ``None`` takes the optimizer's default (sgd: 0.15, no decay; sqn: 0.3, decay 1).
+    L, M: SQN's update interval (curvature pair every L iterations) and L-BFGS memory.
+    hessian_batch: |S_H| rows per Hessian-vector product (None: ``batch_size``).
+    l2: lambda of the penalty (lambda/2) ||w||^2 (the intercept is not penalised).
+    fit_intercept: the guest holds an intercept column.
+    max_epochs, tol: stop when the epoch loss changes by less than ``tol``, or after ``max_epochs``.
+    encryption: False runs the same protocol in the clear (INSECURE; debugging, cost of encryption).
+    key_bits: Paillier modulus size (2048); under 1024 only with ``insecure_key`` (tests).
+    feature_frac_bits: fractional bits of features (and other plaintext multipliers) in the encrypted
+        products: the exponent size, hence the speed; 16 keeps |error| <= 2^-17 per feature.
+    mask_bits: statistical security sigma of the gradient masks.
+    precompute: when obfuscators (the data-independent half of every encryption) are made:
+        ``"batch"`` (a pool filled before each iteration) or ``"epoch"`` (before each epoch; raise the
+        federation timeout for big epochs: the other processes wait meanwhile), both timed as offline;
+        ``"background"`` (a separate process keeps a pool full, on a spare core); ``"none"`` (inline,
+        counted as online time).
+    random_state: the public seed of mini-batches and Hessian samples.
+    mask_seed: this party's private seed for masks (None: the operating system's randomness).
+    """
+
+    def __init__(self, fed: Federation | None = None, *, optimizer: str = "sqn", batch_size: int = 1000,
+                 lr: float | None = None, decay: float | None = None, decay_sqrt: bool = False, L: int = 4,
+                 M: int = 10, hessian_batch: int | None = None, l2: float = 1e-3, fit_intercept: bool = True,
+                 max_epochs: int = 100, tol: float = 1e-5, encryption: bool = True, key_bits: int = 2048,
+                 insecure_key: bool = False, feature_frac_bits: int = 16, mask_bits: int = 64,
+                 precompute: str = "batch", random_state: int = 0, mask_seed: int | None = None, device=None):
+        self.fed = fed
+        self.optimizer = optimizer
+        self.batch_size = batch_size
+        self.lr = lr
+        self.decay = decay
+        self.decay_sqrt = decay_sqrt
+        self.L = L
+        self.M = M
+        self.hessian_batch = hessian_batch
+        self.l2 = l2
+        self.fit_intercept = fit_intercept
+        self.max_epochs = max_epochs
+        self.tol = tol
+        self.encryption = encryption
+        self.key_bits = key_bits
+        self.insecure_key = insecure_key
+        self.feature_frac_bits = feature_frac_bits
+        self.mask_bits = mask_bits
+        self.precompute = precompute
+        self.random_state = random_state
+        self.mask_seed = mask_seed
+        self.device = device
+
+    # ------------------------------------------------------------ validation
+    def _lr(self) -> float:
+        return float(self.lr) if self.lr is not None else DEFAULT_LR.get(self.optimizer, 0.15)
+
+    def _decay(self) -> float:
+        return float(self.decay) if self.decay is not None else DEFAULT_DECAY.get(self.optimizer, 0.0)
+
+    def _check_params(self) -> None:
+        def integer(name, low):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
+                raise VFLInputError(f"{name} must be an integer >= {low}, got {v!r}")
+
+        if self.optimizer not in OPTIMIZERS:
+            raise VFLInputError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        integer("batch_size", 1)
+        integer("L", 1)
+        integer("M", 1)
+        integer("max_epochs", 1)
+        integer("mask_bits", 16)
+        if self.hessian_batch is not None:
+            integer("hessian_batch", 1)
+        if not (isinstance(self.feature_frac_bits, (int, np.integer)) and 0 <= self.feature_frac_bits <= 32):
+            raise VFLInputError(f"feature_frac_bits must be an integer in [0, 32], got {self.feature_frac_bits!r}")
+        lr = self._lr()
+        if not (math.isfinite(lr) and lr > 0):
+            raise VFLInputError(f"the learning rate must be a positive number, got lr={self.lr!r}")
+        decay = self._decay()
+        if not (math.isfinite(decay) and decay >= 0):
+            raise VFLInputError(f"decay must be a non-negative number, got {self.decay!r}")
+        if not (isinstance(self.l2, (int, float)) and math.isfinite(self.l2) and self.l2 >= 0):
+            raise VFLInputError(f"l2 must be a non-negative number, got {self.l2!r}")
+        if not (isinstance(self.tol, (int, float)) and self.tol >= 0):
+            raise VFLInputError(f"tol must be a non-negative number, got {self.tol!r}")
+        if self.precompute not in PRECOMPUTE:
+            raise VFLInputError(f"precompute must be one of {PRECOMPUTE}, got {self.precompute!r}")
+        if self.encryption:
+            integer("key_bits", 128)
+            if self.key_bits % 2:
+                raise VFLInputError(f"key_bits must be even (two primes of key_bits/2 bits), got {self.key_bits}")
+            if self.key_bits < MIN_KEY_BITS and not self.insecure_key:
+                raise VFLInputError(
+                    f"a {self.key_bits}-bit Paillier key is too small: keys under {MIN_KEY_BITS} bits can be "
+                    f"factored. Use key_bits=2048 (the default); for tests only, pass insecure_key=True "
+                    f"(--insecure-key).")
+
+    def _check_data(self, fed, X, y) -> None:
+        if fed.world_size > 1 and fed.coordinator is None:
+            raise VFLInputError("hetero-LR needs a coordinator that holds the Paillier key: start the federation "
+                                "with coordinator=True (launch(..., coordinator=True); `vfl hetero-lr` adds it)")
+        if fed.is_coordinator:
+            if X is not None or y is not None:
+                raise VFLInputError("the coordinator holds no data: call fit(None) there")
+            return
+        if X is None:
+            raise VFLInputError(f"{fed.name()} must pass its columns of the training rows to fit")
+        if X.ndim != 2 or X.shape[1] < 1:
+            raise VFLInputError(f"{fed.name()}: X must be a 2-D tensor with at least one column, got shape "
+                                f"{tuple(X.shape)}")
+        if not bool(torch.isfinite(X).all()):
+            raise VFLInputError(f"{fed.name()}: X has NaN or infinite values; impute them (--impute median)")
+        peak = float(X.abs().max())
+        if peak > FEATURE_MAX:
+            raise VFLInputError(f"{fed.name()}: a feature reaches |x| = {peak:.4g}, beyond {FEATURE_MAX:g}, the "
+                                f"public range of the fixed-point encoding. Scale the columns (--scale standard).")
+        if fed.is_active:
+            if y is None:
+                raise VFLInputError("the guest (active party) must pass the labels y in {-1, +1} to fit")
+            if y.ndim != 1 or y.shape[0] != X.shape[0]:
+                raise VFLInputError(f"y must be one label per row: {X.shape[0]} rows but y has shape "
+                                    f"{tuple(y.shape)}")
+            values = set(torch.unique(y.detach().cpu().to(torch.float64)).tolist())
+            if not values <= {-1.0, 1.0}:
+                shown = sorted(values)[:6]
+                raise VFLInputError(f"labels must be -1 and +1, got {shown}{'...' if len(values) > 6 else ''}. Map "
+                                    f"the negative class to -1 and the positive class to +1.")
+        elif y is not None:
+            raise VFLInputError(f"{fed.name()} is a host: only the guest (the active party) holds labels; pass "
+                                f"y=None")
+
+    # ------------------------------------------------------------------ setup
+    def _federation(self) -> Federation:
+        return self.fed if self.fed is not None else Federation.local(self.device or "cpu")
+
+    def _design(self, fed, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """This party's training matrix (quantised to F_X bits, the guest's with the intercept) and penalty mask."""
+        device = self.device or X.device
+        Xq = quantize(X.detach().to(device, torch.float64), self.feature_frac_bits)
+        penalized = torch.ones(Xq.shape[1], dtype=torch.float64, device=device)
+        if self.fit_intercept and fed.is_active:
+            Xq = torch.cat([Xq, torch.ones(Xq.shape[0], 1, dtype=torch.float64, device=device)], dim=1)
+            penalized = torch.cat([penalized, torch.zeros(1, dtype=torch.float64, device=device)])
+        return Xq, penalized
+
+    def _agree(self, fed, X, y, monitor) -> dict:
+        """Validate locally, then agree on the hyperparameters, the rows and the columns (one exchange)."""
+        error = None
+        try:
+            self._check_params()
+            self._check_data(fed, X, y)
+        except VFLInputError as exc:
+            error = str(exc)
+        if fed.world_size == 1:
+            if error:
+                raise VFLInputError(error)
+            n = X.shape[0]
+            if self.batch_size > n:
+                raise VFLInputError(f"batch_size={self.batch_size} is larger than the training set ({n} rows): "
+                                    f"use at most {n}")
+            return {"n": n, "features": [X.shape[1] + int(self.fit_intercept)]}
+        config = {k: getattr(self, k) for k in _AGREED}
+        info = {"config": config, "error": error, "rows": None if X is None else int(X.shape[0]),
+                "columns": None if X is None else int(X.shape[1]) + int(self.fit_intercept and fed.is_active),
+                "monitor": monitor is not None}
+        with fed.phase(PHASE_SETUP):
+            infos = fed.gather_json(info, fed.active)
+            verdict = None
+            if fed.is_active:
+                verdict = _verdict(fed, infos, self)
+            verdict = fed.broadcast_json(verdict, fed.active)
+        if verdict["error"]:
+            raise VFLInputError(verdict["error"])
+        return verdict
+
+    def _session(self, fed, agreed: dict) -> Session:
+        n = agreed["n"]
+        batch = min(self.batch_size, n)
+        hessian_batch = min(self.hessian_batch or self.batch_size, n)
+        bounds = PublicBounds(parties=fed.num_parties, batch=batch, hessian_batch=hessian_batch, l2=float(self.l2),
+                              feature_frac_bits=int(self.feature_frac_bits), mask_bits=int(self.mask_bits))
+        scheme = PlaintextScheme()
+        if fed.world_size > 1 and self.encryption:
+            with fed.phase(PHASE_SETUP):
+                if fed.is_coordinator:
+                    public_key, private_key = generate_keypair(int(self.key_bits), insecure=bool(self.insecure_key))
+                    PaillierScheme.share_key(fed, public_key, fed.parties)
+                    scheme = PaillierScheme(public_key, private_key)
+                else:
+                    scheme = PaillierScheme.receive_key(fed, fed.coordinator, insecure=bool(self.insecure_key),
+                                                        background=self.precompute == "background")
+            if bounds.total_bits() + 4 > int(scheme.public_key.n).bit_length() - 2:
+                raise VFLInputError(f"a {self.key_bits}-bit key leaves no room for the protocol's fixed-point "
+                                    f"values ({bounds.total_bits()} bits): use a larger key")
+        elif fed.world_size > 1 and fed.is_active:
+            log.warning(INSECURE_WARNING)
+        seed = self.mask_seed
+        return Session(fed=fed, scheme=scheme, bounds=bounds,
+                       batches=BatchPlan(n, batch, hessian_batch, int(self.random_state)),
+                       plan=IterationPlan(self.optimizer, int(self.L)),
+                       step=StepSize(self._lr(), self._decay(), bool(self.decay_sqrt)),
+                       masks=MaskSource(seed, fed.rank), l2=float(self.l2),
+                       feature_frac_bits=int(self.feature_frac_bits), n_features=list(agreed["features"]))
+
+    def _role(self, session: Session, fed, X, y):
+        memory, tracker = CurvatureMemory(int(self.M)), LossTracker(float(self.tol), int(self.max_epochs))
+        if fed.world_size == 1:
+            Xq, penalized = self._design(fed, X)
+            return LocalLearner(session, Xq, y.to(torch.float64), penalized, memory, tracker)
+        if fed.is_coordinator:
+            return Coordinator(session, memory, tracker)
+        Xq, penalized = self._design(fed, X)
+        if fed.is_active:
+            return Guest(session, Xq, y, penalized)
+        return Host(session, Xq, penalized)
+
+    def _start(self, X, y, monitor=None):
+        fed = self._federation()
+        started = time.perf_counter()
+        agreed = self._agree(fed, X, y, monitor)
+        session = self._session(fed, agreed)
+        role = self._role(session, fed, X, y)
+        self.setup_seconds_ = time.perf_counter() - started
+        self.encryption_ = ("none (centralised: one party)" if fed.world_size == 1 else session.scheme.label)
+        self._mask_stream = MaskStream(self.mask_seed if self.mask_seed is not None else secrets.randbits(62),
+                                       fed.rank)
+        return fed, session, role
+
+    # -------------------------------------------------------------------- fit
+    def fit(self, X=None, y=None, *, monitor=None, log=None, progress: bool = False):
+        """Train on this party's columns X (guest: and labels y); ``X=None`` at the coordinator.
+
+        ``monitor=(X_test, y_test)`` (``y_test`` only at the guest; every data
+        party must pass its columns) scores those rows after every epoch
+        through a secure sum and records the test AUC in ``history_``.
+        ``log`` is a ``vfltorch.runlog.RunLog`` (TensorBoard curves at the guest).
+        """
+        fed, session, role = self._start(X, y, monitor)
+        self._session_ = session
+        self._role_ = role
+        self.history_, self.comm_ = [], []
+        k, rounds, online, offline = 0, 0, 0.0, 0.0
+        last_bytes = _train_bytes(fed)
+        bar = log.progress(total=int(self.max_epochs), desc=f"hetero-lr {self.optimizer}", unit="epoch") \
+            if (log is not None and progress) else None
+        decision = {"loss": float("nan"), "stop": True, "converged": False}
+        try:
+            for epoch in range(int(self.max_epochs)):
+                eta = session.step(epoch)
+                batches = session.batches.epoch(epoch)
+                if self.precompute == "epoch":
+                    offline += role.prepare(batches, k)
+                started, offline_in_epoch = time.perf_counter(), 0.0
+                for rows in batches:
+                    if self.precompute == "batch":
+                        offline_in_epoch += role.prepare([rows], k)
+                    k += 1
+                    rounds += 1
+                    role.iteration(rows, k, eta, session.plan.quasi_newton(k))
+                    if session.plan.window_closes(k):
+                        role.close_window(k)
+                        rounds += int(session.plan.pair_due(k))
+                decision = role.end_epoch()
+                online += time.perf_counter() - started - offline_in_epoch
+                offline += offline_in_epoch
+                auc = self._monitor_auc(fed, monitor)
+                record = self._epoch_record(fed, session, epoch, eta, k, rounds, online, offline, decision, auc,
+                                            last_bytes)
+                last_bytes = _train_bytes(fed)
+                if record is not None:
+                    self.history_.append(record)
+                    self._log_epoch(log, record)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{decision.get('loss', float('nan')):.6f}")
+                if decision["stop"]:
+                    break
+            self._finish(fed, session, role, k, epoch + 1, decision, online, offline)
+        finally:
+            if bar is not None:
+                bar.close()
+            session.scheme.close()
+        return self
+
+    def _monitor_auc(self, fed, monitor):
+        if monitor is None or fed.is_coordinator:
+            return None
+        X_test, y_test = monitor
+        with fed.phase(PHASE_MONITOR):
+            scores = self._scores(fed, X_test)
+        if scores is None or y_test is None or len(torch.unique(torch.as_tensor(y_test))) < 2:
+            return None
+        from sklearn.metrics import roc_auc_score
+
+        return float(roc_auc_score(torch.as_tensor(y_test).cpu().numpy(), scores.cpu().numpy()))
+
+    def _epoch_record(self, fed, session, epoch, eta, k, rounds, online, offline, decision, auc, last_bytes):
+        """Gather this epoch's bytes and offline time of every process at the guest."""
+        now = _train_bytes(fed)
+        mine = {"bytes": now - last_bytes, "offline_seconds": offline, "online_seconds": online}
+        if fed.world_size == 1:
+            per_rank = [mine]
+        else:
+            with fed.phase(PHASE_REPORT):
+                per_rank = fed.gather_json(mine, fed.active)
+        if not fed.is_active:
+            return None
+        return {"epoch": epoch + 1, "loss": decision.get("loss"), "eta": eta, "iterations": k, "rounds": rounds,
+                "test_auc": auc, "online_seconds": online, "offline_seconds": offline,
+                "bytes_per_party": {str(r): e["bytes"] for r, e in enumerate(per_rank)},
+                "offline_seconds_per_party": {str(r): e["offline_seconds"] for r, e in enumerate(per_rank)},
+                "bytes_total": sum(e["bytes"] for e in per_rank)}
+
+    @staticmethod
+    def _log_epoch(log, record) -> None:
+        if log is None:
+            return
+        e = record["epoch"]
+        log.scalar("hetero_lr/train_loss", record["loss"], e)
+        if record["test_auc"] is not None:
+            log.scalar("hetero_lr/test_auc", record["test_auc"], e)
+        log.scalar("hetero_lr/train_loss_vs_rounds", record["loss"], record["rounds"])
+        log.scalar("hetero_lr/train_loss_vs_online_ms", record["loss"], int(1000 * record["online_seconds"]))
+        log.scalar("hetero_lr/bytes_per_epoch", record["bytes_total"], e)
+
+    def _finish(self, fed, session, role, k, epochs, decision, online, offline) -> None:
+        self.n_iter_ = k
+        self.n_epochs_ = epochs
+        self.converged_ = bool(decision.get("converged", False))
+        self.train_loss_ = decision.get("loss")
+        self.train_seconds_ = online
+        self.offline_seconds_ = offline
+        self.n_curvature_pairs_ = getattr(getattr(role, "memory", None), "accepted", None)   # the key holder
+        w = getattr(role, "w", None)
+        if w is None:                      # the coordinator
+            self.coef_, self.intercept_ = None, None
+        elif self.fit_intercept and (fed.is_active or fed.world_size == 1):
+            self.coef_, self.intercept_ = w[:-1].clone(), float(w[-1])
+        else:
+            self.coef_, self.intercept_ = w.clone(), None
+        mine = {"rank": fed.rank, "role": role.role, "seconds": session.clock.as_dict(),
+                "obfuscators": {k2: v for k2, v in session.scheme.offline_stats().items()}}
+        if hasattr(role, "memory"):
+            mine["curvature_pairs"] = {"accepted": role.memory.accepted, "rejected": role.memory.rejected}
+        if fed.world_size > 1:
+            with fed.phase(PHASE_REPORT):
+                timings = fed.gather_json(mine, fed.active)
+        else:
+            timings = [mine]
+        if fed.is_active:
+            self.timings_ = timings
+            self.comm_ = [rec["bytes_per_party"] for rec in self.history_]
+            pairs = [t["curvature_pairs"] for t in timings if "curvature_pairs" in t]
+            self.n_curvature_pairs_ = pairs[0]["accepted"] if pairs else None
+
+    # -------------------------------------------------------------- predict
+    def _scores(self, fed, X) -> torch.Tensor | None:
+        if fed.is_coordinator:
+            return None
+        role = getattr(self, "_role_", None)
+        if role is None or getattr(role, "w", None) is None:
+            raise VFLInputError("call fit before scoring")
+        w = role.w
+        Xd = X.detach().to(w.device, torch.float64)
+        if self.fit_intercept and fed.is_active:
+            u = Xd @ w[:-1] + w[-1]
+        else:
+            u = Xd @ w
+        if fed.world_size == 1:
+            return u
+        return secure_sum(fed, u, out=fed.active, stream=self._mask_stream, parties=fed.parties)
+
+    def decision_function(self, X=None):
+        """Scores u = sum_l X_l w_l (+ b) of the rows, at the guest (None at the hosts and the coordinator).
+
+        Collective: every data party calls it with its columns of the same rows.
+        """
+        fed = self._federation()
+        if fed.is_coordinator:
+            return None
+        if X is None:
+            raise VFLInputError(f"{fed.name()} must pass its columns of the rows to score")
+        with fed.phase(PHASE_PREDICT):
+            return self._scores(fed, X)
+
+    def predict_proba(self, X=None):
+        """P(y = +1 | x) = sigmoid(u) at the guest."""
+        u = self.decision_function(X)
+        return None if u is None else torch.sigmoid(u)
+
+    def predict(self, X=None):
+        """Labels in {-1, +1} at the guest."""
+        u = self.decision_function(X)
+        return None if u is None else torch.where(u >= 0, 1.0, -1.0).to(torch.float64)
+
+    def score(self, X=None, y=None):
+        """Accuracy at the guest (None elsewhere)."""
+        pred = self.predict(X)
+        if pred is None:
+            return None
+        return float((pred.cpu() == torch.as_tensor(y, dtype=torch.float64).cpu()).double().mean())
+
+    # ----------------------------------------------------------- gradient
+    def loss_and_gradient(self, X=None, y=None, *, coef=None, rows=None):
+        """One gradient round of the protocol at a given model, without updating it.
+
+        ``coef`` is this party's block of w (the guest's with the intercept
+        last; None: zeros), ``rows`` the mini-batch (None: every row). Returns
+        this party's gradient block (1/|S|) X_l^T d + lambda w_l at a data
+        party, and the batch's Taylor loss at the coordinator (in a
+        centralised twin: (loss, gradient)). The coordinator sees the blocks
+        masked, exactly as in an SGD step.
+        """
+        fed, session, role = self._start(X, y)
+        try:
+            if coef is not None and hasattr(role, "w"):
+                role.w = torch.as_tensor(coef, dtype=torch.float64).to(role.w.device).clone()
+            n = session.batches.n
+            rows = np.arange(n) if rows is None else np.asarray(rows)
+            # The public bounds cover the rows of this round (every process knows how many).
+            session.bounds = dataclasses.replace(session.bounds, batch=max(session.bounds.batch, len(rows)))
+            role.iteration(rows, 1, 0.0, quasi_newton=False)
+            if isinstance(role, Coordinator):
+                return role.tracker._sum / len(rows)
+            if isinstance(role, LocalLearner):
+                return role.tracker._sum / len(rows), role.last_gradient
+            return role.last_gradient
+        finally:
+            session.scheme.close()
+
+
+def _verdict(fed, infos: list, est) -> dict:
+    """At the guest: the first problem any process reported, else the agreed row count and column counts."""
+    names = [fed.name(r) for r in range(fed.world_size)]
+    for name, info in zip(names, infos):
+        if info["error"]:
+            error = info["error"]
+            return {"error": error if error.startswith(name) else f"{name}: {error}"}
+    mine = infos[fed.active]["config"]
+    for name, info in zip(names, infos):
+        diff = sorted(k for k in mine if info["config"].get(k) != mine[k])
+        if diff:
+            return {"error": f"{name} was started with different hyperparameters ({', '.join(diff)}): every "
+                             f"process must use the same settings"}
+    rows = {r: infos[r]["rows"] for r in fed.parties}
+    if len(set(rows.values())) != 1:
+        listing = ", ".join(f"{fed.name(r)}: {n}" for r, n in rows.items())
+        return {"error": f"the data parties hold different numbers of rows ({listing}): align them first"}
+    monitors = {infos[r]["monitor"] for r in fed.parties}
+    if len(monitors) != 1:
+        return {"error": "either every data party passes monitor= (its columns of the monitored rows) or none"}
+    n = rows[fed.active]
+    if est.batch_size > n:
+        return {"error": f"batch_size={est.batch_size} is larger than the training set ({n} rows): use at most {n}"}
+    order = [fed.active] + [r for r in fed.parties if r != fed.active]
+    return {"error": None, "n": n, "features": [infos[r]["columns"] for r in order]}
+
+
+def _train_bytes(fed) -> int:
+    return fed.meter.totals(TRAIN_PHASES)["bytes_sent"]
+
+
+__all__ = ["DEFAULT_DECAY", "DEFAULT_LR", "HeteroLogisticRegression", "INSECURE_WARNING", "OPTIMIZERS"]

@@ -1,0 +1,41 @@
+"""Integer masks that hide a party's gradient block from the key holder.
+
+In an SGD step (and in SQN's first 2L steps) party l sends the coordinator
+[[G_l + r_l]] = [[G_l]] (1 + r_l n): r_l is a vector of integers uniform in
+[0, 2^(b + sigma)), where 2^b is the public bound of G_l (``bounds.py``). The
+coordinator decrypts G_l + r_l, which is within statistical distance 2^-sigma
+of uniform on its range whatever G_l is, returns it, and the party subtracts
+r_l. The masks act on the fixed-point integers, so unmasking is exact; float
+masks would lose the low bits of G_l to rounding.
+
+Masks must be unpredictable: by default they come from the operating
+system (``secrets``). A seed makes them reproducible (tests, debugging).
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+
+
+class MaskSource:
+    """A party's private supply of uniform integer masks."""
+
+    def __init__(self, seed: int | None = None, rank: int = 0):
+        self._rng = None if seed is None else random.Random(int(seed) * 1_000_003 + 7_919 * (int(rank) + 1))
+
+    def draw(self, count: int, bits: int) -> list[int]:
+        """``count`` integers uniform in [0, 2^bits)."""
+        if self._rng is None:
+            return [secrets.randbits(bits) for _ in range(count)]
+        return [self._rng.getrandbits(bits) for _ in range(count)]
+
+
+def unmask(masked: list[int], masks: list[int]) -> list[int]:
+    """(G + r) - r, elementwise on the integers."""
+    if len(masked) != len(masks):
+        raise ValueError(f"got {len(masked)} masked values for {len(masks)} masks")
+    return [int(a) - int(b) for a, b in zip(masked, masks)]
+
+
+__all__ = ["MaskSource", "unmask"]
