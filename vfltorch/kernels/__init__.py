@@ -1,0 +1,28 @@
+"""FDSKL: federated doubly stochastic kernel learning (Gu, Dang, Li & Huang, KDD 2020).
+
+* ``random_features`` - random Fourier features drawn entry by entry from a
+  counter, so each party generates exactly its slice of w (RBF, Laplace).
+* ``circle`` - phases as fixed-point angles mod 2*pi; a party's mask stream.
+* ``protocol`` - Algorithm 3 (masked phases over totally different trees) and
+  Algorithm 2 (decision values), batched over rows and features.
+* ``trainer`` - Algorithm 1, batched (B samples, r features per iteration).
+* ``losses`` - square, logistic, smooth hinge (the paper's Table 1).
+* ``bandwidth`` - the median-heuristic kernel width through a secure sum.
+* ``estimator`` - ``FDSKLClassifier`` / ``FDSKLRegressor`` (scikit-learn style).
+* ``cli`` - ``vfl fdskl``.
+"""
+
+from .bandwidth import median_sigma
+from .checks import ScalingWarning
+from .circle import Circle, KeptPhases, WordStream
+from .estimator import FDSKLClassifier, FDSKLRegressor
+from .losses import LOSSES, Loss, LogisticLoss, SmoothHingeLoss, SquareLoss, get_loss
+from .protocol import FederatedFeatureMap
+from .random_features import KERNELS, FourierSampler, feature_map
+from .trainer import DSGConfig, TrainResult, train_dsg
+
+__all__ = [
+    "Circle", "DSGConfig", "FDSKLClassifier", "FDSKLRegressor", "FederatedFeatureMap", "FourierSampler",
+    "KERNELS", "KeptPhases", "LOSSES", "LogisticLoss", "Loss", "ScalingWarning", "SmoothHingeLoss", "SquareLoss",
+    "TrainResult", "WordStream", "feature_map", "get_loss", "median_sigma", "train_dsg",
+]

@@ -1,0 +1,185 @@
+"""Input validation for FDSKL: hyperparameters, each party's columns, the labels; one verdict for all.
+
+Each party checks what it holds (its columns, and at the active party the
+labels) and reports only problems, its row and column counts and a
+fingerprint of its hyperparameters to the active party, which sends the
+verdict back. Every party then raises the same ``VFLInputError``, so a bad
+input at one party stops the whole federation with one clear message instead
+of leaving the others waiting for messages that never come.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import warnings
+
+import numpy as np
+import torch
+
+from ..comm import Federation
+from ..data.validation import VFLInputError
+
+# Columns beyond this magnitude are "not normalised": one shared kernel width cannot suit them and [0, 1] columns.
+SCALE_LIMIT = 10.0
+
+
+class ScalingWarning(UserWarning):
+    """A party's columns look unscaled: the kernel will be dominated by them."""
+
+
+def check_hyperparameters(est) -> None:
+    """The estimator's hyperparameters, with a message that says what to choose instead."""
+    from .losses import LOSSES
+    from .random_features import KERNELS
+
+    if est.kernel not in KERNELS:
+        raise VFLInputError(f"kernel={est.kernel!r} is not supported: choose one of {', '.join(KERNELS)}")
+    if not (isinstance(est.sigma, str) and est.sigma == "median"):
+        try:
+            sigma = float(est.sigma)
+        except (TypeError, ValueError):
+            raise VFLInputError(f"sigma must be a positive number or 'median', got {est.sigma!r}") from None
+        if not (math.isfinite(sigma) and sigma > 0):
+            raise VFLInputError(f"sigma must be > 0 (the kernel width), got {est.sigma!r}; pass a positive "
+                                f"value or 'median' for the median heuristic")
+    if est.loss is not None and est.loss not in LOSSES:
+        raise VFLInputError(f"loss={est.loss!r} is not supported: choose one of {', '.join(LOSSES)}")
+    try:
+        est._loss()
+    except ValueError as exc:
+        raise VFLInputError(str(exc)) from None
+    if not isinstance(est.random_state, (int, np.integer)) or isinstance(est.random_state, bool):
+        raise VFLInputError(f"random_state must be an integer (the public seed), got {est.random_state!r}")
+    if not (est.lam >= 0 and math.isfinite(est.lam)):
+        raise VFLInputError(f"lam (the regularisation lambda) must be >= 0, got {est.lam!r}")
+    if est.gamma is not None and not (est.gamma > 0 and math.isfinite(est.gamma)):
+        raise VFLInputError(f"gamma (the step size) must be > 0, got {est.gamma!r}")
+    gamma = est._step_size()
+    if gamma * est.lam >= 1:
+        raise VFLInputError(f"gamma * lambda = {gamma:g} * {est.lam:g} = {gamma * est.lam:g} must be < 1: every "
+                            f"iteration shrinks the old coefficients by (1 - gamma * lambda), which must stay in "
+                            f"(0, 1). Lower the step size (gamma < {1 / est.lam if est.lam else float('inf'):g}) "
+                            f"or lambda.")
+    for name in ("batch_size", "features_per_step", "prefetch"):
+        value = getattr(est, name)
+        if name == "batch_size" and value is None:
+            continue
+        if not (isinstance(value, (int, np.integer)) and value >= 1):
+            raise VFLInputError(f"{name} must be a positive integer, got {value!r}")
+    if est.epochs is None and est.max_time is None:
+        raise VFLInputError("give a number of epochs, a time budget (max_time seconds), or both")
+    if est.epochs is not None and not est.epochs > 0:
+        raise VFLInputError(f"epochs must be > 0, got {est.epochs!r}")
+    if est.max_time is not None and not est.max_time > 0:
+        raise VFLInputError(f"max_time (the time budget in seconds) must be > 0, got {est.max_time!r}")
+    if est.schedule not in ("cached", "paper"):
+        raise VFLInputError(f"schedule must be 'cached' or 'paper', got {est.schedule!r}")
+    if est.angle_bits not in (16, 32, 64):
+        raise VFLInputError(f"angle_bits must be 16, 32 or 64, got {est.angle_bits!r}")
+    if not (est.mask_seed in ("random", "seed") or (isinstance(est.mask_seed, (int, np.integer))
+                                                    and not isinstance(est.mask_seed, bool))):
+        raise VFLInputError(f"mask_seed must be 'random' (private masks from the OS, the default), 'seed' "
+                            f"(derived from random_state: a reproducible simulation) or an integer, "
+                            f"got {est.mask_seed!r}")
+
+
+def fingerprint(params: dict) -> str:
+    """A short hash of the hyperparameters that every party must share (mask seeds are per party)."""
+    shared = {k: v for k, v in sorted(params.items()) if k not in ("fed", "mask_seed", "device", "verbose")}
+    return hashlib.sha256(json.dumps(shared, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def scaling_problem(X: torch.Tensor, party: int, names=None) -> str | None:
+    """A warning text if this party's columns are far outside the normalised range, else None."""
+    if X.numel() == 0:
+        return None
+    peak = X.abs().amax(dim=0)
+    bad = torch.nonzero(peak > SCALE_LIMIT).reshape(-1).tolist()
+    if not bad:
+        return None
+    shown = ", ".join(str(names[c]) if names is not None else f"#{c}" for c in bad[:5])
+    more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+    return (f"party {party}: {len(bad)} column(s) ({shown}{more}) reach |x| = {float(peak.max()):.4g}, far outside "
+            f"the normalised range FDSKL assumes: one kernel width is shared by all columns, so these would "
+            f"dominate the kernel. Normalise each party's columns: `vfl fdskl --scale minmax` (or standard), or "
+            f"vfltorch.data.scale_columns(X_train, X_test, 'minmax') before fit.")
+
+
+def label_problem(y, task: str, n: int) -> str | None:
+    if y is None:
+        return "the active party must pass the training labels y to fit"
+    y = torch.as_tensor(y)
+    if y.dim() != 1 or y.shape[0] != n:
+        return f"y must be a vector with one label per training row ({n}), got shape {tuple(y.shape)}"
+    if not torch.isfinite(y.to(torch.float64)).all():
+        return "the labels contain NaN or infinite values: drop those rows or fix the label column"
+    if task == "binary":
+        values = set(torch.unique(y.to(torch.float64)).tolist())
+        if not values <= {-1.0, 1.0}:
+            shown = sorted(values)[:6]
+            return (f"FDSKL's classification losses need labels -1 and +1, got {shown}"
+                    f"{'...' if len(values) > 6 else ''}. Map the negative class to -1 and the positive class to +1 "
+                    f"(for 0/1 labels: y = 2 * y - 1); `vfl` does this on load (--positive-label for your own file).")
+    return None
+
+
+def agree(fed: Federation, *, rows: int, cols: int, params: dict, problems: list[str],
+          columns: list[int] | None) -> dict:
+    """Every party reports; the active party checks and broadcasts the plan; all raise the same error.
+
+    Returns ``{"n_features": ..., "columns": [this party's global column indices]}``.
+    """
+    report = {"rows": int(rows), "cols": int(cols), "params": fingerprint(params), "problems": problems,
+              "columns": columns}
+    with fed.phase("fdskl/setup"):
+        reports = fed.gather_json(report, fed.active, ranks=fed.parties)
+        plan = None
+        if fed.is_active:
+            plan = _verdict(fed, reports)
+        plan = fed.broadcast_json(plan, fed.active, ranks=fed.parties)
+    if plan["error"]:
+        raise VFLInputError(plan["error"])
+    return {"n_features": plan["n_features"], "columns": plan["columns"][fed.parties.index(fed.rank)]}
+
+
+def _verdict(fed: Federation, reports: list[dict]) -> dict:
+    names = [fed.name(p) for p in fed.parties]
+    errors = [f"{names[i]}: {p}" for i, r in enumerate(reports) for p in r["problems"]]
+    for i, r in enumerate(reports):
+        if r["cols"] == 0:
+            errors.append(f"{names[i]} has no columns: every party needs at least one feature column "
+                          f"(choose fewer parties or give it columns)")
+    rows = {r["rows"] for r in reports}
+    if len(rows) > 1:
+        listing = ", ".join(f"{names[i]}: {r['rows']}" for i, r in enumerate(reports))
+        errors.append(f"the parties hold different numbers of rows ({listing}): every party must pass the "
+                      f"same rows, in the same order")
+    if len({r["params"] for r in reports}) > 1:
+        errors.append("the parties were given different hyperparameters: construct the estimator with the same "
+                      "settings at every party (only mask_seed may differ)")
+    given = [r["columns"] is not None for r in reports]
+    columns = None
+    if any(given) and not all(given):
+        errors.append("columns= was passed at some parties but not at others: pass it everywhere or nowhere")
+    elif all(given):
+        columns = [list(map(int, r["columns"])) for r in reports]
+        flat = [c for cs in columns for c in cs]
+        if len(set(flat)) != len(flat) or any(c < 0 for c in flat):
+            errors.append("the parties' global column indices (columns=) must be distinct, non-negative integers")
+        for i, (cs, r) in enumerate(zip(columns, reports)):
+            if len(cs) != r["cols"]:
+                errors.append(f"{names[i]} passed {len(cs)} column indices for {r['cols']} columns")
+    else:
+        offsets = np.cumsum([0] + [r["cols"] for r in reports])
+        columns = [list(range(int(offsets[i]), int(offsets[i + 1]))) for i in range(len(reports))]
+    if errors:
+        return {"error": "; ".join(errors), "n_features": 0, "columns": None}
+    n_features = max((c for cs in columns for c in cs), default=-1) + 1
+    return {"error": None, "n_features": int(n_features), "columns": columns}
+
+
+def warn_scaling(text: str | None) -> None:
+    if text:
+        warnings.warn(text, ScalingWarning, stacklevel=3)

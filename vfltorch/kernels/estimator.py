@@ -1,0 +1,340 @@
+"""scikit-learn style FDSKL estimators: ``FDSKLClassifier`` and ``FDSKLRegressor``.
+
+Each party process builds the same estimator (same hyperparameters) with its
+``Federation`` handle and calls ``fit`` / ``decision_function`` / ``predict`` /
+``score`` with its own columns of the same rows, in the same order; only the
+active party passes labels, and only it gets decision values, predictions
+and scores back (the others get ``None``). Without a federation handle the
+estimator is the centralised DSG baseline (Q = 1, ``Federation.local()``):
+
+    >>> clf = FDSKLClassifier(epochs=5).fit(X_train, y_train)     # y in {-1, +1}
+    >>> clf.score(X_test, y_test)
+
+In a party process (``vfltorch.comm.launch`` or under torchrun):
+
+    >>> clf = FDSKLClassifier(fed, epochs=5).fit(data.X_train, data.y_train)  # y_train is None if passive
+    >>> clf.decision_function(data.X_test)                                    # values at the active party
+
+Learned state (trailing underscore): ``alpha_`` (active party only),
+``sigma_``, ``n_features_in_`` (this party's columns), ``columns_`` (their
+global indices), ``n_iter_``, ``n_random_features_``, ``feature_map_`` (this
+party's share of the random features), ``train_seconds_``, ``history_``
+(the learning curve, active party), ``comm_`` (bytes per party and phase).
+
+Privacy (FDSKL Section 4, adapted to labels at one party). What each party
+sends and what it learns:
+
+* Raw columns never leave their party. A party's partial projections
+  (w_j)_l^T (x_i)_l leave it only reduced mod 2*pi and masked by a fresh
+  uniform angle from its private stream (or, at the kept party l', hidden in
+  a sum that carries the others' fresh masks), so each message is exactly
+  uniform on [0, 2*pi) on its own. Masks are removed over a tree T2 totally
+  different from the tree T1 of the masked values, so no party can combine
+  a T1 partial sum with a T2 partial sum into unmasked data of a group of
+  parties (checked by ``vfltorch.comm.masked_sum_leakage``).
+* The active party learns w_j^T x_i + b_j (mod 2*pi) for every row it
+  evaluates, with b_j uniform and known only to l' (never the active party),
+  exactly what FDSKL's output worker learns. As in the paper this is not
+  nothing: differences between rows, w_j^T (x_i - x_k) mod 2*pi, are free of
+  b_j, so with many more features than columns the active party holds
+  wrapped linear equations on the differences of the other parties' rows.
+  The paper's security analysis (semi-honest parties, no exact inference of
+  a single value from one masked message) does not cover this; see
+  docs/fdskl.md.
+* Labels, L'(f(x_i), y_i), the coefficients alpha and the decision values
+  never leave the active party. Passive parties learn the sample indices of
+  each mini-batch (from the shared seed, as the paper broadcasts them), the
+  number of iterations, and sigma; they see no label-dependent value at all
+  (less than the paper, where workers exchange partial decision values).
+* The median heuristic reveals, at the active party, the squared distances of
+  a few hundred disjoint random row pairs over all columns (pass ``sigma`` to
+  avoid it). The set-up exchange reveals row and column counts.
+
+Seeds: ``random_state`` is public (directions w, mini-batches, the kept
+party of each block). ``mask_seed`` seeds each party's private masks and
+phases b_j. The default, ``'random'``, draws them from the operating system
+at each party: a deployment's setting, and the only one under which the
+active party cannot recompute b_j and so unmask w_j^T x_i. The masks cancel
+exactly, so this changes nothing but the phases b_j (a fresh draw of the
+same random-feature distribution). ``'seed'`` derives them from
+``random_state`` (a reproducible simulation: every party could recompute
+the masks; with it Q parties reproduce Q = 1 exactly, Lemma 1); an integer
+seeds them (give each party its own secret integer).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator
+
+from ..comm import Federation
+from ..data.validation import VFLInputError
+from .bandwidth import median_sigma
+from .checks import agree, check_hyperparameters, label_problem, scaling_problem, warn_scaling
+from .circle import Circle, WordStream, fresh_seed
+from .losses import get_loss
+from .protocol import FederatedFeatureMap
+from .random_features import FourierSampler, derive_key
+from .trainer import DSGConfig, held_out_metrics, train_dsg
+
+
+class _FDSKLBase(BaseEstimator):
+    _task = "binary"
+    _default_loss = "logistic"
+
+    def __init__(self, fed: Federation | None = None, *, kernel: str = "rbf", sigma="median", loss: str | None = None,
+                 lam: float = 1e-5, gamma: float | None = None, batch_size: int | None = None,
+                 features_per_step: int = 32, epochs: float | None = 5.0, max_time: float | None = None,
+                 schedule: str = "cached", random_state: int = 0, mask_seed="random", angle_bits: int = 16,
+                 median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
+                 prefetch: int = 1, device=None):
+        self.fed = fed
+        self.kernel = kernel
+        self.sigma = sigma
+        self.loss = loss
+        self.lam = lam
+        self.gamma = gamma
+        self.batch_size = batch_size
+        self.features_per_step = features_per_step
+        self.epochs = epochs
+        self.max_time = max_time
+        self.schedule = schedule
+        self.random_state = random_state
+        self.mask_seed = mask_seed
+        self.angle_bits = angle_bits
+        self.median_pairs = median_pairs
+        self.log_every = log_every
+        self.max_elements = max_elements
+        self.prefetch = prefetch
+        self.device = device
+
+    # ------------------------------------------------------------ helpers
+    def _loss(self):
+        return get_loss(self.loss or self._default_loss, self._task)
+
+    def _step_size(self) -> float:
+        """gamma, or the loss's default step: 16 for logistic, 4 for smooth hinge, 1 for square."""
+        return float(self.gamma) if self.gamma is not None else self._loss().default_step
+
+    def _batch_size(self, n: int) -> int:
+        """B, or about n / 32 (32 iterations per epoch) clipped to [32, 1024]."""
+        return int(self.batch_size) if self.batch_size is not None else int(min(1024, max(32, n // 32)))
+
+    def _federation(self) -> Federation:
+        return self.fed if self.fed is not None else Federation.local(self.device or "cpu")
+
+    def _as_tensor(self, X, device, dtype=None) -> torch.Tensor:
+        t = torch.as_tensor(np.asarray(X) if not isinstance(X, torch.Tensor) else X)
+        if not t.is_floating_point():
+            t = t.to(torch.float64)
+        if dtype is not None:
+            t = t.to(dtype)
+        if t.dim() != 2:
+            raise VFLInputError(f"X must be a 2-d array (rows x this party's columns), got shape {tuple(t.shape)}")
+        return t.to(device)
+
+    def _seeds(self, fed: Federation) -> tuple[int, int]:
+        """(mask stream seed, phase key) of this party."""
+        if isinstance(self.mask_seed, str) and self.mask_seed == "seed":
+            # Simulation: derived from the public seed; the phase key is the same at every party so that
+            # the features do not depend on which party keeps them (Lemma 1: Q parties == one party).
+            return derive_key(self.random_state, 0xA5C), derive_key(self.random_state, 0xB0B)
+        # mask_seed was validated by checks.py: 'random' or an integer.
+        secret = fresh_seed() if isinstance(self.mask_seed, str) else int(self.mask_seed)
+        return derive_key(secret, 0xA5C), derive_key(secret, 0xB0B)
+
+    # ---------------------------------------------------------------- fit
+    def fit(self, X, y=None, *, columns=None, monitor=None, log=None, progress: bool = False):
+        """Train on this party's columns ``X`` (and labels ``y`` at the active party only).
+
+        ``columns``: global indices of this party's columns (default: parties
+        in rank order hold consecutive columns). ``monitor``: ``(X_held_out,
+        y_held_out)`` for the learning curve in ``history_`` (labels at the
+        active party only). ``log``: a ``vfltorch.runlog.RunLog`` for
+        TensorBoard. ``progress``: a progress bar at the active party.
+        """
+        check_hyperparameters(self)
+        fed = self._federation()
+        if not fed.is_data_party:
+            raise VFLInputError("FDSKL runs on the data parties; the coordinator has no part in it")
+        device = torch.device(self.device) if self.device is not None else fed.device
+        X = self._as_tensor(X, device)
+        loss = self._loss()
+        problems = []
+        if fed.is_active:
+            problem = label_problem(y, self._task, X.shape[0])
+            if problem:
+                problems.append(problem)
+        elif y is not None:
+            problems.append("a passive party passed labels: only the active party may hold them (pass y=None)")
+        if not torch.isfinite(X).all():
+            problems.append("X contains NaN or infinite values: impute them (e.g. --impute median) first")
+        scaling = scaling_problem(X, fed.rank)
+        plan = agree(fed, rows=X.shape[0], cols=X.shape[1], params=self.get_params(), problems=problems,
+                     columns=None if columns is None else [int(c) for c in columns])
+        warn_scaling(scaling)
+
+        self.n_features_in_ = X.shape[1]
+        self.n_columns_total_ = plan["n_features"]
+        self.columns_ = np.asarray(plan["columns"], dtype=np.int64)
+        mask_seed, phase_key = self._seeds(fed)
+        started = time.perf_counter()
+        if isinstance(self.sigma, str):
+            self.sigma_ = median_sigma(fed, X, seed=derive_key(self.random_state, 0x51), pairs=self.median_pairs,
+                                       mask_seed=derive_key(mask_seed, 0x51), kernel=self.kernel)
+        else:
+            self.sigma_ = float(self.sigma)
+        self.sigma_seconds_ = time.perf_counter() - started
+        self.feature_map_ = FederatedFeatureMap(
+            fed, FourierSampler(self.kernel, self.sigma_, self.random_state), self.columns_, self.features_per_step,
+            seed=self.random_state, phase_key=phase_key, masks=WordStream(mask_seed, fed.rank),
+            circle=Circle(self.angle_bits), dtype=X.dtype, device=device, max_elements=self.max_elements)
+
+        y_fit = None
+        if fed.is_active:
+            y_fit = self._prepare_targets(torch.as_tensor(np.asarray(y) if not isinstance(y, torch.Tensor) else y))
+        if monitor is not None:
+            X_mon = self._as_tensor(monitor[0], device, X.dtype)
+            y_mon = None
+            if fed.is_active and monitor[1] is not None:
+                y_mon = torch.as_tensor(np.asarray(monitor[1]) if not isinstance(monitor[1], torch.Tensor)
+                                        else monitor[1])
+            monitor = (X_mon, y_mon)
+        cfg = DSGConfig(loss=loss, gamma=self._step_size(), lam=float(self.lam), batch_size=self._batch_size(X.shape[0]),
+                        epochs=self.epochs, max_time=self.max_time, schedule=self.schedule,
+                        seed=derive_key(self.random_state, 0xBA7C), log_every=self.log_every,
+                        prefetch=int(self.prefetch), task=self._task,
+                        y_offset=getattr(self, "y_offset_", 0.0), y_scale=getattr(self, "y_scale_", 1.0))
+        result = train_dsg(fed, self.feature_map_, X, y_fit, cfg, monitor=monitor, log=log,
+                           progress=progress and fed.is_active)
+        self.alpha_ = result.alpha
+        self.n_iter_ = result.iterations
+        self.n_random_features_ = self.feature_map_.n_features
+        self.train_seconds_ = result.train_seconds
+        self.history_ = result.history
+        self.batch_loss_ = result.batch_loss
+        self.train_loss_ = result.train_loss
+        self.comm_ = self._gather_comm(fed, result)
+        return self
+
+    def _prepare_targets(self, y: torch.Tensor) -> torch.Tensor:
+        return y.to(torch.float64)
+
+    def _gather_comm(self, fed: Federation, result) -> dict | None:
+        """Training bytes and messages of every party, at the active party (one small message each)."""
+        mine = {"bytes_sent": result.bytes_sent, "messages_sent": result.messages_sent}
+        with fed.phase("fdskl/report"):
+            every = fed.gather_json(mine, fed.active, ranks=fed.parties)
+        if not fed.is_active:
+            return None
+        sent = sum(e["bytes_sent"] for e in every)
+        return {"train_bytes_sent_per_party": [e["bytes_sent"] for e in every],
+                "train_messages_sent_per_party": [e["messages_sent"] for e in every],
+                "train_bytes_sent_total": sent,
+                "bytes_per_iteration": sent / max(1, self.n_iter_)}
+
+    # ------------------------------------------------------------ predict
+    def _check_fitted(self):
+        if not hasattr(self, "feature_map_"):
+            raise VFLInputError(f"this {type(self).__name__} is not fitted yet: call fit first")
+
+    def decision_function(self, X):
+        """f(x) for the rows of X (this party's columns): values at the active party, None elsewhere."""
+        self._check_fitted()
+        fed = self.feature_map_.fed
+        as_numpy = not isinstance(X, torch.Tensor)
+        X = self._as_tensor(X, self.feature_map_.device, self.feature_map_.dtype)
+        problems = []
+        if X.shape[1] != self.n_features_in_:
+            problems.append(f"X has {X.shape[1]} columns but this party was fitted with {self.n_features_in_}")
+        elif not torch.isfinite(X).all():
+            problems.append("X contains NaN or infinite values: impute them as for training")
+        with fed.phase("fdskl/predict"):
+            reports = fed.gather_json({"rows": X.shape[0], "problems": problems}, fed.active, ranks=fed.parties)
+            verdict = None
+            if fed.is_active:
+                errors = [f"{fed.name(p)}: {e}" for p, r in zip(fed.parties, reports) for e in r["problems"]]
+                if len({r["rows"] for r in reports}) > 1:
+                    errors.append("the parties passed different numbers of rows to predict: "
+                                  + ", ".join(f"{fed.name(p)}: {r['rows']}" for p, r in zip(fed.parties, reports)))
+                verdict = "; ".join(errors) or None
+            verdict = fed.broadcast_json(verdict, fed.active, ranks=fed.parties)
+            if verdict:
+                raise VFLInputError(verdict)
+            f = self.feature_map_.decision_values(X, self.alpha_)
+        if f is None:
+            return None
+        f = self._untransform(f)
+        return f.cpu().numpy() if as_numpy else f
+
+    def _untransform(self, f: torch.Tensor) -> torch.Tensor:
+        return f
+
+
+class FDSKLClassifier(_FDSKLBase):
+    """Binary FDSKL classifier (labels -1 / +1). Losses: logistic (default), smooth_hinge, square."""
+
+    _task = "binary"
+    _default_loss = "logistic"
+
+    def predict(self, X):
+        """-1 / +1 labels at the active party (the sign of f; 0 counts as +1), None elsewhere."""
+        f = self.decision_function(X)
+        if f is None:
+            return None
+        return np.where(f >= 0, 1.0, -1.0) if isinstance(f, np.ndarray) else torch.where(f >= 0, 1.0, -1.0).to(f.dtype)
+
+    def score(self, X, y=None):
+        """Accuracy at the active party (every party must call it with its own columns), None elsewhere."""
+        f = self.decision_function(X)
+        if f is None:
+            return None
+        return held_out_metrics(torch.as_tensor(f), torch.as_tensor(np.asarray(y) if not isinstance(y, torch.Tensor)
+                                                                     else y), "binary")["accuracy"]
+
+
+class FDSKLRegressor(_FDSKLBase):
+    """FDSKL regression with the square loss. With ``normalize_y`` the active party fits (y - mean) / std."""
+
+    _task = "regression"
+    _default_loss = "square"
+
+    def __init__(self, fed: Federation | None = None, *, kernel: str = "rbf", sigma="median", loss: str | None = None,
+                 lam: float = 1e-5, gamma: float | None = None, batch_size: int | None = None,
+                 features_per_step: int = 32, epochs: float | None = 5.0, max_time: float | None = None,
+                 schedule: str = "cached", random_state: int = 0, mask_seed="random", angle_bits: int = 16,
+                 median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
+                 prefetch: int = 1, device=None, normalize_y: bool = True):
+        super().__init__(fed, kernel=kernel, sigma=sigma, loss=loss, lam=lam, gamma=gamma, batch_size=batch_size,
+                         features_per_step=features_per_step, epochs=epochs, max_time=max_time, schedule=schedule,
+                         random_state=random_state, mask_seed=mask_seed, angle_bits=angle_bits,
+                         median_pairs=median_pairs, log_every=log_every, max_elements=max_elements,
+                         prefetch=prefetch, device=device)
+        self.normalize_y = normalize_y
+
+    def _prepare_targets(self, y: torch.Tensor) -> torch.Tensor:
+        y = y.to(torch.float64)
+        self.y_offset_, self.y_scale_ = 0.0, 1.0
+        if self.normalize_y:
+            std = float(y.std()) if y.numel() > 1 else 1.0
+            self.y_offset_, self.y_scale_ = float(y.mean()), (std if std > 0 else 1.0)
+        return (y - self.y_offset_) / self.y_scale_
+
+    def _untransform(self, f: torch.Tensor) -> torch.Tensor:
+        return f * getattr(self, "y_scale_", 1.0) + getattr(self, "y_offset_", 0.0)
+
+    def predict(self, X):
+        """Predicted targets at the active party, None elsewhere."""
+        return self.decision_function(X)
+
+    def score(self, X, y=None):
+        """R^2 at the active party, None elsewhere."""
+        f = self.decision_function(X)
+        if f is None:
+            return None
+        return held_out_metrics(torch.as_tensor(f), torch.as_tensor(np.asarray(y) if not isinstance(y, torch.Tensor)
+                                                                     else y), "regression")["r2"]

@@ -1,0 +1,190 @@
+"""FDSKL's Algorithm 3, batched: the phases w_j^T x_i + b_j of many rows and features, at the active party.
+
+Every party l holds its columns (x)_l and the matching rows (w_j)_l of the
+random directions (``FourierSampler``: the same seed everywhere, each party
+generating only its own slice). For a set of rows and a set of features:
+
+1. each party computes its partial projections Z_l = X_l W_l (rows x features)
+   and reduces them mod 2*pi into wrap-around angles (``Circle.encode``);
+2. every party except the feature's kept party l' adds a fresh uniform mask
+   from its private stream; l' adds the feature's fixed phase b_j (its "mask"
+   that is never removed, Algorithm 3's b^{l'});
+3. the masked parts are summed over tree T1 and the fresh masks over tree T2,
+   and T1, T2 are totally different (Definition 2); the active party gets
+   sum(masked parts) - sum(fresh masks) = w_j^T x_i + b_j (mod 2*pi).
+
+That is ``vfltorch.comm.masked_sum`` with the kept party's "stream" replaced by
+its fixed phases (``KeptPhases``): one call per kept party, since the trees
+depend on l'. Features come in blocks of r (one block per iteration of
+Algorithm 1); the kept party of block t is drawn from the shared seed among
+the passive parties (never the active party, which would then know b_j and
+so the unmasked projection), and is the same whenever the block is evaluated,
+at training and at prediction time, so b_j is too.
+
+With one party (Q = 1) the same code runs with no masks and no messages: the
+phases are X W + b, the centralised random features.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..comm import Federation, masked_sum
+from .circle import Circle, KeptPhases, WordStream
+from .random_features import FourierSampler, counter_words, derive_key, splitmix64
+
+SQRT2 = math.sqrt(2.0)
+
+
+class FederatedFeatureMap:
+    """This party's share of FDSKL's growing random feature map (blocks of ``block_size`` features).
+
+    Public state (the same at every party): the number of blocks and the kept
+    party of each block (``keepers``). Private state: this party's rows of W
+    (``omega``, its columns only) and, for the blocks it keeps, the phase
+    words b_j (``phase_words``; derived from ``phase_key``, which only it
+    should know).
+    """
+
+    def __init__(self, fed: Federation, sampler: FourierSampler, columns, block_size: int, *, seed: int,
+                 phase_key: int, masks: WordStream, circle: Circle | None = None,
+                 dtype: torch.dtype = torch.float64, device="cpu", max_elements: int = 2 ** 22):
+        self.fed = fed
+        self.sampler = sampler
+        self.columns = torch.as_tensor(columns, dtype=torch.int64).reshape(-1)
+        self.block_size = int(block_size)
+        self.circle = circle or Circle(32)
+        self.masks = masks
+        self.dtype = dtype
+        self.device = torch.device(device)
+        self.max_elements = int(max_elements)
+        self._keeper_key = derive_key(seed, 0x4EE9)
+        self._phase_key = int(phase_key)
+        self.keepers: list[int] = []
+        self._omega = torch.empty(len(self.columns), 0, dtype=dtype, device=self.device)
+        self.phase_words: dict[int, torch.Tensor] = {}
+
+    # ------------------------------------------------------------- features
+    @property
+    def omega(self) -> torch.Tensor:
+        """This party's rows of W: (its columns) x (features so far)."""
+        return self._omega[:, : self.n_features]
+
+    @property
+    def n_blocks(self) -> int:
+        return len(self.keepers)
+
+    @property
+    def n_features(self) -> int:
+        return self.n_blocks * self.block_size
+
+    def block_features(self, t: int) -> torch.Tensor:
+        return torch.arange(t * self.block_size, (t + 1) * self.block_size, dtype=torch.int64)
+
+    def keeper_of(self, t: int) -> int:
+        """The party l' whose phase stays in block t: a passive party drawn from the shared seed."""
+        passive = [p for p in self.fed.parties if p != self.fed.active]
+        if not passive:
+            return self.fed.active                     # Q = 1: the centralised feature map
+        h = int(splitmix64(torch.tensor([t], dtype=torch.int64), self._keeper_key)[0]) % (2 ** 62)
+        return passive[h % len(passive)]
+
+    def add_block(self) -> int:
+        """Algorithm 1 line 4 for a block: draw (w_j)_l for this party's columns; the kept party draws b_j."""
+        t = self.n_blocks
+        features = self.block_features(t)
+        w = self.sampler.omega(self.columns, features, dtype=self.dtype, device=self.device)
+        start = t * self.block_size
+        if self._omega.shape[1] < start + self.block_size:   # grow by doubling: amortised O(1) per block
+            grown = torch.empty(len(self.columns), max(2 * self._omega.shape[1], start + self.block_size),
+                                dtype=self.dtype, device=self.device)
+            grown[:, :start] = self._omega[:, :start]
+            self._omega = grown
+        self._omega[:, start:start + self.block_size] = w
+        keeper = self.keeper_of(t)
+        self.keepers.append(keeper)
+        if keeper == self.fed.rank:
+            self.phase_words[t] = counter_words(self._phase_key, features, self.circle.bits).to(self.device)
+        return t
+
+    # --------------------------------------------------------------- phases
+    def phases(self, X: torch.Tensor, blocks) -> torch.Tensor | None:
+        """w_j^T x_i + b_j (mod 2*pi, as circle integers) for the rows of X and the features of ``blocks``.
+
+        Every party calls this with its own columns of the same rows and the
+        same blocks; the active party gets a (rows x features) integer tensor
+        (columns in the order of ``blocks``), the others ``None``. Rows are
+        processed in chunks of at most ``max_elements`` values per message.
+        """
+        blocks = list(blocks)
+        r = self.block_size
+        m = X.shape[0]
+        fed = self.fed
+        by_keeper: dict[int, list[int]] = {}
+        for pos, t in enumerate(blocks):
+            by_keeper.setdefault(self.keepers[t], []).append(pos)
+        step = max(1, self.max_elements // max(1, len(blocks) * r))
+        if len(by_keeper) == 1 and step >= m:
+            # One kept party and one chunk (the cached schedule's every iteration): no reassembly.
+            (keeper, _), = by_keeper.items()
+            return self._masked_phases(X, blocks, keeper)
+        out = (torch.empty(m, len(blocks) * r, dtype=self.circle.dtype, device=self.device)
+               if fed.is_active else None)
+        for keeper in sorted(by_keeper):
+            positions = by_keeper[keeper]
+            targets = torch.cat([torch.arange(p * r, (p + 1) * r) for p in positions]).to(self.device)
+            step = max(1, self.max_elements // max(1, len(positions) * r))
+            for start in range(0, m, step):
+                rows = slice(start, min(m, start + step))
+                total = self._masked_phases(X[rows], [blocks[p] for p in positions], keeper)
+                if fed.is_active:
+                    if len(positions) == len(blocks):
+                        out[rows] = total                      # one kept party: already in order
+                    else:
+                        out[rows, targets] = total
+        return out
+
+    def _masked_phases(self, X: torch.Tensor, blocks: list[int], keeper: int) -> torch.Tensor | None:
+        """Algorithm 3 for the rows of X and ``blocks``, all kept by ``keeper``: one masked sum."""
+        features = torch.cat([self.block_features(t) for t in blocks])
+        contiguous = len(features) == 1 or bool((features[1:] - features[:-1] == 1).all())
+        W = (self.omega[:, int(features[0]):int(features[-1]) + 1] if contiguous
+             else self.omega[:, features.to(self.device)])
+        # Line 1: the party's partial projections, reduced mod 2*pi before they leave it.
+        part = self.circle.encode(X @ W)
+        if keeper == self.fed.rank:
+            stream = KeptPhases(torch.cat([self.phase_words[t] for t in blocks]))
+        else:
+            stream = self.masks
+        # Lines 2-4: masked sums over T1, fresh masks over T2, the result at the active party.
+        return masked_sum(self.fed, part, keep=keeper, out=self.fed.active, stream=stream, group=self.circle)
+
+    def features(self, X: torch.Tensor, blocks) -> torch.Tensor | None:
+        """phi_j(x_i) = sqrt(2) cos(w_j^T x_i + b_j) at the active party."""
+        theta = self.phases(X, blocks)
+        if theta is None:
+            return None
+        return self.circle.decode(theta, self.dtype).cos_().mul_(SQRT2)
+
+    def decision_values(self, X: torch.Tensor, alpha: torch.Tensor | None) -> torch.Tensor | None:
+        """Algorithm 2: f(x) = sum_j alpha_j phi_j(x) for the rows of X, at the active party.
+
+        Only the active party holds coefficients (it alone can evaluate L',
+        which needs the labels), so the paper's tree sum of the parties'
+        partial decision values f^l(x) is its own sum. Rows are processed in
+        chunks so that no more than ``max_elements`` phases are held at once.
+        """
+        m = X.shape[0]
+        blocks = list(range(self.n_blocks))
+        f = torch.zeros(m, dtype=self.dtype, device=self.device) if self.fed.is_active else None
+        if not blocks:
+            return f
+        step = max(1, self.max_elements // max(1, self.n_features))
+        for start in range(0, m, step):
+            rows = slice(start, min(m, start + step))
+            phi = self.features(X[rows], blocks)
+            if phi is not None:
+                f[rows] = phi @ alpha[: self.n_features]
+        return f
