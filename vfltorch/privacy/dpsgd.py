@@ -27,11 +27,11 @@ from sklearn.base import BaseEstimator
 
 from ..data import VFLInputError
 from .accountant import PrivacyAccountant, calibrate_sigma, check_budget, check_mechanism
-from .estimator import as_matrix, unit_rows
+from .estimator import GLMPredictions, as_matrix, unit_rows
 from .glm import make_glm
 
 
-class DPSGD(BaseEstimator):
+class DPSGD(GLMPredictions, BaseEstimator):
     """DP-SGD (opacus) or SGD for ridge, logistic regression and the L2-SVM, scikit-learn style.
 
     Learned: ``coef_``, ``sigma_``, ``sample_rate_``, ``steps_``, ``epsilon_``
@@ -171,25 +171,6 @@ class DPSGD(BaseEstimator):
         if self.normalize_rows:
             X = unit_rows(X)
         return X @ self.coef_
-
-    def predict(self, X) -> np.ndarray:
-        margin = self.decision_function(X)
-        if self.classes_ is None:
-            return margin
-        return np.where(margin > 0, self.classes_[1], self.classes_[0])
-
-    def score(self, X, y) -> float:
-        from sklearn.metrics import accuracy_score, r2_score
-
-        pred = self.predict(X)
-        return float(r2_score(y, pred) if self.classes_ is None else accuracy_score(y, pred))
-
-    def objective(self, X, y) -> float:
-        glm = make_glm(self.task)
-        y = np.asarray(y, dtype=np.float64) if self.classes_ is None else \
-            np.where(np.asarray(y) == self.classes_[1], 1.0, -1.0)
-        m = torch.as_tensor(self.decision_function(X))
-        return float(glm.loss(m, torch.as_tensor(y)).mean()) + 0.5 * self.lam * float(self.coef_ @ self.coef_)
 
 
 def _weight(model) -> torch.Tensor:

@@ -35,7 +35,37 @@ def unit_rows(X: np.ndarray) -> np.ndarray:
     return X / np.where(norms > 0, norms, 1.0)
 
 
-class DPSCD(BaseEstimator):
+class GLMPredictions:
+    """predict / score / objective of a fitted linear GLM, from its ``decision_function``.
+
+    Shared by DPSCD and the DP-SGD baseline, so both are scored the same way:
+    ``classes_`` is None for ridge (predictions are the margins, score R^2),
+    else the two labels (sign of the margin, score accuracy).
+    """
+
+    def predict(self, X) -> np.ndarray:
+        margin = self.decision_function(X)
+        if self.classes_ is None:
+            return margin
+        return np.where(margin > 0, self.classes_[1], self.classes_[0])
+
+    def score(self, X, y) -> float:
+        """Accuracy for the binary tasks, R^2 for ridge (scikit-learn's conventions)."""
+        from sklearn.metrics import accuracy_score, r2_score
+
+        pred = self.predict(X)
+        return float(r2_score(y, pred) if self.classes_ is None else accuracy_score(y, pred))
+
+    def objective(self, X, y) -> float:
+        """The primal objective P(theta) = mean loss + (lam/2) ||theta||^2 on (X, y)."""
+        margins = torch.as_tensor(self.decision_function(X))
+        glm = make_glm(self.task)
+        y = np.asarray(y, dtype=np.float64) if self.classes_ is None else \
+            np.where(np.asarray(y) == self.classes_[1], 1.0, -1.0)
+        return float(glm.loss(margins, torch.as_tensor(y)).mean()) + 0.5 * self.lam * float(self.coef_ @ self.coef_)
+
+
+class DPSCD(GLMPredictions, BaseEstimator):
     """Differentially private stochastic coordinate descent for ridge, logistic regression and the L2-SVM.
 
     Parameters follow the paper: ``epsilon``, ``delta`` the budget; ``L`` the
@@ -137,24 +167,3 @@ class DPSCD(BaseEstimator):
             raise VFLInputError(f"X has {X.shape[1]} features, the model was fitted on {self.n_features_in_}")
         return X @ self.coef_
 
-    def predict(self, X) -> np.ndarray:
-        margin = self.decision_function(X)
-        if self.classes_ is None:
-            return margin
-        return np.where(margin > 0, self.classes_[1], self.classes_[0])
-
-    def score(self, X, y) -> float:
-        """Accuracy for the binary tasks, R^2 for ridge (scikit-learn's conventions)."""
-        from sklearn.metrics import accuracy_score, r2_score
-
-        pred = self.predict(X)
-        return float(r2_score(y, pred) if self.classes_ is None else accuracy_score(y, pred))
-
-    def objective(self, X, y) -> float:
-        """The primal objective P(theta) = mean loss + (lam/2) ||theta||^2 on (X, y)."""
-        self._check_fitted()
-        glm = make_glm(self.task)
-        y = np.asarray(y, dtype=np.float64) if self.classes_ is None else \
-            np.where(np.asarray(y) == self.classes_[1], 1.0, -1.0)
-        margins = torch.as_tensor(self.decision_function(X))
-        return float(glm.loss(margins, torch.as_tensor(y)).mean()) + 0.5 * self.lam * float(self.coef_ @ self.coef_)
