@@ -47,17 +47,16 @@ HYPER = {"credit_default": {"sgd": {"lr": 0.15}, "sqn": {"lr": 0.3}},
          "give_me_some_credit": {"sgd": {"lr": 0.15}, "sqn": {"lr": 0.1}}}
 
 
-def data_config(dataset: str, seed: int) -> DataConfig:
-    return DataConfig(dataset=dataset, scale="standard", test_fraction=0.2, seed=seed)
+def data_config(dataset: str, seed: int, clip: float | None = None) -> DataConfig:
+    return DataConfig(dataset=dataset, scale="standard", clip=clip, test_fraction=0.2, seed=seed)
 
 
 def table_job(fed, dataset: str, seed: int, settings: list, hyper: dict, clip: float | None = None) -> list | None:
     """Every (batch, optimizer) setting in turn, in plaintext mode; the guest returns one record per setting."""
-    data = load_party_data(fed, data_config(dataset, seed)) if fed.is_data_party else None
+    # clip: each party winsorises its own standardised columns (the data layer's --clip)
+    data = load_party_data(fed, data_config(dataset, seed, clip)) if fed.is_data_party else None
     X, y = (None, None) if data is None else (data.X_train, data.y_train)
     X_test = None if data is None else data.X_test
-    if clip is not None and data is not None:      # each party winsorises its own columns
-        X, X_test = X.clamp(-clip, clip), X_test.clamp(-clip, clip)
     out = []
     for batch, optimizer in settings:
         est = HeteroLogisticRegression(fed, optimizer=optimizer, batch_size=batch, encryption=False,

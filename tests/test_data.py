@@ -166,3 +166,16 @@ def test_sparse_libsvm_file_with_a_separate_test_file(tmp_path):
     np.testing.assert_allclose(torch.cat([a.X_train, b.X_train], 1).numpy(), dense[:20])
     np.testing.assert_allclose(torch.cat([a.X_test, b.X_test], 1).numpy(), np.c_[dense[20:, :5], np.zeros(10)])
     assert torch.equal(a.y_test, torch.as_tensor(np.where(y[20:] == 1, 1.0, -1.0)))
+
+
+def test_clip_winsorises_each_party_after_scaling():
+    from vfltorch.comm import Federation
+    from vfltorch.data import load_party_data
+
+    plain = load_party_data(Federation.local(), DataConfig(scale="standard"))
+    clipped = load_party_data(Federation.local(), DataConfig(scale="standard", clip=2.0))
+    assert plain.X_train.abs().max() > 2.0                      # breast_cancer has values beyond 2 sd
+    assert torch.equal(clipped.X_train, plain.X_train.clamp(-2.0, 2.0))
+    assert torch.equal(clipped.X_test, plain.X_test.clamp(-2.0, 2.0))
+    with pytest.raises(VFLInputError, match="--clip must be a positive number"):
+        load_party_data(Federation.local(), DataConfig(scale="standard", clip=0.0))

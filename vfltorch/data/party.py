@@ -20,7 +20,7 @@ import torch
 from ..comm import Federation
 from .loaders import load_file, stable_id_hash
 from .partition import partition_columns, split_rows
-from .preprocess import impute, normalize_rows, scale_columns
+from .preprocess import clip_columns, impute, normalize_rows, scale_columns
 from .registry import REGISTRY, Dataset, load_dataset
 from .validation import VFLInputError, check_finite, check_labels, check_same_rows
 
@@ -43,6 +43,7 @@ class DataConfig:
     seed: int = 0
     impute: str | None = None               # None: the dataset's default
     scale: str = "none"
+    clip: float | None = None               # winsorise scaled values to [-clip, clip]
     normalize_rows: bool = False
     dtype: str = "float64"
 
@@ -115,6 +116,7 @@ def load_party_data(fed: Federation, config: DataConfig) -> PartyData:
     if X_te is not None:
         check_finite(X_te, table.feature_names, f"party {party}'s test columns")
     X_tr, X_te = scale_columns(X_tr, X_te, config.scale)
+    X_tr, X_te = clip_columns(X_tr, X_te, config.clip)
 
     # Labels stay with the active party.
     if fed.rank != fed.active:
