@@ -177,5 +177,5 @@ def test_clip_winsorises_each_party_after_scaling():
     assert plain.X_train.abs().max() > 2.0                      # breast_cancer has values beyond 2 sd
     assert torch.equal(clipped.X_train, plain.X_train.clamp(-2.0, 2.0))
     assert torch.equal(clipped.X_test, plain.X_test.clamp(-2.0, 2.0))
-    with pytest.raises(VFLInputError, match="--clip must be a positive number"):
+    with pytest.raises(VFLInputError, match="--clip-values must be a positive number"):
         load_party_data(Federation.local(), DataConfig(scale="standard", clip=0.0))

@@ -91,7 +91,7 @@ def add_common_arguments(p: argparse.ArgumentParser, defaults: dict | None = Non
                    help="fill NaN per column (default: the dataset's own default, else none)")
     g.add_argument("--scale", choices=["none", "minmax", "standard", "maxabs"], default=d["scale"],
                    help=f"per-party column scaling fitted on training rows (default: {d['scale']})")
-    g.add_argument("--clip", type=float, default=None, metavar="C",
+    g.add_argument("--clip-values", type=float, default=None, metavar="C",
                    help="after scaling, winsorise every value to [-C, C] (each party, its own columns)")
     g.add_argument("--normalize-rows", action=argparse.BooleanOptionalAction, default=d["normalize_rows"],
                    help="divide each row by its L2 norm over all parties (a masked sum)")
@@ -118,7 +118,7 @@ options common to every method (see `vfl METHOD --help` for the method's own):
   --data-dir DIR        folder of the named datasets (default $VFLTORCH_DATA, else ../shared/data)
   --label-column, --positive-label, --task, --id-column, --party-files   for your own files
   --partition contiguous|random|explicit, --feature-groups '0-9;10-17'   who owns which columns
-  --impute, --scale, --clip, --normalize-rows   per-party preprocessing (row norms by a masked sum)
+  --impute, --scale, --clip-values, --normalize-rows   per-party preprocessing (row norms by a masked sum)
   --parties Q           data parties; spawns Q local processes unless under torchrun/mpirun
   --backend gloo|mpi    --device cpu|cuda    --seed N    --timeout SECONDS (default 60)
   --output-json PATH    metrics, timing, bytes per party, configuration
@@ -156,7 +156,8 @@ def data_config(args):
                       task=args.task, label_column=args.label_column, positive_label=args.positive_label,
                       id_column=args.id_column, party_files=list(args.party_files), partition=args.partition,
                       feature_groups=args.feature_groups, test_fraction=args.test_fraction, seed=args.seed,
-                      impute=args.impute, scale=args.scale, clip=args.clip, normalize_rows=args.normalize_rows)
+                      impute=args.impute, scale=args.scale, clip=args.clip_values,
+                      normalize_rows=args.normalize_rows)
 
 
 def run_party(fed, argv: list[str]) -> dict | None:

@@ -67,7 +67,7 @@ def clip_columns(X_train: np.ndarray, X_test: np.ndarray | None, bound: float | 
     if bound is None:
         return X_train, X_test
     if not bound > 0:
-        raise VFLInputError(f"--clip must be a positive number (a bound on the scaled values), got {bound}")
+        raise VFLInputError(f"--clip-values must be a positive number (a bound on the scaled values), got {bound}")
     return np.clip(X_train, -bound, bound), None if X_test is None else np.clip(X_test, -bound, bound)
 
 
