@@ -28,16 +28,11 @@ same computation (tests/test_dpscd_vertical.py checks equality to 1e-8).
 
 from __future__ import annotations
 
-import csv
 import itertools
-import json
 import math
 import multiprocessing as mp
-import os
-import platform
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -228,34 +223,3 @@ def tune_and_evaluate(task: str, method: str, epsilons, mode: str, seeds: int, w
             "histories": [r["history"] for r in runs],
         }
     return out
-
-
-def machine_note() -> str:
-    return (f"{platform.machine()} {os.cpu_count()} cores, shared with other jobs (wall-clock times are noisy); "
-            f"torch {torch.__version__}")
-
-
-def write_json(path: Path, record: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2, default=lambda v: None if isinstance(v, float) and
-                                                                          not math.isfinite(v) else str(v)) + "\n")
-
-
-def write_csv(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not rows:
-        return
-    keys = list(dict.fromkeys(k for r in rows for k in r))
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys)
-        w.writeheader()
-        w.writerows(rows)
-
-
-def pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt

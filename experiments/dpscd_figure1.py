@@ -24,8 +24,8 @@ import json
 import time
 from pathlib import Path
 
-from .dpscd_common import (EPSILONS, PAPER_CLAIMS, PRIVATE_METHODS, TASKS, better, machine_note, metric_name,
-                           pyplot, tune_and_evaluate, write_csv, write_json)
+from .dpscd_common import EPSILONS, PAPER_CLAIMS, PRIVATE_METHODS, TASKS, better, metric_name, tune_and_evaluate
+from .outputs import machine_note, pyplot, write_csv, write_json
 
 METHOD_ORDER = ("DP-SCD", "seqDP-SCD", "DP-SGD", "SCD", "SGD")
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .dpscd_common import (PAPER_CLAIMS, TASKS, machine_note, pyplot, run_jobs, tune_and_evaluate,
-                           write_csv, write_json)
+from .dpscd_common import PAPER_CLAIMS, TASKS, run_jobs, tune_and_evaluate
+from .outputs import machine_note, pyplot, write_csv, write_json
 
 METHODS = ("DP-SCD", "seqDP-SCD", "DP-SGD", "SCD", "SGD")
 EPSILONS = (0.1, 1.0)

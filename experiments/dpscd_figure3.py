@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .dpscd_common import (PAPER_CLAIMS, TASKS, machine_note, metric_name, pyplot, run_jobs, write_csv,
-                           write_json)
+from .dpscd_common import PAPER_CLAIMS, TASKS, metric_name, run_jobs
+from .outputs import machine_note, pyplot, write_csv, write_json
 
 LS = (30, 100, 300, 1000, 3000)
 CS = (1e-3, 1e-2, 1e-1)

@@ -27,7 +27,8 @@ from vfltorch.comm import launch
 from vfltorch.data import DataConfig, load_party_data
 from vfltorch.privacy import DPSCD, DPSCDConfig, DPSGD, fit_glm
 
-from .dpscd_common import TASKS, load_split, machine_note, write_csv, write_json
+from .dpscd_common import TASKS, load_split
+from .outputs import machine_note, write_csv, write_json
 
 
 def _vertical_job(fed, dataset, task, L, epochs, lam):

@@ -32,7 +32,8 @@ from vfltorch.comm import launch
 from vfltorch.data import load_party_data
 from vfltorch.kernels import FDSKLClassifier
 
-from .fdskl_common import data_config, machine_note, pyplot, write_outputs
+from .fdskl_common import data_config
+from .outputs import machine_note, pyplot, write_outputs
 
 
 def _party(fed, dataset, rows, batch, r, iterations, schedule, bits):

@@ -11,11 +11,7 @@ same scaling, all columns in one place.
 
 from __future__ import annotations
 
-import csv
-import json
-import os
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -155,44 +151,3 @@ def run_linear(dataset: str, seed: int = 0, train_rows: int | None = None) -> di
     acc = float((lr.predict(Xt) == yt).mean())
     return {"method": "logistic regression (linear)", "train_seconds": seconds, "test_accuracy": acc,
             "test_error": 1 - acc, "train_rows": len(y)}
-
-
-def machine_note() -> dict:
-    try:
-        load = os.getloadavg()
-    except OSError:
-        load = None
-    return {"cpus": os.cpu_count(), "load_average": load, "torch": torch.__version__,
-            "note": "shared 2-core machine: other jobs ran at the same time, wall times are noisy; "
-                    "compare ratios measured in the same run"}
-
-
-def write_outputs(out_dir: Path, name: str, record: dict, rows: list[dict] | None = None) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{name}.json").write_text(json.dumps(record, indent=2, default=_jsonable) + "\n")
-    if rows:
-        keys = list(dict.fromkeys(k for r in rows for k in r))
-        with open(out_dir / f"{name}.csv", "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=keys)
-            w.writeheader()
-            for r in rows:
-                w.writerow({k: r.get(k, "") for k in keys})
-
-
-def _jsonable(v):
-    if isinstance(v, torch.Tensor):
-        return v.tolist()
-    if isinstance(v, (np.generic,)):
-        return v.item()
-    if isinstance(v, np.ndarray):
-        return v.tolist()
-    return str(v)
-
-
-def pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt

@@ -20,8 +20,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .fdskl_common import (DATASETS, FDSKL_SETTINGS, centralised_split, machine_note, pyplot, run_fdskl, run_svc,
-                           write_outputs)
+from .fdskl_common import DATASETS, FDSKL_SETTINGS, centralised_split, run_fdskl, run_svc
+from .outputs import machine_note, pyplot, write_outputs
 
 
 def main(argv=None):

@@ -22,8 +22,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .fdskl_common import (DATASETS, FDSKL_SETTINGS, machine_note, pyplot, run_fdskl, run_linear, run_svc,
-                           write_outputs)
+from .fdskl_common import DATASETS, FDSKL_SETTINGS, run_fdskl, run_linear, run_svc
+from .outputs import machine_note, pyplot, write_outputs
 
 FIXED_TEST_FILE = {"a9a"}
 

@@ -33,8 +33,8 @@ import json
 import statistics
 from pathlib import Path
 
-from .fdskl_common import (DATASETS, FDSKL_SETTINGS, PAPER_NAMES, PAPER_TABLE4_MINUTES, machine_note, run_fdskl,
-                           run_linear, run_svc, write_outputs)
+from .fdskl_common import DATASETS, FDSKL_SETTINGS, PAPER_NAMES, PAPER_TABLE4_MINUTES, run_fdskl, run_linear, run_svc
+from .outputs import machine_note, write_outputs
 
 
 def time_to_accuracy(history, target):

@@ -13,12 +13,7 @@ otherwise dominate the Taylor loss's Hessian (1/4) X^T X / n).
 
 from __future__ import annotations
 
-import json
-import os
 import time
-from pathlib import Path
-
-import torch
 
 from vfltorch.comm import launch
 from vfltorch.data import DataConfig, load_party_data
@@ -117,27 +112,3 @@ def run_speed(key_bits: int, batch: int, optimizers: list, epochs: int, precompu
               timeout: float = 900.0, feature_frac_bits: int = 16) -> list:
     return launch(speed_job, 2, args=(key_bits, batch, optimizers, epochs, precompute, feature_frac_bits),
                   coordinator=True, timeout=timeout)[0]
-
-
-def machine_note() -> dict:
-    try:
-        load = os.getloadavg()
-    except OSError:
-        load = None
-    return {"cpus": os.cpu_count(), "load_average_at_end": load, "torch": torch.__version__,
-            "note": "shared 2-core machine: other engineers' jobs ran at the same time, wall times are noisy; "
-                    "compare ratios measured in the same run"}
-
-
-def write_json(path: Path, record: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2, default=str) + "\n")
-
-
-def pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt

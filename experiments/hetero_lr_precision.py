@@ -26,7 +26,8 @@ from vfltorch.comm import Federation
 from vfltorch.data import load_party_data
 from vfltorch.linear import HeteroLogisticRegression
 
-from .hetero_lr_common import HYPER, data_config, machine_note, write_json
+from .hetero_lr_common import HYPER, data_config
+from .outputs import machine_note, write_json
 
 
 def main(argv=None):

@@ -21,7 +21,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .hetero_lr_common import machine_note, run_speed, write_json
+from .hetero_lr_common import run_speed
+from .outputs import machine_note, write_json
 
 ROLES = {"0": "guest", "1": "host", "2": "coordinator"}
 

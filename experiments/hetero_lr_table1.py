@@ -39,8 +39,8 @@ import numpy as np
 
 from vfltorch.comm import FederationError
 
-from .hetero_lr_common import (BATCHES, DATASETS, HYPER, OPTIMIZERS, PAPER, machine_note, pyplot, run_table,
-                               write_json)
+from .hetero_lr_common import BATCHES, DATASETS, HYPER, OPTIMIZERS, PAPER, run_table
+from .outputs import machine_note, pyplot, write_json
 
 
 def summarise(runs: list) -> list[dict]:

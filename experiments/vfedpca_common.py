@@ -14,11 +14,9 @@ A dataset is a registered name (``vfl datasets``) or
 from __future__ import annotations
 
 import functools
-import json
 import math
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -169,17 +167,3 @@ def final_distance(result: dict, G: torch.Tensor, seed: int = 0) -> dict:
     per = [distances(U, G, seed) for U in result["components"] if U is not None]
     return {key: max(p[key] for p in per) for key in per[0]} | {"distance_mean": float(np.mean([p["distance"]
                                                                                                  for p in per]))}
-
-
-def write_json(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=2, default=lambda v: v.tolist() if hasattr(v, "tolist") else str(v)) + "\n")
-
-
-def plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as pyplot
-
-    return pyplot

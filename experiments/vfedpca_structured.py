@@ -34,7 +34,8 @@ from pathlib import Path
 
 from vfltorch.pca import ExactFederatedPCA, VFedPCA
 
-from .vfedpca_common import STRUCTURED, Job, curve, distances, plt, reference, run_jobs, write_json
+from .vfedpca_common import STRUCTURED, Job, curve, distances, reference, run_jobs
+from .outputs import pyplot as plt, write_json
 
 PAPER = {
     "fig6": "the issue's reading of the paper: the distance falls sharply after the first communication period "

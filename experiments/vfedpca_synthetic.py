@@ -22,7 +22,8 @@ from pathlib import Path
 
 from vfltorch.pca import PAPER_SHAPES, ExactFederatedPCA, VFedPCA
 
-from .vfedpca_common import Job, curve, distances, plt, reference, run_jobs, write_json
+from .vfedpca_common import Job, curve, distances, reference, run_jobs
+from .outputs import pyplot as plt, write_json
 
 PAPER = ("the paper runs Figures 6-8 on these synthetic shapes too; the qualitative claim to check is the "
          "same: a sharp drop after the first communication, warm start and weight scaling helping")

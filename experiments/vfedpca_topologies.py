@@ -23,7 +23,8 @@ import numpy as np
 
 from vfltorch.pca import VFedAKPCA, VFedPCA
 
-from .vfedpca_common import STRUCTURED, Job, final_distance, n_features, plt, reference, run_jobs, write_json
+from .vfedpca_common import STRUCTURED, Job, final_distance, n_features, reference, run_jobs
+from .outputs import pyplot as plt, write_json
 
 PAPER = ("Figure 14 of the paper shows the fully decentralised variants (its reference code: complete graph, "
          "ring, and a partly connected graph; merges without the client's own vector); its values could not be "

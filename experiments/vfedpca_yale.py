@@ -35,7 +35,8 @@ from vfltorch.data import load_dataset
 from vfltorch.pca import (ExactFederatedKernelPCA, ExactFederatedPCA, VFedAKPCA, VFedPCA, aligned_distances,
                           pooled_kernel_pca, pooled_pca)
 
-from .vfedpca_common import Job, distances, plt, pooled_matrix, run_jobs, write_json
+from .vfedpca_common import Job, distances, pooled_matrix, run_jobs
+from .outputs import pyplot as plt, write_json
 
 PAPER = ("Figures 10/11 show the projected images of the unsplit, federated and isolated methods (the reference "
          "code also k-means the pixels of those images); there is no clustering score against the subjects to "
