@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from vfltorch.comm import (FixedPoint, MaskStream, PhaseGroup, RingGroup, Transcript, allreduce, broadcast,
-                           launch, masked_sum, pairwise_tree, reduce, secure_sum, star)
+                           launch, masked_sum, pairwise_tree, reduce, secure_allreduce, secure_sum, star)
 
 SHAPES = [(1,), (7,), (3, 5), (2, 3, 4), (1000,)]
 DTYPES = [torch.float32, torch.float64, torch.int64, torch.int32]
@@ -105,6 +105,26 @@ def test_masked_sums_equal_plain_sums(q, keep, out):
             t = m.tensor.to(torch.float64).reshape(-1)
             if t.numel() == 50:
                 assert not torch.allclose(t, raw) and not torch.allclose(t, PhaseGroup.reduce(raw))
+
+
+def allreduce_job(fed):
+    x = part(fed.rank, (40,), torch.float64) * 1e3
+    total = secure_allreduce(fed, x)                  # default: private masks from the OS
+    sent = [m.tensor.clone() for m in fed.transcript.messages] if fed.transcript else []
+    return total, sent
+
+
+def test_secure_allreduce_is_exact_everywhere_and_its_masks_are_private():
+    runs = [launch(allreduce_job, 3, record_transcript=True) for _ in range(2)]
+    expected = torch.stack([part(r, (40,), torch.float64) * 1e3 for r in range(3)]).sum(0)
+    for results in runs:
+        for total, _ in results:
+            torch.testing.assert_close(total, expected, rtol=1e-12, atol=1e-9)
+    # Same data, same result, but fresh masks: the masked messages of party 1 differ between the two runs
+    # (a stream seeded from a public seed would repeat them, and the receiver could remove them).
+    first, second = runs[0][1][1], runs[1][1][1]
+    masked = [(a, b) for a, b in zip(first, second) if a.dtype == torch.int64 and a.numel() == 40]
+    assert masked and all(not torch.equal(a, b) for a, b in masked)
 
 
 def test_ring_masks_are_uniform_words():

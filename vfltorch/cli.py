@@ -16,7 +16,6 @@ import argparse
 import importlib
 import importlib.util
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass, field

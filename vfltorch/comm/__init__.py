@@ -13,7 +13,7 @@
 from .errors import FederationError, PartyFailure
 from .federation import DEFAULT_TIMEOUT, Federation, check_backend, default_timeout
 from .launcher import init_from_env, launch, under_mpirun, under_torchrun
-from .masking import FixedPoint, MaskStream, PhaseGroup, RingGroup, masked_sum, secure_sum
+from .masking import FixedPoint, MaskStream, PhaseGroup, RingGroup, masked_sum, secure_allreduce, secure_sum
 from .meter import CommMeter
 from .reduce import allreduce, broadcast, reduce
 from .roles import Roles
@@ -24,7 +24,7 @@ from .transcript import Message, Transcript
 __all__ = [
     "CommMeter", "DEFAULT_TIMEOUT", "Federation", "FederationError", "FixedPoint", "MaskStream", "Message",
     "PartyFailure", "PhaseGroup", "Ring", "RingGroup", "Roles", "Star", "Transcript", "Tree", "allreduce",
-    "are_totally_different", "broadcast", "build", "check_backend", "default_timeout", "init_from_env",
-    "launch", "masked_sum", "masked_sum_leakage", "pairwise_tree", "reduce", "ring", "secure_sum", "star",
-    "totally_different_trees", "under_mpirun", "under_torchrun",
+    "are_totally_different", "broadcast", "build", "check_backend", "default_timeout", "init_from_env", "launch",
+    "masked_sum", "masked_sum_leakage", "pairwise_tree", "reduce", "ring", "secure_allreduce", "secure_sum",
+    "star", "totally_different_trees", "under_mpirun", "under_torchrun",
 ]

@@ -22,12 +22,13 @@ exactly uniform and reveals nothing on its own:
 from __future__ import annotations
 
 import math
+import secrets
 
 import torch
 
 from .federation import Federation
-from .reduce import allreduce, reduce
-from .topology import totally_different_trees
+from .reduce import allreduce, broadcast, reduce
+from .topology import pairwise_tree, totally_different_trees
 
 TWO_PI = 2.0 * math.pi
 
@@ -110,6 +111,11 @@ class MaskStream:
         # Distinct, reproducible streams per (seed, rank); the constant keeps them apart from data seeds.
         self.generator.manual_seed((int(seed) * 1_000_003 + 7919 * (int(rank) + 1)) % (2 ** 63))
 
+    @classmethod
+    def private(cls, rank: int) -> "MaskStream":
+        """A stream seeded from the operating system's entropy: known to this party only."""
+        return cls(secrets.randbits(62), rank)
+
     def draw(self, group, shape, device="cpu") -> torch.Tensor:
         return group.random(tuple(shape), self.generator, device)
 
@@ -156,7 +162,7 @@ def masked_sum(fed: Federation, value: torch.Tensor, *, keep: int, out: int, str
     return group.sub(result, mask) if reveal else result
 
 
-def secure_sum(fed: Federation, value: torch.Tensor, *, out: int, stream: MaskStream,
+def secure_sum(fed: Federation, value: torch.Tensor, *, out: int, stream: MaskStream | None = None,
                frac_bits: int | None = None, parties=None) -> torch.Tensor | None:
     """Exact sum of real-valued parts at ``out`` through ring masks; no other party learns anything.
 
@@ -165,9 +171,12 @@ def secure_sum(fed: Federation, value: torch.Tensor, *, out: int, stream: MaskSt
     the order of magnitude of the largest part, nothing else), so values of
     any size fit the ring with about 2**-50 relative precision. The kept party
     is the one after ``out`` in the party order, so the result is only
-    unmasked at ``out``.
+    unmasked at ``out``. ``stream`` defaults to a private one from the OS:
+    ring masks cancel exactly, so the result never depends on them, and a
+    stream seeded from a public seed would let ``out`` remove them.
     """
     parties = fed.parties if parties is None else list(parties)
+    stream = MaskStream.private(fed.rank) if stream is None else stream
     if frac_bits is None:
         peak = float(value.abs().max()) if value.numel() else 0.0
         exponent = torch.tensor([math.frexp(peak)[1] if peak > 0 else -1000], dtype=torch.int64)
@@ -181,3 +190,24 @@ def secure_sum(fed: Federation, value: torch.Tensor, *, out: int, stream: MaskSt
     total = masked_sum(fed, fp.encode(value.to(torch.float64) / scale), keep=keep, out=out, stream=stream,
                        group=RingGroup(), reveal=True, parties=parties)
     return None if total is None else (fp.decode(total) * scale).to(value.dtype)
+
+
+def secure_allreduce(fed: Federation, value: torch.Tensor, *, parties=None, root: int | None = None,
+                     stream: MaskStream | None = None) -> torch.Tensor | None:
+    """The exact sum of every party's ``value`` at every party of ``parties``; nobody sees another's part.
+
+    ``secure_sum`` at ``root`` (default: the active party if it takes part,
+    else the first party), then the total goes down the pairwise tree rooted
+    there. Returns ``None`` at ranks outside ``parties``.
+    """
+    parties = fed.parties if parties is None else list(parties)
+    if fed.rank not in parties:
+        return None
+    if len(parties) == 1:
+        return value
+    if root is None:
+        root = fed.active if fed.active in parties else parties[0]
+    total = secure_sum(fed, value, out=root, stream=stream, parties=parties)
+    order = [root] + [p for p in parties if p != root]
+    total = broadcast(fed, total, pairwise_tree(order), shape=value.shape, dtype=value.dtype)
+    return total.to(value.device)

@@ -136,9 +136,9 @@ def load_party_data(fed: Federation, config: DataConfig) -> PartyData:
                      n_total if not config.party_files else X_tr.shape[1], to(X_tr), to(X_te), to(y_tr),
                      to(y_te), table.classes)
     if config.normalize_rows:
-        data.X_train = normalize_rows(fed, data.X_train, seed=config.seed + 1)
+        data.X_train = normalize_rows(fed, data.X_train)
         if data.X_test is not None:
-            data.X_test = normalize_rows(fed, data.X_test, seed=config.seed + 2)
+            data.X_test = normalize_rows(fed, data.X_test)
     data.check_local_only(fed.active)
     return data
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..comm import Federation, MaskStream, broadcast, pairwise_tree, secure_sum
+from ..comm import Federation, secure_allreduce
 from .validation import VFLInputError
 
 SCALERS = ("none", "minmax", "standard", "maxabs")
@@ -71,23 +71,20 @@ def clip_columns(X_train: np.ndarray, X_test: np.ndarray | None, bound: float | 
     return np.clip(X_train, -bound, bound), None if X_test is None else np.clip(X_test, -bound, bound)
 
 
-def federated_row_norms(fed: Federation, X_local: torch.Tensor, *, seed: int) -> torch.Tensor:
+def federated_row_norms(fed: Federation, X_local: torch.Tensor) -> torch.Tensor:
     """L2 norm of every row over all parties' columns, at every data party.
 
-    Squared norms of the local parts are summed with ring masks at the active
-    party (no party sees another's part) and broadcast down the pairwise tree.
+    Squared norms of the local parts are summed with private ring masks at the
+    active party (no party sees another's part) and broadcast down the
+    pairwise tree (``vfltorch.comm.secure_allreduce``).
     """
     part = (X_local.to(torch.float64) ** 2).sum(dim=1)
-    if fed.num_parties == 1:
-        return part.sqrt()
     with fed.phase("preprocess/row-norms"):
-        total = secure_sum(fed, part, out=fed.active, stream=MaskStream(seed, fed.rank))
-        order = [fed.active] + [p for p in fed.parties if p != fed.active]
-        total = broadcast(fed, total, pairwise_tree(order), shape=part.shape, dtype=part.dtype)
+        total = secure_allreduce(fed, part)
     return total.clamp_min(0).sqrt()
 
 
-def normalize_rows(fed: Federation, X_local: torch.Tensor, *, seed: int) -> torch.Tensor:
+def normalize_rows(fed: Federation, X_local: torch.Tensor) -> torch.Tensor:
     """Divide each row (all parties' columns together) by its L2 norm; all-zero rows stay zero."""
-    norms = federated_row_norms(fed, X_local, seed=seed)
+    norms = federated_row_norms(fed, X_local)
     return X_local / torch.where(norms > 0, norms, torch.ones_like(norms)).to(X_local.dtype).unsqueeze(1)

@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from .loaders import Table, load_csv, load_svmlight
+from .loaders import load_csv, load_svmlight
 from .validation import VFLInputError
 
 

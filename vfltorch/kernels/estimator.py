@@ -64,7 +64,6 @@ seeds them (give each party its own secret integer).
 
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np

@@ -30,7 +30,7 @@ import time
 
 import torch
 
-from ..comm import Federation, MaskStream, allreduce, broadcast, pairwise_tree, secure_sum
+from ..comm import Federation, MaskStream, allreduce, secure_allreduce
 from ..data import VFLInputError
 from .base import FederatedPCABase
 from .linalg import align_signs, center_columns, orthonormalize, rayleigh_ritz, shared_start
@@ -45,9 +45,7 @@ def federated_sum(fed: Federation, part: torch.Tensor, parties, *, secure: bool,
         return part
     if not secure:
         return allreduce(fed, part, topology, parties=parties)
-    out = parties[0]
-    total = secure_sum(fed, part, out=out, stream=stream, parties=parties)
-    return broadcast(fed, total, pairwise_tree(parties), shape=part.shape, dtype=part.dtype).to(part.device)
+    return secure_allreduce(fed, part, parties=parties, root=parties[0], stream=stream)
 
 
 class ExactFederatedPCA(FederatedPCABase):

@@ -20,7 +20,6 @@ L, epochs): the parties agree without a message.
 from __future__ import annotations
 
 import math
-import secrets
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -178,7 +177,7 @@ def row_sqnorms(fed: Federation, X: torch.Tensor) -> torch.Tensor:
     if fed.num_parties == 1:
         return (X.to(torch.float64) ** 2).sum(dim=1).to(X.dtype)
     with fed.phase("dpscd/row-norms"):
-        return (federated_row_norms(fed, X, seed=secrets.randbits(62)) ** 2).to(X.dtype)
+        return (federated_row_norms(fed, X) ** 2).to(X.dtype)
 
 
 def check_row_norms(sqnorms: torch.Tensor) -> None:
