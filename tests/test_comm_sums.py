@@ -128,8 +128,7 @@ def test_secure_allreduce_is_exact_everywhere_and_its_masks_are_private():
 
 
 def test_ring_masks_are_uniform_words():
-    g = torch.Generator().manual_seed(0)
-    words = RingGroup().random((200_000,), g, "cpu")
+    words = MaskStream(0, 0).draw(RingGroup(), (200_000,))
     # Each of the 64 bits is a fair coin (a broken combination of halves would bias the high bits).
     bits = torch.stack([(words >> k) & 1 for k in range(64)]).double().mean(1)
     assert (bits - 0.5).abs().max() < 0.01

@@ -7,13 +7,16 @@
 * ``reduce`` / ``broadcast`` / ``allreduce`` - the one reduction routine, over
   the FDSKL pairwise tree, a star or a ring (``reduce.py``, ``topology.py``).
 * ``masked_sum`` / ``secure_sum`` - FDSKL Algorithm 3 with phase or ring masks
-  (``masking.py``).
+  (``masking.py``); ``MaskStream`` - the one mask stream type.
+* ``sharing`` - secret-shared arithmetic: additive shares on Z_2^64, Beaver
+  triples from a dealer, opening (``sharing.py``).
 """
 
 from .errors import FederationError, PartyFailure
 from .federation import DEFAULT_TIMEOUT, Federation, check_backend, default_timeout
 from .launcher import init_from_env, launch, under_mpirun, under_torchrun
 from .masking import FixedPoint, MaskStream, PhaseGroup, RingGroup, masked_sum, secure_allreduce, secure_sum
+from . import sharing
 from .meter import CommMeter
 from .reduce import allreduce, broadcast, reduce
 from .roles import Roles
@@ -26,5 +29,5 @@ __all__ = [
     "PartyFailure", "PhaseGroup", "Ring", "RingGroup", "Roles", "Star", "Transcript", "Tree", "allreduce",
     "are_totally_different", "broadcast", "build", "check_backend", "default_timeout", "init_from_env", "launch",
     "masked_sum", "masked_sum_leakage", "pairwise_tree", "reduce", "ring", "secure_allreduce", "secure_sum",
-    "star", "totally_different_trees", "under_mpirun", "under_torchrun",
+    "sharing", "star", "totally_different_trees", "under_mpirun", "under_torchrun",
 ]

@@ -1,0 +1,279 @@
+"""Secret-shared arithmetic: additive shares on Z_2^64, Beaver triples from a dealer, opening.
+
+This is the one place in vfltorch where values are split into shares and
+multiplied under sharing; every method that needs it (FDSKL, hetero LR, PCA)
+calls these functions instead of writing its own.
+
+Shares. A real value x lives in fixed point (``FixedPoint``: ``frac_bits``
+fractional bits) as an element of the ring Z / 2**64 (int64 with wrap-around,
+``RingGroup``). Its *additive shares* among the holders h_0, ..., h_{m-1} are
+ring elements with x = x_0 + ... + x_{m-1} (mod 2**64). Every share but one is
+a uniform ring element drawn from OS entropy, so any m - 1 shares together are
+uniform and independent of x: a holder learns nothing from its share.
+
+Opening. ``open_shares`` sends every share to the recipients, which add them:
+only then is x known, and only to them.
+
+Products (two holders, a dealer). For x and y shared between h_0 and h_1, a
+*Beaver triple* (a, b, c = a * b, or c = a @ b for matrices) is dealt by a third
+process (the dealer: the coordinator that ``vfl`` starts, or any rank that is
+not a holder), which draws a and b uniformly from OS entropy and hands each
+holder additive shares. The holders open e = x - a and f = y - b (uniform,
+since a and b are) and set
+
+    z_i = [i = 0] e * f + e * b_i + a_i * f + c_i,    z_0 + z_1 = x * y.
+
+When x is held in the clear by h_0 and y by h_1 (the common vertical case: an
+active-party number times a passive-party number), ``mul_private`` needs only
+one message each way: the dealer gives h_0 (a, c_0) and h_1 (b, c_1) with
+c_0 + c_1 = a * b; h_0 sends e = x - a, h_1 sends f = y - b, and
+z_0 = a * f + c_0, z_1 = e * y + c_1.
+
+Dealer bandwidth: the dealer sends seeds (16 bytes) for everything that is
+uniform and one explicit tensor (c_1) per triple, so a triple costs the size
+of its product, not three times that.
+
+Truncation. A product of two fixed-point values has 2 * frac_bits fractional
+bits. Each of two holders truncates its own share (SecureML, Mohassel & Zhang
+2017): h_0 shifts its share right by frac_bits, h_1 negates, shifts, negates.
+The result is off by at most one unit in the last place, except with
+probability about |x * y| * 2**(frac_bits + 1 - 64) per element, when it is
+wildly wrong; ``FixedPoint.encode``'s bound keeps that probability small
+(callers choose ``frac_bits`` so that products stay far below 2**(63 - frac_bits)).
+
+Security model: semi-honest holders and a dealer that does not collude with
+either holder. What each learns: a holder learns its shares and the opened
+e, f (uniform); the dealer learns nothing (it never receives anything).
+Products run on the CPU (integer matmul is not available on CUDA); results
+return on the device of the inputs.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import numpy as np
+import torch
+
+from .federation import Federation
+from .masking import FixedPoint, MaskStream, RingGroup
+
+RING = RingGroup()
+_SEED_WORDS = 2     # a 128-bit seed travels as two int64 words
+
+
+def _seed_tensor() -> torch.Tensor:
+    return torch.tensor(np.frombuffer(secrets.token_bytes(8 * _SEED_WORDS), dtype=np.int64).copy())
+
+
+def _stream_from(seed: torch.Tensor) -> MaskStream:
+    words = [int(w) % (2 ** 64) for w in seed.tolist()]
+    return MaskStream.from_entropy(words[0] << 64 | words[1])
+
+
+def _uniform(stream: MaskStream, shape) -> torch.Tensor:
+    return stream.draw(RING, tuple(shape))
+
+
+# ------------------------------------------------------------------ sharing
+def share(fed: Federation, x: torch.Tensor | None, *, owner: int, holders, shape=None,
+          fp: FixedPoint | None = None) -> torch.Tensor | None:
+    """``owner`` splits its value ``x`` into additive shares for ``holders``; each holder gets one.
+
+    ``x`` is real (encoded with ``fp``) or already a ring element (int64, with
+    ``fp=None``). The owner may itself be a holder. Holders that are not the
+    owner must pass ``shape``. Returns this rank's share (int64), or ``None``.
+    """
+    holders = list(holders)
+    if fed.rank == owner:
+        ring = fp.encode(x) if fp is not None else x.to(torch.int64)
+        dev = ring.device
+        ring = ring.cpu()
+        stream = MaskStream.private(fed.rank)
+        mine = ring.clone()
+        # The owner keeps x minus the others' uniform shares; if it is not a holder, the last holder gets that.
+        random_to = [h for h in holders if h != owner] if owner in holders else holders[:-1]
+        for h in random_to:
+            r = _uniform(stream, ring.shape)
+            mine = mine - r
+            fed.send(r, h)
+        if owner in holders:
+            return mine.to(dev)
+        fed.send(mine, holders[-1])
+        return None
+    if fed.rank in holders:
+        if shape is None:
+            raise ValueError("holders that do not own the value must pass its shape")
+        return fed.recv(owner, tuple(shape), torch.int64, device="cpu")
+    return None
+
+
+def open_shares(fed: Federation, mine: torch.Tensor | None, *, holders, to=None, shape=None) -> torch.Tensor | None:
+    """The ring sum of the holders' shares at each rank of ``to`` (default: every holder).
+
+    Every holder sends its share to every recipient but itself; the recipients
+    add. A recipient that holds no share passes ``shape``. Returns the opened
+    int64 tensor (CPU) at recipients, ``None`` elsewhere.
+    """
+    holders = list(holders)
+    to = holders if to is None else ([to] if isinstance(to, int) else list(to))
+    if mine is not None:
+        shape = mine.shape
+    total = None
+    # One gather per recipient, in the same order at every rank: blocking sends never wait on each other.
+    for r in to:
+        if fed.rank == r:
+            if shape is None:
+                raise ValueError("a recipient that holds no share must pass the shape of the opened value")
+            total = mine.cpu() if mine is not None else None
+            for h in holders:
+                if h != r:
+                    part = fed.recv(h, tuple(shape), torch.int64, device="cpu")
+                    total = part if total is None else total + part
+        elif fed.rank in holders:
+            fed.send(mine, r)
+    return total
+
+
+def open_value(fed: Federation, mine: torch.Tensor | None, *, holders, fp: FixedPoint, to=None,
+               shape=None) -> torch.Tensor | None:
+    """``open_shares`` then decode from fixed point (float64) at the recipients."""
+    total = open_shares(fed, mine, holders=holders, to=to, shape=shape)
+    return None if total is None else fp.decode(total)
+
+
+def truncate(mine: torch.Tensor, index: int, frac_bits: int) -> torch.Tensor:
+    """Drop ``frac_bits`` fractional bits from a two-holder share (``index`` 0 or 1); see the module doc."""
+    if index == 0:
+        return mine >> frac_bits            # arithmetic shift: floor division by 2**frac_bits
+    return -((-mine) >> frac_bits)
+
+
+# ------------------------------------------------------------------ dealer
+def _op(kind: str):
+    if kind == "mul":
+        return torch.mul
+    if kind == "matmul":
+        return torch.matmul
+    raise ValueError(f"triple kind must be 'mul' or 'matmul', got {kind!r}")
+
+
+def deal(fed: Federation, kind: str, shape_a, shape_b, *, holders, dealer: int, private: bool = False):
+    """SPMD: the dealer draws a Beaver triple and hands out shares; each holder gets its part.
+
+    ``private=False``: both holders get shares of a, b and c (for ``mul_shared``).
+    ``private=True``: h_0 gets a and c_0, h_1 gets b and c_1 (for ``mul_private``).
+    Returns ``(a_i, b_i, c_i)`` at each holder (``None`` for parts it does not
+    get), ``None`` at every other rank.
+    """
+    h0, h1 = holders
+    op = _op(kind)
+    out_shape = (torch.empty(tuple(shape_a), dtype=torch.float32) @ torch.empty(tuple(shape_b), dtype=torch.float32)
+                 ).shape if kind == "matmul" else torch.broadcast_shapes(tuple(shape_a), tuple(shape_b))
+    if fed.rank == dealer:
+        s0, s1 = _seed_tensor(), _seed_tensor()
+        g0, g1 = _stream_from(s0), _stream_from(s1)
+        if private:
+            a = _uniform(g0, shape_a)
+            c0 = _uniform(g0, out_shape)
+            b = _uniform(g1, shape_b)
+            c1 = op(a, b) - c0
+        else:
+            a0, b0, c0 = _uniform(g0, shape_a), _uniform(g0, shape_b), _uniform(g0, out_shape)
+            a1, b1 = _uniform(g1, shape_a), _uniform(g1, shape_b)
+            c1 = op(a0 + a1, b0 + b1) - c0
+        fed.send(s0, h0)
+        fed.send(s1, h1)
+        fed.send(c1, h1)
+        return None
+    if fed.rank == h0:
+        g = _stream_from(fed.recv(dealer, (_SEED_WORDS,), torch.int64, device="cpu"))
+        if private:
+            return _uniform(g, shape_a), None, _uniform(g, out_shape)
+        return _uniform(g, shape_a), _uniform(g, shape_b), _uniform(g, out_shape)
+    if fed.rank == h1:
+        g = _stream_from(fed.recv(dealer, (_SEED_WORDS,), torch.int64, device="cpu"))
+        if private:
+            b = _uniform(g, shape_b)
+            return None, b, fed.recv(dealer, tuple(out_shape), torch.int64, device="cpu")
+        a1, b1 = _uniform(g, shape_a), _uniform(g, shape_b)
+        return a1, b1, fed.recv(dealer, tuple(out_shape), torch.int64, device="cpu")
+    return None
+
+
+# ------------------------------------------------------------------ products
+def mul_private(fed: Federation, x: torch.Tensor | None, y: torch.Tensor | None, *, holders, dealer: int,
+                kind: str = "mul", shape_x=None, shape_y=None, fp: FixedPoint | None = None,
+                truncate_result: bool = True) -> torch.Tensor | None:
+    """Shares of x * y (``kind="mul"``, broadcasting) or x @ y (``"matmul"``), x held by h_0, y by h_1.
+
+    Every rank of ``holders`` and the dealer calls this (SPMD). h_0 passes ``x``
+    and ``shape_y``, h_1 passes ``y`` and ``shape_x``, the dealer both shapes.
+    With ``fp`` the inputs are real and encoded, and the product's shares are
+    truncated back to ``fp.frac_bits`` (unless ``truncate_result=False``).
+    Returns this holder's int64 share (CPU), ``None`` at the dealer.
+    """
+    h0, h1 = holders
+    if fed.rank == h0:
+        shape_x = tuple(x.shape)
+    if fed.rank == h1:
+        shape_y = tuple(y.shape)
+    if shape_x is None or shape_y is None:
+        raise ValueError("mul_private needs the shape of the operand this rank does not hold")
+    op = _op(kind)
+    triple = deal(fed, kind, shape_x, shape_y, holders=holders, dealer=dealer, private=True)
+    if fed.rank == dealer:
+        return None
+
+    def enc(v):
+        v = v.cpu()
+        return fp.encode(v) if fp is not None else v.to(torch.int64)
+
+    if fed.rank == h0:
+        a, _, c0 = triple
+        xe = enc(x)
+        fed.send(xe - a, h1)
+        f = fed.recv(h1, shape_y, torch.int64, device="cpu")
+        z = op(a, f) + c0
+        index = 0
+    else:
+        _, b, c1 = triple
+        ye = enc(y)
+        e = fed.recv(h0, shape_x, torch.int64, device="cpu")
+        fed.send(ye - b, h0)
+        z = op(e, ye) + c1
+        index = 1
+    if fp is not None and truncate_result:
+        z = truncate(z, index, fp.frac_bits)
+    return z
+
+
+def mul_shared(fed: Federation, x: torch.Tensor | None, y: torch.Tensor | None, *, holders, dealer: int,
+               kind: str = "mul", shape_x=None, shape_y=None, frac_bits: int | None = None) -> torch.Tensor | None:
+    """Shares of x * y or x @ y where both x and y are shared between the two ``holders``.
+
+    ``x``, ``y`` are this holder's int64 shares; the dealer passes the shapes.
+    With ``frac_bits`` the product is truncated by that many bits (both inputs
+    in fixed point with ``frac_bits`` fractional bits). Returns the share, or
+    ``None`` at the dealer.
+    """
+    h0, h1 = holders
+    if fed.rank in holders:
+        shape_x, shape_y = tuple(x.shape), tuple(y.shape)
+    op = _op(kind)
+    triple = deal(fed, kind, shape_x, shape_y, holders=holders, dealer=dealer, private=False)
+    if fed.rank == dealer:
+        return None
+    a, b, c = triple
+    index = 0 if fed.rank == h0 else 1
+    other = h1 if index == 0 else h0
+    e_mine, f_mine = x.cpu() - a, y.cpu() - b
+    theirs = fed.sendrecv(torch.cat([e_mine.reshape(-1), f_mine.reshape(-1)]), other, other).cpu()
+    e = e_mine + theirs[: e_mine.numel()].reshape(e_mine.shape)
+    f = f_mine + theirs[e_mine.numel():].reshape(f_mine.shape)
+    z = op(e, b) + op(a, f) + c
+    if index == 0:
+        z = z + op(e, f)
+    if frac_bits:
+        z = truncate(z, index, frac_bits)
+    return z
