@@ -81,12 +81,12 @@ def test_merge_is_the_weighted_sum_then_normalised():
     vecs = torch.randn(3, 10, 1, generator=g, dtype=torch.float64)
     vals = torch.tensor([[2.0], [1.0], [1.0]], dtype=torch.float64)
     u = vecs[0] * 0.5 + vecs[1] * 0.25 + vecs[2] * 0.25
-    torch.testing.assert_close(merge(vecs, vals), u / u.norm())
+    torch.testing.assert_close(merge(vecs, vals, mode="paper"), u / u.norm())
     # k = 2: per-column weights, then Gram-Schmidt with positive diagonal.
     vecs2 = torch.randn(2, 10, 2, generator=g, dtype=torch.float64)
     vals2 = torch.tensor([[3.0, 1.0], [1.0, 1.0]], dtype=torch.float64)
     raw = torch.stack([0.75 * vecs2[0, :, 0] + 0.25 * vecs2[1, :, 0], 0.5 * vecs2[0, :, 1] + 0.5 * vecs2[1, :, 1]], 1)
-    U = merge(vecs2, vals2)
+    U = merge(vecs2, vals2, mode="paper")
     torch.testing.assert_close(U[:, 0], raw[:, 0] / raw[:, 0].norm())
     assert principal_angles(U, raw).max() < 1e-12
 

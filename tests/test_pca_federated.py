@@ -11,7 +11,7 @@ import torch
 
 from vfltorch.comm import launch
 from vfltorch.pca import (ExactFederatedKernelPCA, ExactFederatedPCA, VFedAKPCA, VFedPCA, aligned_distances, merge,
-                          pooled_kernel_pca, pooled_pca)
+                          pooled_kernel_pca, pooled_pca, shared_start)
 
 N, WIDTHS = 40, [3, 5, 3, 5]
 BOUNDS = [0, 3, 8, 11, 16]
@@ -137,7 +137,7 @@ def check_merge(results, name, members_of, k, **kw):
     vecs, vals = local_pairs(results, name, k)
     for rank in range(4):
         members = members_of(rank)
-        expected = merge(vecs[members], vals[members], **kw)
+        expected = merge(vecs[members], vals[members], reference=shared_start(N, k, 0, 1, device="cpu"), **kw)
         torch.testing.assert_close(results[rank]["out"][name]["components_"], expected, rtol=1e-12, atol=1e-12)
 
 

@@ -27,16 +27,16 @@ from .exact_kernel import ExactFederatedKernelPCA
 from .exchange import TOPOLOGIES, merge_round, neighbours
 from .kernels import KERNELS, center_kernel, kernel_from_gram, kernel_matrix
 from .linalg import center_columns, orthonormalize, power_iteration, shared_start
-from .merge import eigenvalue_weights, equal_merge, merge, merge_weights, scale_weights
+from .merge import MERGES, eigenvalue_weights, equal_merge, merge, merge_weights, scale_weights, subspace_merge
 from .metrics import (aligned_distances, compare, pooled_kernel_pca, pooled_pca, principal_angles,
                       unaligned_distances)
 from .synthetic import PAPER_SHAPES, gaussian_data
 from .vfedpca import VFedPCA, update_local_data
 
 __all__ = [
-    "ExactFederatedKernelPCA", "ExactFederatedPCA", "KERNELS", "PAPER_SHAPES", "TOPOLOGIES", "VFedAKPCA", "VFedPCA",
+    "ExactFederatedKernelPCA", "ExactFederatedPCA", "KERNELS", "MERGES", "PAPER_SHAPES", "TOPOLOGIES", "VFedAKPCA", "VFedPCA",
     "aligned_distances", "center_columns", "center_kernel", "compare", "eigenvalue_weights", "equal_merge",
     "federated_sum", "gaussian_data", "kernel_from_gram", "kernel_matrix", "merge", "merge_round",
     "merge_weights", "neighbours", "orthonormalize", "pooled_kernel_pca", "pooled_pca", "power_iteration",
-    "principal_angles", "scale_weights", "shared_start", "unaligned_distances", "update_local_data",
+    "principal_angles", "scale_weights", "shared_start", "subspace_merge", "unaligned_distances", "update_local_data",
 ]

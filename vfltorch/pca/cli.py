@@ -34,6 +34,7 @@ from .exact_kernel import ExactFederatedKernelPCA
 from .exchange import TOPOLOGIES
 from .kernels import KERNELS
 from .linalg import shared_start
+from .merge import MERGES
 from .metrics import compare, pooled_kernel_pca, pooled_pca
 from .vfedpca import VFedPCA
 
@@ -65,6 +66,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="local power iterations per period (vfedpca default 10; akpca default: dense eigensolver)")
     g.add_argument("--warm-start", action="store_true", help="vfedpca: Algorithm 3, start from the merged u")
     g.add_argument("--weight-scaling", action="store_true", help="vfedpca/akpca: Algorithm 4")
+    g.add_argument("--merge", choices=MERGES, default="subspace",
+                   help="vfedpca/akpca: subspace (sign-free: leading eigenvectors of the weighted sum of the local "
+                        "projectors) or paper (Algorithm 2's weighted sum of the vectors, sign-dependent)")
     g.add_argument("--include-self", action=argparse.BooleanOptionalAction, default=True,
                    help="decentralised: merge the own eigenvectors with the neighbours' (the reference code does not)")
     g.add_argument("--kernel", choices=KERNELS, default=None,
@@ -94,11 +98,12 @@ def build_estimator(args):
         return VFedPCA(args.components, periods=args.periods, local_iters=10 if args.local_iters is None else
                        args.local_iters, topology=args.topology, warm_start=args.warm_start,
                        weight_scaling=args.weight_scaling, include_self=args.include_self, center=args.center,
-                       seed=args.seed)
+                       merge=args.merge, seed=args.seed)
     if args.method == "akpca":
         return VFedAKPCA(args.components, kernel=kernel or "rbf", gamma=args.gamma, degree=args.degree,
                          coef0=args.coef0, local_iters=args.local_iters, topology=args.topology,
-                         weight_scaling=args.weight_scaling, include_self=args.include_self, seed=args.seed)
+                         weight_scaling=args.weight_scaling, include_self=args.include_self, merge=args.merge,
+                         seed=args.seed)
     if kernel in (None, "linear"):
         return ExactFederatedPCA(args.components, oversample=args.oversample, tol=args.tol,
                                  max_rounds=args.max_rounds, secure=args.secure_sum, sum_topology=args.sum_topology,
