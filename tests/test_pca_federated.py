@@ -55,7 +55,8 @@ def party_job(fed):
         return est
 
     for topo in ("tree", "star", "ring"):
-        run(f"exact-{topo}", ExactFederatedPCA(3, secure=False, sum_topology=topo))
+        run(f"exact-{topo}", ExactFederatedPCA(3, protocol="krylov", secure=False, sum_topology=topo))
+    run("exact-krylov-secure", ExactFederatedPCA(3, protocol="krylov"))
     exact = run("exact-secure", ExactFederatedPCA(3))
     run("exact-subset", ExactFederatedPCA(2), parties=[0, 2])
     if fed.is_data_party:
@@ -89,7 +90,7 @@ def sent(results, rank, name):
 
 
 # ------------------------------------------------------------------------- exact
-@pytest.mark.parametrize("name", ["exact-tree", "exact-star", "exact-ring", "exact-secure"])
+@pytest.mark.parametrize("name", ["exact-tree", "exact-star", "exact-ring", "exact-krylov-secure", "exact-secure"])
 def test_exact_federated_pca_equals_svd_of_the_pooled_data(results, name):
     X = pooled_data()
     U = torch.linalg.svd(X - X.mean(0), full_matrices=False)[0][:, :3]
@@ -220,7 +221,7 @@ def residual_in_span(B, x):
 
 
 METHODS_WITHOUT_LEAK = ["merge-server", "merge-complete", "merge-ring", "merge-star",
-                        "vfedpca-periods", "akpca-server", "akpca-star", "exact-rbf"]
+                        "vfedpca-periods", "akpca-server", "akpca-star", "exact-rbf", "exact-secure"]
 
 
 @pytest.mark.parametrize("name", METHODS_WITHOUT_LEAK)
@@ -253,7 +254,7 @@ def test_masked_sums_send_only_ring_elements_or_the_total(results):
     for rank in range(4):
         cols = raw_columns(rank)
         floats = 0
-        for phase, src, dst, tensor in sent(results, rank, "exact-secure"):
+        for phase, src, dst, tensor in sent(results, rank, "exact-krylov-secure"):
             if tensor.dtype.is_floating_point and tensor.numel() > 2 * K + 1:
                 # The only float blocks are the round totals A Q sent down the tree by the output party:
                 # the protocol's public output, not the sender's part.

@@ -14,8 +14,9 @@ Conventions (all estimators):
   paper's output: for the exact method Z_i = V_i S, the rows of the pooled
   right singular vectors that belong to party i's features, scaled.
 * ``explained_variance_`` (s_j^2 / (n - 1) with s_j^2 = u_j^T X X^T u_j) and
-  ``explained_variance_ratio_`` are computed through a sum over the parties
-  of ||X_i^T u_j||^2 and ||X_i||_F^2: k + 1 numbers per party (in the
+  ``explained_variance_ratio_`` are computed through a masked sum
+  (``secure_allreduce``) over the parties of ||X_i^T u_j||^2 and ||X_i||_F^2:
+  k + 1 numbers per party, of which only the totals are revealed (in the
   decentralised topologies: for the first party's estimate).
 * ``fit(X, fed=None, parties=None)``: ``X`` is this party's block (``None`` at
   the coordinator), ``fed`` the party's ``Federation`` (default
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from ..comm import Federation, allreduce, broadcast, pairwise_tree
+from ..comm import Federation, broadcast, pairwise_tree, secure_allreduce
 from ..data import VFLInputError
 
 
@@ -109,7 +110,8 @@ class FederatedPCABase:
             part = torch.stack([(X ** 2).sum(), X.sum(), torch.tensor(float(X.numel()), dtype=X.dtype,
                                                                       device=X.device)])
             with fed.phase("pca/setup"):
-                sq, total, count = allreduce(fed, part, "tree", parties=parties).tolist()
+                summed = secure_allreduce(fed, part, parties=parties) if len(parties) > 1 else part
+                sq, total, count = summed.tolist()
             var = sq / count - (total / count) ** 2
             return 1.0 / (self.n_features_total_ * var) if var > 0 else 1.0
         if not float(self.gamma) > 0:
@@ -138,7 +140,8 @@ class FederatedPCABase:
                                        shape=U.shape, dtype=U.dtype).to(U.device)
                 proj = Xc.T @ common
                 parts = torch.cat([(proj ** 2).sum(dim=0), (Xc ** 2).sum().reshape(1)])
-                sums = allreduce(fed, parts, "tree", parties=parties)
+                # Masked: no party learns another's captured or total variance, only the sums.
+                sums = secure_allreduce(fed, parts, parties=parties) if len(parties) > 1 else parts
             captured, total = sums[:-1], sums[-1]
             dof = max(self.n_samples_ - 1, 1)
             self.singular_values_ = captured.clamp_min(0).sqrt()
@@ -172,7 +175,8 @@ class FederatedPCABase:
         s = torch.where(self.singular_values_ > 0, self.singular_values_, torch.ones_like(self.singular_values_))
         part = Xc @ (self.loadings_ / s)
         with fed.phase("pca/transform"):
-            return allreduce(fed, part, "tree", parties=self.parties_)
+            # Masked: a tree parent would otherwise see its child's m x k part (X_i V_i of the new rows).
+            return secure_allreduce(fed, part, parties=self.parties_) if len(self.parties_) > 1 else part
 
     def fit_transform(self, X=None, fed=None, parties=None) -> torch.Tensor:
         return self.fit(X, fed, parties).transform()
