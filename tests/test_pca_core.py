@@ -262,3 +262,18 @@ def test_bad_data_says_what_to_fix():
 def test_narrow_parties_are_warned_about():
     with pytest.warns(UserWarning, match="one column: exactly"):
         VFedPCA(1).fit(low_rank_data(f=1), Federation.local())
+
+
+def test_exact_krylov_warns_and_says_not_converged_when_max_rounds_stops_it():
+    X = low_rank_data(noise=1.0)
+    with pytest.warns(UserWarning, match="stopped at max_rounds=2"):
+        est = ExactFederatedPCA(2, protocol="krylov", max_rounds=2, oversample=0).fit(X)
+    assert est.converged_ is False and est.rounds_ == 2 and len(est.residuals_) == 2
+    done = ExactFederatedPCA(2, protocol="krylov").fit(X)
+    assert done.converged_ is True and done.residuals_[-1] <= 1e-10
+    # One party alone: both protocols are the local PCA (no coordinator needed, no leak warning).
+    rotated = ExactFederatedPCA(2).fit(X)
+    assert rotated.converged_ is True
+    assert aligned_distances(rotated.components_, done.components_).max() < 1e-8
+    with pytest.raises(VFLInputError, match="unknown protocol"):
+        ExactFederatedPCA(2, protocol="lanczos").fit(X)
