@@ -277,3 +277,16 @@ def test_exact_krylov_warns_and_says_not_converged_when_max_rounds_stops_it():
     assert aligned_distances(rotated.components_, done.components_).max() < 1e-8
     with pytest.raises(VFLInputError, match="unknown protocol"):
         ExactFederatedPCA(2, protocol="lanczos").fit(X)
+
+
+def test_top_eigenpairs_iterative_path_matches_the_dense_solver(monkeypatch):
+    import vfltorch.pca.linalg as linalg
+
+    X = low_rank_data(n=300, f=40, noise=0.5)
+    K = center_kernel(kernel_matrix(X, "rbf", gamma=0.02))
+    lam, V = torch.linalg.eigh(K)
+    monkeypatch.setattr(linalg, "DENSE_LIMIT", 100)          # force block subspace iteration at n = 300
+    U, theta = linalg.top_eigenpairs(K, 3, reference=shared_start(300, 3, 0, 1, device="cpu"))
+    torch.testing.assert_close(theta, lam.flip(0)[:3], rtol=1e-10, atol=0)
+    assert aligned_distances(U, V.flip(1)[:, :3]).max() < 1e-8
+    assert ((U * shared_start(300, 3, 0, 1, device="cpu")).sum(0) >= 0).all()

@@ -52,11 +52,11 @@ import torch
 from ..comm import Federation, MaskStream, allreduce, broadcast, secure_allreduce, secure_sum, star
 from ..data import VFLInputError
 from .base import FederatedPCABase
-from .linalg import align_signs, center_columns, orthonormalize, rayleigh_ritz, shared_start
+from .linalg import align_signs, center_columns, orthonormalize, rayleigh_ritz, shared_start, top_eigenpairs
 
 SUM_TOPOLOGIES = ("tree", "star", "ring")
 PROTOCOLS = ("rotated", "krylov")
-MAX_ROTATED_SAMPLES = 12000     # n x n float64 matrices (P, the Gram part, the sum) must fit in memory
+MAX_ROTATED_SAMPLES = 8000      # n x n float64 matrices (P, the Gram part, the sum) must fit in memory
 
 KRYLOV_LEAK = ("protocol='krylov': every party learns every block Q_t and every product A Q_t of the pooled "
                "Gram matrix, so it can rebuild the other parties' Gram matrix (their data up to a rotation) on "
@@ -223,8 +223,8 @@ class ExactFederatedPCA(FederatedPCABase):
             del part
             # 3. The coordinator's eigenpairs, to every data party.
             if fed.rank == coordinator:
-                theta, W = torch.linalg.eigh((total + total.T) / 2)
-                block = torch.cat([W.flip(1)[:, :k], theta.flip(0)[None, :k]])
+                W, theta = top_eigenpairs(total, k)
+                block = torch.cat([W, theta[None, :]])
                 del total, theta, W
             block = broadcast(fed, block, star([coordinator, *parties], center=coordinator), shape=(n + 1, k),
                               dtype=torch.float64)
