@@ -290,3 +290,22 @@ def test_top_eigenpairs_iterative_path_matches_the_dense_solver(monkeypatch):
     torch.testing.assert_close(theta, lam.flip(0)[:3], rtol=1e-10, atol=0)
     assert aligned_distances(U, V.flip(1)[:, :3]).max() < 1e-8
     assert ((U * shared_start(300, 3, 0, 1, device="cpu")).sum(0) >= 0).all()
+
+
+def test_numpy_input_feature_components_and_inverse_transform_match_scikit_learn():
+    from sklearn.decomposition import PCA
+
+    X = low_rank_data(noise=0.5).numpy()
+    new = low_rank_data(n=9, seed=4, noise=0.5).numpy()
+    sk = PCA(3).fit(X)
+    est = ExactFederatedPCA(3).fit(X)                       # numpy in, Q = 1
+    signs = torch.sign((est.feature_components_ * torch.as_tensor(sk.components_)).sum(1))
+    torch.testing.assert_close(est.feature_components_ * signs[:, None], torch.as_tensor(sk.components_),
+                               rtol=1e-8, atol=1e-10)
+    scores = est.transform(new)
+    torch.testing.assert_close(scores * signs, torch.as_tensor(sk.transform(new)), rtol=1e-8, atol=1e-8)
+    torch.testing.assert_close(est.inverse_transform(scores), torch.as_tensor(sk.inverse_transform(sk.transform(new))),
+                               rtol=1e-8, atol=1e-8)
+    torch.testing.assert_close(est.explained_variance_, torch.as_tensor(sk.explained_variance_), rtol=1e-8, atol=0)
+    with pytest.raises(VFLInputError, match="no inverse_transform"):
+        ExactFederatedKernelPCA(2, kernel="rbf", gamma=0.1).fit(X).inverse_transform(scores[:, :2])

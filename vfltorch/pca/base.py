@@ -32,6 +32,19 @@ from ..comm import Federation, broadcast, pairwise_tree, secure_allreduce
 from ..data import VFLInputError
 
 
+def as_tensor(X):
+    """numpy arrays (and anything array-like) as float64 tensors; tensors and None pass through."""
+    if X is None or isinstance(X, torch.Tensor):
+        return X
+    try:
+        import numpy as np
+    except ImportError:                     # pragma: no cover - numpy comes with torch's usual installs
+        return X
+    if isinstance(X, np.ndarray) or hasattr(X, "__array__"):
+        return torch.as_tensor(np.asarray(X, dtype=np.float64))
+    return X
+
+
 class FederatedPCABase:
     """Set-up and the outputs that every federated PCA estimator shares (see the module docstring)."""
 
@@ -40,6 +53,7 @@ class FederatedPCABase:
 
     def _setup(self, X, fed: Federation | None, parties, *, needs_coordinator: bool = False):
         """Validate, agree on n (and the total number of features) across the parties."""
+        X = as_tensor(X)
         if fed is None:
             fed = Federation.local(X.device if isinstance(X, torch.Tensor) else "cpu")
         parties = list(fed.parties if parties is None else (int(p) for p in parties))
@@ -148,6 +162,9 @@ class FederatedPCABase:
             self.explained_variance_ = captured / dof
             self.total_variance_ = float(total / dof)
             self.explained_variance_ratio_ = captured / total if total > 0 else torch.zeros_like(captured)
+            # This party's slice of scikit-learn's components_ (k x f_i): the rows of V^T on its columns.
+            s = torch.where(self.singular_values_ > 0, self.singular_values_, torch.ones_like(self.singular_values_))
+            self.feature_components_ = (self.loadings_ / s).T.contiguous()
 
     def transform(self, X: torch.Tensor | None = None, fed: Federation | None = None) -> torch.Tensor:
         """Scores of samples on the components, at every data party.
@@ -167,6 +184,7 @@ class FederatedPCABase:
             return self.components_ * self.singular_values_
         if self.loadings_ is None:
             raise VFLInputError("only a data party can transform its columns of new samples")
+        X = as_tensor(X)
         fed = Federation.local(X.device) if fed is None else fed
         if X.dim() != 2 or X.shape[1] != self.loadings_.shape[0]:
             raise VFLInputError(f"expected this party's {self.loadings_.shape[0]} columns of the new samples "
@@ -180,6 +198,26 @@ class FederatedPCABase:
 
     def fit_transform(self, X=None, fed=None, parties=None) -> torch.Tensor:
         return self.fit(X, fed, parties).transform()
+
+    def inverse_transform(self, scores) -> torch.Tensor:
+        """This party's columns reconstructed from scores (m x k): scores V_i^T + mean_i (m x f_i), locally.
+
+        Every party holds the scores (``transform`` returns them everywhere), so no
+        message is needed; each party gets back only its own columns. For the exact
+        method this is scikit-learn's ``PCA.inverse_transform`` restricted to them.
+        """
+        if not hasattr(self, "components_"):
+            raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit first")
+        if not self.linear:
+            raise VFLInputError(f"{type(self).__name__} has no inverse_transform (kernel PCA has no linear "
+                                f"map back to the features)")
+        if getattr(self, "feature_components_", None) is None:
+            raise VFLInputError("only a data party can reconstruct (its own) columns")
+        scores = as_tensor(scores).to(torch.float64)
+        k = self.feature_components_.shape[0]
+        if scores.dim() != 2 or scores.shape[1] != k:
+            raise VFLInputError(f"expected scores of shape (m, {k}), got {tuple(scores.shape)}")
+        return scores.to(self.feature_components_.device) @ self.feature_components_ + self.mean_
 
     def _bytes_in(self, fed: Federation) -> dict:
         """This party's meter totals for the fit proper (phases pca/<method>...), since the federation began."""
