@@ -309,3 +309,19 @@ def test_numpy_input_feature_components_and_inverse_transform_match_scikit_learn
     torch.testing.assert_close(est.explained_variance_, torch.as_tensor(sk.explained_variance_), rtol=1e-8, atol=0)
     with pytest.raises(VFLInputError, match="no inverse_transform"):
         ExactFederatedKernelPCA(2, kernel="rbf", gamma=0.1).fit(X).inverse_transform(scores[:, :2])
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "poly", "linear"])
+def test_exact_kernel_pca_transforms_new_rows_as_scikit_learn(kernel):
+    from sklearn.decomposition import KernelPCA
+
+    X = low_rank_data(noise=0.5).numpy()
+    new = low_rank_data(n=9, seed=4, noise=0.5).numpy()
+    sk = KernelPCA(2, kernel=kernel, gamma=0.01, degree=3, coef0=1.0, eigen_solver="dense").fit(X)
+    est = ExactFederatedKernelPCA(2, kernel=kernel, gamma=0.01).fit(X)
+    expected = torch.as_tensor(sk.transform(new))
+    got = est.transform(new)
+    signs = torch.sign((got * expected).sum(0))
+    torch.testing.assert_close(got * signs, expected, rtol=1e-7, atol=1e-7)
+    # the training rows through the new-row path give the training embedding U sqrt(lambda)
+    torch.testing.assert_close(est.transform(X), est.transform(), rtol=1e-7, atol=1e-7)

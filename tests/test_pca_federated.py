@@ -69,7 +69,9 @@ def party_job(fed):
     run("vfedpca-periods", VFedPCA(1, periods=6, local_iters=5, warm_start=True))
     run("akpca-server", VFedAKPCA(1, kernel="rbf", gamma=0.01))
     run("akpca-star", VFedAKPCA(1, kernel="sigmoid", gamma=0.001, topology="star", weight_scaling=True))
-    run("exact-rbf", ExactFederatedKernelPCA(2, kernel="rbf", gamma=0.01))
+    rbf = run("exact-rbf", ExactFederatedKernelPCA(2, kernel="rbf", gamma=0.01))
+    if fed.is_data_party:
+        out["kernel_transform"] = rbf.transform(new_rows()[:, columns(fed.rank)], fed)
     run("exact-poly", ExactFederatedKernelPCA(2, kernel="poly", gamma=0.01, secure=False, sum_topology="star"))
     # A party with a single column: its eigenvector and eigenvalue give the column away (see docs/pca.md).
     narrow = X[:, :1] if fed.rank == 2 else X
@@ -284,3 +286,14 @@ def test_a_single_column_party_gives_its_column_away(results):
     a, alpha = payload[:N], payload[N]
     rebuilt = a * alpha.sqrt()
     assert min((rebuilt - x).norm(), (rebuilt + x).norm()) < 1e-8 * x.norm()
+
+
+def test_exact_kernel_pca_transforms_new_rows_through_the_masked_cross_gram_sum(results):
+    from sklearn.decomposition import KernelPCA
+
+    sk = KernelPCA(2, kernel="rbf", gamma=0.01, eigen_solver="dense").fit(pooled_data().numpy())
+    expected = torch.as_tensor(sk.transform(new_rows().numpy()))
+    for rank in range(4):
+        got = results[rank]["out"]["kernel_transform"]
+        signs = torch.sign((got * expected).sum(0))
+        torch.testing.assert_close(got * signs, expected, rtol=1e-7, atol=1e-7)
