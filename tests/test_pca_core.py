@@ -123,11 +123,11 @@ def test_one_party_vfedpca_is_plain_power_iteration():
     Xc = X - X.mean(0)
     b0 = shared_start(40, 1, 0, 1, device="cpu")
     one = VFedPCA(1, periods=1, local_iters=4).fit(X)
-    torch.testing.assert_close(one.components_, plain_power(Xc @ Xc.T, b0 / b0.norm(), 4), rtol=0, atol=1e-12)
+    torch.testing.assert_close(one.sample_components_, plain_power(Xc @ Xc.T, b0 / b0.norm(), 4), rtol=0, atol=1e-12)
     # Period 2 adds one power step on the rank-one updated data; later periods change nothing (idempotent update).
     for periods in (2, 5):
         many = VFedPCA(1, periods=periods, local_iters=4, warm_start=True).fit(X)
-        torch.testing.assert_close(many.components_, plain_power(Xc @ Xc.T, b0 / b0.norm(), 5), rtol=0, atol=1e-12)
+        torch.testing.assert_close(many.sample_components_, plain_power(Xc @ Xc.T, b0 / b0.norm(), 5), rtol=0, atol=1e-12)
     assert one.rounds_ == 1 and one.bytes_ == 0
 
 
@@ -135,7 +135,7 @@ def test_one_party_exact_pca_equals_svd():
     X = low_rank_data(f=9)
     m = ExactFederatedPCA(3).fit(X)
     U = torch.linalg.svd(X - X.mean(0), full_matrices=False)[0][:, :3]
-    assert m.converged_ and aligned_distances(m.components_, U).max() < 1e-6
+    assert m.converged_ and aligned_distances(m.sample_components_, U).max() < 1e-6
     assert m.explained_variance_ratio_.sum() <= 1.0
 
 
@@ -146,10 +146,10 @@ def test_one_party_kernel_methods_equal_pooled_kernel_pca():
     G, lam = pooled_kernel_pca(X, 2, kernel="rbf", gamma=0.5)
     exact = ExactFederatedKernelPCA(2, kernel="rbf", gamma=0.5).fit(X)
     ak = VFedAKPCA(2, kernel="rbf", gamma=0.5).fit(X)
-    assert aligned_distances(exact.components_, G).max() < 1e-10
-    assert aligned_distances(ak.components_, G).max() < 1e-10
+    assert aligned_distances(exact.sample_components_, G).max() < 1e-10
+    assert aligned_distances(ak.sample_components_, G).max() < 1e-10
     sk = KernelPCA(2, kernel="rbf", gamma=0.5).fit(X.numpy())
-    assert aligned_distances(exact.components_, torch.as_tensor(sk.eigenvectors_)).max() < 1e-8
+    assert aligned_distances(exact.sample_components_, torch.as_tensor(sk.eigenvectors_)).max() < 1e-8
     np.testing.assert_allclose(exact.eigenvalues_.numpy(), sk.eigenvalues_, rtol=1e-8)
 
 
@@ -274,7 +274,7 @@ def test_exact_krylov_warns_and_says_not_converged_when_max_rounds_stops_it():
     # One party alone: both protocols are the local PCA (no coordinator needed, no leak warning).
     rotated = ExactFederatedPCA(2).fit(X)
     assert rotated.converged_ is True
-    assert aligned_distances(rotated.components_, done.components_).max() < 1e-8
+    assert aligned_distances(rotated.sample_components_, done.sample_components_).max() < 1e-8
     with pytest.raises(VFLInputError, match="unknown protocol"):
         ExactFederatedPCA(2, protocol="lanczos").fit(X)
 
@@ -292,15 +292,15 @@ def test_top_eigenpairs_iterative_path_matches_the_dense_solver(monkeypatch):
     assert ((U * shared_start(300, 3, 0, 1, device="cpu")).sum(0) >= 0).all()
 
 
-def test_numpy_input_feature_components_and_inverse_transform_match_scikit_learn():
+def test_numpy_input_components_and_inverse_transform_match_scikit_learn():
     from sklearn.decomposition import PCA
 
     X = low_rank_data(noise=0.5).numpy()
     new = low_rank_data(n=9, seed=4, noise=0.5).numpy()
     sk = PCA(3).fit(X)
     est = ExactFederatedPCA(3).fit(X)                       # numpy in, Q = 1
-    signs = torch.sign((est.feature_components_ * torch.as_tensor(sk.components_)).sum(1))
-    torch.testing.assert_close(est.feature_components_ * signs[:, None], torch.as_tensor(sk.components_),
+    signs = torch.sign((est.components_ * torch.as_tensor(sk.components_)).sum(1))
+    torch.testing.assert_close(est.components_ * signs[:, None], torch.as_tensor(sk.components_),
                                rtol=1e-8, atol=1e-10)
     scores = est.transform(new)
     torch.testing.assert_close(scores * signs, torch.as_tensor(sk.transform(new)), rtol=1e-8, atol=1e-8)

@@ -34,7 +34,7 @@ def columns(rank):
 
 
 def _state(est):
-    keep = ("components_", "local_components_", "local_eigenvalues_", "history_", "rounds_", "bytes_",
+    keep = ("sample_components_", "local_components_", "local_eigenvalues_", "history_", "rounds_", "bytes_",
             "explained_variance_ratio_", "eigenvalues_", "converged_", "loadings_")
     return {k: getattr(est, k) for k in keep if hasattr(est, k)}
 
@@ -99,8 +99,8 @@ def test_exact_federated_pca_equals_svd_of_the_pooled_data(results, name):
     for rank in range(4):
         got = results[rank]["out"][name]
         assert got["converged_"]
-        assert aligned_distances(got["components_"], U).max() < 1e-6, (name, rank)
-        torch.testing.assert_close(got["components_"], results[0]["out"][name]["components_"], rtol=0, atol=0)
+        assert aligned_distances(got["sample_components_"], U).max() < 1e-6, (name, rank)
+        torch.testing.assert_close(got["sample_components_"], results[0]["out"][name]["sample_components_"], rtol=0, atol=0)
     assert results[0]["out"][name]["bytes_"] > 0
 
 
@@ -109,7 +109,7 @@ def test_exact_on_a_subset_of_parties_is_the_pca_of_their_columns(results):
     sub = torch.cat([X[:, columns(0)], X[:, columns(2)]], 1)
     U = torch.linalg.svd(sub - sub.mean(0), full_matrices=False)[0][:, :2]
     for rank in (0, 2):
-        assert aligned_distances(results[rank]["out"]["exact-subset"]["components_"], U).max() < 1e-6
+        assert aligned_distances(results[rank]["out"]["exact-subset"]["sample_components_"], U).max() < 1e-6
     assert "exact-subset" not in results[1]["out"]
     assert results[1]["marks"]["exact-subset"][0] == results[1]["marks"]["exact-subset"][1]  # sent nothing
 
@@ -141,29 +141,29 @@ def check_merge(results, name, members_of, k, **kw):
     for rank in range(4):
         members = members_of(rank)
         expected = merge(vecs[members], vals[members], reference=shared_start(N, k, 0, 1, device="cpu"), **kw)
-        torch.testing.assert_close(results[rank]["out"][name]["components_"], expected, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(results[rank]["out"][name]["sample_components_"], expected, rtol=1e-12, atol=1e-12)
 
 
 def test_server_merge_is_the_eigenvalue_weighted_sum(results):
     check_merge(results, "merge-server", lambda r: [0, 1, 2, 3], K)
     check_merge(results, "merge-server-scaled", lambda r: [0, 1, 2, 3], 1, weight_scaling=True)
-    torch.testing.assert_close(results[4]["out"]["merge-server"]["components_"],
-                               results[0]["out"]["merge-server"]["components_"])
+    torch.testing.assert_close(results[4]["out"]["merge-server"]["sample_components_"],
+                               results[0]["out"]["merge-server"]["sample_components_"])
     # The meter counts this fit only: each client uploads n + 1 float64, the server sends u (n) to 4 clients.
     assert [results[r]["out"]["merge-server-scaled"]["bytes_"] for r in range(5)] == [(N + 1) * 8] * 4 + [4 * N * 8]
 
 
 def test_complete_graph_merge_equals_the_server_merge(results):
     check_merge(results, "merge-complete", lambda r: [0, 1, 2, 3], K)
-    torch.testing.assert_close(results[2]["out"]["merge-complete"]["components_"],
-                               results[2]["out"]["merge-server"]["components_"], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(results[2]["out"]["merge-complete"]["sample_components_"],
+                               results[2]["out"]["merge-server"]["sample_components_"], rtol=1e-12, atol=1e-12)
 
 
 def test_ring_and_star_merge_their_neighbourhoods(results):
     check_merge(results, "merge-ring", lambda r: sorted({(r - 1) % 4, r, (r + 1) % 4}), K)
     check_merge(results, "merge-ring-noself", lambda r: sorted({(r - 1) % 4, (r + 1) % 4}), 1)
     check_merge(results, "merge-star", lambda r: [0, 1, 2, 3] if r == 0 else [0, r], K)
-    ring = [results[r]["out"]["merge-ring"]["components_"] for r in range(4)]
+    ring = [results[r]["out"]["merge-ring"]["sample_components_"] for r in range(4)]
     assert not torch.allclose(ring[0], ring[2])   # neighbourhoods differ, so estimates differ
 
 
@@ -185,7 +185,7 @@ def test_akpca_merges_sqrt_eigenvalue_weights_and_projects_own_data(results):
     X = pooled_data()
     for rank in range(4):
         got = results[rank]["out"]["akpca-server"]
-        torch.testing.assert_close(got["loadings_"], X[:, columns(rank)].T @ got["components_"])
+        torch.testing.assert_close(got["loadings_"], X[:, columns(rank)].T @ got["sample_components_"])
 
 
 def test_exact_kernel_pca_equals_pooled_kernel_pca(results):
@@ -194,7 +194,7 @@ def test_exact_kernel_pca_equals_pooled_kernel_pca(results):
         G, lam = pooled_kernel_pca(X, 2, kernel=kernel, gamma=0.01)
         for rank in range(4):
             got = results[rank]["out"][name]
-            assert aligned_distances(got["components_"], G).max() < 1e-8, (name, rank)
+            assert aligned_distances(got["sample_components_"], G).max() < 1e-8, (name, rank)
             torch.testing.assert_close(got["eigenvalues_"], lam, rtol=1e-8, atol=0)
 
 

@@ -44,7 +44,7 @@ def job(fed):
             warnings.simplefilter("always")
             est.fit(X, fed)
         out[name] = {"span": (start, len(fed.transcript)), "warnings": [str(w.message) for w in caught],
-                     "components": est.components_, "eigenvalues": est.eigenvalues_}
+                     "components": est.sample_components_, "eigenvalues": est.eigenvalues_}
     msgs = [(m.phase, m.src, m.dst, m.tensor) for m in fed.transcript]
     return {"out": out, "messages": msgs}
 

@@ -43,7 +43,7 @@ class VFedAKPCA(FederatedPCABase):
     iterations); ``topology``, ``weight_scaling``, ``include_self`` as in
     ``VFedPCA``; ``seed`` (the shared start / sign reference).
 
-    Attributes: ``components_`` (n x k), ``loadings_`` (Z_i = X_i^T u, f_i x k),
+    Attributes: ``sample_components_`` (n x k), ``loadings_`` (Z_i = X_i^T u, f_i x k),
     ``local_components_`` / ``local_eigenvalues_`` (the party's own kernel PCA),
     ``gamma_``, ``rounds_`` (1), ``bytes_``, ``fit_seconds_``.
     """
@@ -104,6 +104,6 @@ class VFedAKPCA(FederatedPCABase):
         """The training samples' embedding: the merged unit directions (n x k); no new samples (see base)."""
         if X is not None:
             return super().transform(X, fed)
-        if not hasattr(self, "components_"):
+        if not hasattr(self, "sample_components_"):
             raise RuntimeError("VFedAKPCA is not fitted yet: call fit first")
-        return self.components_
+        return self.sample_components_

@@ -5,8 +5,11 @@ Conventions (all estimators):
 * A party's data X_i is n x f_i: the same n samples (rows) at every party,
   its own f_i features (columns). Linear PCA centres each column locally
   (``center=True``), which centres the pooled matrix exactly.
-* The learned directions live in sample space: ``components_`` is n x k with
-  orthonormal columns, an estimate of the leading left singular vectors U of
+* ``components_`` has scikit-learn's meaning for the linear estimators: the
+  rows of V^T (k x f_i), each data party holding the slice for its own columns
+  (``None`` at a coordinator). The learned directions that the parties share
+  live in sample space: ``sample_components_`` is n x k with orthonormal
+  columns, an estimate of the leading left singular vectors U of
   the pooled (centred) matrix X = [X_1, ..., X_Q] = U S V^T. Every data
   party (and the server) holds the same block, except in the decentralised
   topologies, where each party holds its own estimate.
@@ -141,11 +144,13 @@ class FederatedPCABase:
         estimate; the explained variance is that of the first party's, which
         it sends down the pairwise tree for the purpose.
         """
-        self.components_ = U
+        self.sample_components_ = U
         client = fed.rank in parties
         self.loadings_ = Xc.T @ U if client else None
         if not self.linear:
+            self.eigenvectors_ = U              # scikit-learn KernelPCA's name for the sample-space vectors
             return
+        self.components_ = None
         if client:
             with fed.phase("pca/variance"):
                 common = U
@@ -162,9 +167,9 @@ class FederatedPCABase:
             self.explained_variance_ = captured / dof
             self.total_variance_ = float(total / dof)
             self.explained_variance_ratio_ = captured / total if total > 0 else torch.zeros_like(captured)
-            # This party's slice of scikit-learn's components_ (k x f_i): the rows of V^T on its columns.
+            # scikit-learn's components_ restricted to this party's columns (k x f_i): V_i^T.
             s = torch.where(self.singular_values_ > 0, self.singular_values_, torch.ones_like(self.singular_values_))
-            self.feature_components_ = (self.loadings_ / s).T.contiguous()
+            self.components_ = (self.loadings_ / s).T.contiguous()
 
     def transform(self, X: torch.Tensor | None = None, fed: Federation | None = None) -> torch.Tensor:
         """Scores of samples on the components, at every data party.
@@ -174,14 +179,14 @@ class FederatedPCABase:
         (X_i - mean_i) V_i with V_i = Z_i / s, its block of the pooled right
         singular vectors, and the m x k parts are summed over the parties.
         """
-        if not hasattr(self, "components_"):
+        if not hasattr(self, "sample_components_"):
             raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit first")
         if not self.linear:
             raise VFLInputError(f"{type(self).__name__}.transform takes no new samples: a kernel between new "
                                 "and training samples would need every party's columns; use transform() for "
                                 "the training samples' embedding")
         if X is None:
-            return self.components_ * self.singular_values_
+            return self.sample_components_ * self.singular_values_
         if self.loadings_ is None:
             raise VFLInputError("only a data party can transform its columns of new samples")
         X = as_tensor(X)
@@ -206,18 +211,18 @@ class FederatedPCABase:
         message is needed; each party gets back only its own columns. For the exact
         method this is scikit-learn's ``PCA.inverse_transform`` restricted to them.
         """
-        if not hasattr(self, "components_"):
+        if not hasattr(self, "sample_components_"):
             raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit first")
         if not self.linear:
             raise VFLInputError(f"{type(self).__name__} has no inverse_transform (kernel PCA has no linear "
                                 f"map back to the features)")
-        if getattr(self, "feature_components_", None) is None:
+        if getattr(self, "components_", None) is None:
             raise VFLInputError("only a data party can reconstruct (its own) columns")
         scores = as_tensor(scores).to(torch.float64)
-        k = self.feature_components_.shape[0]
+        k = self.components_.shape[0]
         if scores.dim() != 2 or scores.shape[1] != k:
             raise VFLInputError(f"expected scores of shape (m, {k}), got {tuple(scores.shape)}")
-        return scores.to(self.feature_components_.device) @ self.feature_components_ + self.mean_
+        return scores.to(self.components_.device) @ self.components_ + self.mean_
 
     def _bytes_in(self, fed: Federation) -> dict:
         """This party's meter totals for the fit proper (phases pca/<method>...), since the federation began."""

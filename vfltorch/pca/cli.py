@@ -126,14 +126,14 @@ def _wants_server(args) -> bool:
 def _gather_estimates(fed, est, decentralised: bool):
     """Every data party's final components at the active party (decentralised: they differ)."""
     if not decentralised or fed.num_parties == 1:
-        return [est.components_] if fed.is_active else None
+        return [est.sample_components_] if fed.is_active else None
     n, k = est.n_samples_, est.n_components
     with fed.phase("pca/evaluate"):
         if fed.is_active:
-            return [est.components_ if p == fed.rank else fed.recv(p, (n, k), torch.float64, device="cpu")
+            return [est.sample_components_ if p == fed.rank else fed.recv(p, (n, k), torch.float64, device="cpu")
                     for p in fed.parties]
         if fed.is_data_party:
-            fed.send(est.components_, fed.active)
+            fed.send(est.sample_components_, fed.active)
     return None
 
 

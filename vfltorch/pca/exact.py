@@ -97,7 +97,7 @@ class ExactFederatedPCA(FederatedPCABase):
     shared start block and sign reference); ``mask_seed`` (a reproducible
     simulation: seeded masks and rotation, no privacy; default: the OS).
 
-    Attributes: ``components_`` (n x k), ``eigenvalues_`` (of X X^T), ``loadings_``,
+    Attributes: ``sample_components_`` (n x k), ``eigenvalues_`` (of X X^T), ``loadings_``,
     ``history_`` (the k Ritz vectors after each round), ``residuals_``,
     ``rounds_``, ``converged_``, ``bytes_``, ``fit_seconds_``, explained variance.
     """
@@ -141,7 +141,7 @@ class ExactFederatedPCA(FederatedPCABase):
                                     f"knowing that it leaks the other parties' Gram matrix (docs/pca.md)")
             return self._fit_rotated(X, fed, parties, n)
         if fed.rank not in parties:        # the coordinator, if any, has nothing to do here
-            self.components_, self.loadings_, self.bytes_, self.messages_, self.rounds_ = None, None, 0, 0, 0
+            self.sample_components_, self.loadings_, self.bytes_, self.messages_, self.rounds_ = None, None, 0, 0, 0
             self.converged_, self.eigenvalues_ = None, None
             return self
         if len(parties) > 1:
@@ -233,7 +233,7 @@ class ExactFederatedPCA(FederatedPCABase):
         self.fit_seconds_ = time.perf_counter() - started
         self._count_bytes(fed)
         if not client:
-            self.components_, self.loadings_, self.history_ = None, None, []
+            self.sample_components_, self.loadings_, self.history_ = None, None, []
             return self
         # Eigenvectors have no sign: orient them as a power iteration from the shared positive start would.
         U = align_signs((P.T @ block[:n].to(Xc.device)).contiguous(), shared_start(n, k, self.seed, 1,

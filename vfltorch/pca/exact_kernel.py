@@ -56,7 +56,7 @@ class ExactFederatedKernelPCA(FederatedPCABase):
     (masked sum, default True) or ``sum_topology`` for a plain reduction;
     ``seed`` (sign reference); ``mask_seed``.
 
-    Attributes: ``components_`` (n x k), ``eigenvalues_`` (of the centred kernel),
+    Attributes: ``sample_components_`` (n x k), ``eigenvalues_`` (of the centred kernel),
     ``loadings_`` (Z_i = X_i^T U), ``gamma_``, ``rounds_`` (1), ``bytes_``,
     ``fit_seconds_``.
     """
@@ -85,7 +85,7 @@ class ExactFederatedKernelPCA(FederatedPCABase):
                                 f"choose one of {', '.join(SUM_TOPOLOGIES)}")
         fed, parties, X, n = self._setup(X, fed, parties)
         if fed.rank not in parties:
-            self.components_, self.loadings_, self.bytes_, self.messages_, self.rounds_ = None, None, 0, 0, 0
+            self.sample_components_, self.loadings_, self.bytes_, self.messages_, self.rounds_ = None, None, 0, 0, 0
             return self
         started = time.perf_counter()
         k = self.n_components
@@ -123,11 +123,11 @@ class ExactFederatedKernelPCA(FederatedPCABase):
     def transform(self, X=None, fed=None) -> torch.Tensor:
         """Kernel PCA scores: ``X=None``: the training samples', U sqrt(lambda); new rows: this party's
         columns of them (m x f_i), through the masked cross-Gram sum (module docstring), at every party."""
-        if not hasattr(self, "components_"):
+        if not hasattr(self, "sample_components_"):
             raise RuntimeError("ExactFederatedKernelPCA is not fitted yet: call fit first")
         if X is None:
-            return self.components_ * self.eigenvalues_.clamp_min(0).sqrt()
-        if self.components_ is None:
+            return self.sample_components_ * self.eigenvalues_.clamp_min(0).sqrt()
+        if self.sample_components_ is None:
             raise VFLInputError("only a data party can transform its columns of new samples")
         X = as_tensor(X)
         if not isinstance(X, torch.Tensor) or X.dim() != 2 or X.shape[1] != self.X_fit_.shape[1]:
@@ -151,7 +151,7 @@ class ExactFederatedKernelPCA(FederatedPCABase):
                 Kc = Kx - col_mean[None, :] - Kx.mean(dim=1, keepdim=True) + grand_mean
                 lam = self.eigenvalues_
                 scale = torch.where(lam > 0, lam.clamp_min(0).sqrt(), torch.ones_like(lam))
-                scores = Kc @ (self.components_ / scale)
+                scores = Kc @ (self.sample_components_ / scale)
             if len(parties) > 1:
                 scores = broadcast(fed, scores, pairwise_tree(parties), shape=(m, k), dtype=torch.float64)
         return scores.to(X.device)
