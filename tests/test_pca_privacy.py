@@ -160,3 +160,15 @@ def test_the_coordinator_learns_the_spectrum_and_not_the_gram_matrix(results):
     assert rel(view, A) > 0.5
     for rank in range(3):
         assert rel(view, others_gram(rank)) > 0.5
+
+
+@pytest.mark.parametrize("q", [2, 3, 5, 8])
+def test_the_rotated_sum_layout_reveals_no_partial_sum(q):
+    # The rotated protocol's masked sum runs over the data parties and the coordinator (the output, with
+    # a zero part); the kept mask is the first party's. No node can combine what it receives into a
+    # combination of other parties' parts (before the output itself is revealed to the coordinator).
+    from vfltorch.comm import masked_sum_leakage, totally_different_trees
+
+    ranks = list(range(q)) + [q]
+    t1, t2 = totally_different_trees(ranks, 0)
+    assert set(masked_sum_leakage(t1, t2, 0, q).values()) == {0}
