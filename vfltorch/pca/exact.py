@@ -131,6 +131,9 @@ class ExactFederatedPCA(FederatedPCABase):
         if self.mask_seed is not None and len(parties) > 1:
             warnings.warn(SIMULATION, stacklevel=2)
         if rotated and len(parties) > 1:
+            if not self.secure:
+                raise VFLInputError("secure=False (plain sums, --no-secure-sum) applies to protocol='krylov' only; "
+                                    "protocol='rotated' always uses one masked sum")
             if fed.coordinator is None:
                 raise VFLInputError("protocol='rotated' needs a coordinator rank (launch(..., coordinator=True), "
                                     "or `vfl pca --method exact` which starts one); protocol='krylov' needs none "
