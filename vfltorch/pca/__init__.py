@@ -2,15 +2,19 @@
 
 Every party holds the same n samples and its own columns X_i (n x f_i). The
 principal directions in sample space (length-n vectors, the left singular
-vectors of the pooled matrix) are what the parties share; no column leaves
-its owner.
+vectors of the pooled matrix: ``sample_components_``) are what the parties
+share; no column leaves its owner. ``components_`` is scikit-learn's (k x f_i:
+each party's slice of V^T). VFedPCA / VFedAKPCA merge the local eigenvectors
+sign-free by default (``merge.py``; the paper's weighted sum: ``merge="paper"``).
 
 * ``VFedPCA`` - merged local power iterations, server-client or decentralised,
   with warm start and weight scaling (Algorithms 1-5) (``vfedpca.py``).
 * ``VFedAKPCA`` - merged local kernel PCA; each party projects its own data
   (``akpca.py``).
-* ``ExactFederatedPCA`` - subspace iteration on the pooled matrix through one
-  (masked) sum per round: the pooled PCA, federated (``exact.py``).
+* ``ExactFederatedPCA`` - the pooled PCA, federated (``exact.py``): by default one
+  masked sum of secretly rotated Gram matrices at a coordinator, which learns
+  only the spectrum ("rotated"); or subspace iteration, one sum per round, which
+  lets every party rebuild the others' Gram matrix ("krylov", warns).
 * ``ExactFederatedKernelPCA`` - kernel PCA of the pooled data through one
   (masked) sum of Gram matrices (``exact_kernel.py``).
 * ``metrics`` - distances and angles to the pooled references; ``synthetic`` -
