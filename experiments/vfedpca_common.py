@@ -96,7 +96,7 @@ def _party(fed, jobs):
         est.fit(X, fed, parties)
         elapsed = time.perf_counter() - started
         out.append({
-            "components": getattr(est, "components_", None),
+            "components": getattr(est, "sample_components_", None),
             "history": getattr(est, "history_", None) if fed.rank in (0, fed.coordinator) else None,
             "local_components": getattr(est, "local_components_", None),
             "local_eigenvalues": getattr(est, "local_eigenvalues_", None),

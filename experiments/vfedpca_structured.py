@@ -54,25 +54,32 @@ def make_jobs(datasets, periods: int, quick: bool, scale: str) -> list[Job]:
     for ds in datasets:
         ps = STRUCTURED[ds][:2] if quick else STRUCTURED[ds]
         for p in ps:
-            jobs.append(Job(f"{ds}/fig6/p={p}", ds, p, VFedPCA, dict(periods=periods, local_iters=10), scale,
-                            {"figure": "fig6", "label": f"p={p}"}))
+            # The paper's merge (reproduction) and the sign-free subspace merge (the library default).
+            jobs.append(Job(f"{ds}/fig6/p={p}", ds, p, VFedPCA, dict(periods=periods, local_iters=10, merge="paper"),
+                            scale, {"figure": "fig6", "label": f"p={p}"}))
+            jobs.append(Job(f"{ds}/fig6-subspace/p={p}", ds, p, VFedPCA, dict(periods=periods, local_iters=10),
+                            scale, {"figure": "fig6", "label": f"p={p}, subspace merge"}))
             for k in ([1] if quick else [1, 3]):
                 jobs.append(Job(f"{ds}/exact/p={p}/k={k}", ds, p, ExactFederatedPCA, dict(n_components=k), scale,
-                                {"figure": "exact", "label": f"p={p}", "k": k, "sum": "masked"}))
+                                {"figure": "exact", "label": f"p={p}", "k": k, "sum": "rotated (default)"}))
+                jobs.append(Job(f"{ds}/exact-krylov/p={p}/k={k}", ds, p, ExactFederatedPCA,
+                                dict(n_components=k, protocol="krylov"), scale,
+                                {"figure": "exact", "label": f"p={p}", "k": k, "sum": "krylov, masked"}))
             jobs.append(Job(f"{ds}/exact-tree/p={p}/k=1", ds, p, ExactFederatedPCA,
-                            dict(n_components=1, secure=False), scale,
-                            {"figure": "exact", "label": f"p={p}", "k": 1, "sum": "plain tree"}))
+                            dict(n_components=1, protocol="krylov", secure=False), scale,
+                            {"figure": "exact", "label": f"p={p}", "k": 1, "sum": "krylov, plain tree"}))
             # Block of one vector: the plain power method on the pooled matrix, the same message size as VFedPCA's.
             jobs.append(Job(f"{ds}/exact-power/p={p}/k=1", ds, p, ExactFederatedPCA,
-                            dict(n_components=1, secure=False, oversample=0), scale,
-                            {"figure": "exact", "label": f"p={p}", "k": 1, "sum": "plain tree, b=1"}))
+                            dict(n_components=1, protocol="krylov", secure=False, oversample=0), scale,
+                            {"figure": "exact", "label": f"p={p}", "k": 1, "sum": "krylov, plain tree, b=1"}))
         if quick:
             continue
         for l in L_LIST:
-            jobs.append(Job(f"{ds}/fig7/l={l}", ds, ps[0], VFedPCA, dict(periods=periods, local_iters=l), scale,
+            jobs.append(Job(f"{ds}/fig7/l={l}", ds, ps[0], VFedPCA, dict(periods=periods, local_iters=l,
+                                                                          merge="paper"), scale,
                             {"figure": "fig7", "label": f"l={l}"}))
         for label, extra in FIG8.items():
-            jobs.append(Job(f"{ds}/fig8/{label}", ds, ps[-1], VFedPCA, dict(periods=periods, local_iters=2, **extra),
+            jobs.append(Job(f"{ds}/fig8/{label}", ds, ps[-1], VFedPCA, dict(periods=periods, local_iters=2, merge="paper", **extra),
                             scale, {"figure": "fig8", "label": label}))
     return jobs
 

@@ -49,11 +49,12 @@ def main(argv=None) -> int:
         for m, n in shapes:
             ds = f"synthetic:{pattern}:{m}x{n}:{args.seed}"
             for p in ps:
-                jobs.append(Job(f"{ds}/fig6/p={p}", ds, p, VFedPCA, dict(periods=periods, local_iters=10), "none",
+                jobs.append(Job(f"{ds}/fig6/p={p}", ds, p, VFedPCA, dict(periods=periods, local_iters=10, merge="paper"),
+                                "none",
                                 {"figure": "fig6", "label": f"p={p}", "pattern": pattern, "shape": [m, n]}))
             for label, extra in ({} if args.quick else FIG8).items():
                 jobs.append(Job(f"{ds}/fig8/{label}", ds, ps[-1], VFedPCA, dict(periods=periods, local_iters=10,
-                                                                                **extra), "none",
+                                                                                merge="paper", **extra), "none",
                                 {"figure": "fig8", "label": label, "pattern": pattern, "shape": [m, n]}))
             jobs.append(Job(f"{ds}/exact/p={ps[-1]}", ds, ps[-1], ExactFederatedPCA,
                             dict(n_components=1, max_rounds=args.max_rounds), "none",

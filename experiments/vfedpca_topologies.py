@@ -45,7 +45,7 @@ def main(argv=None) -> int:
         p = 8 if ds == "yale" else min(8, n_features(ds) // 2)
         for topo, self_ in SETTINGS:
             label = topo if topo == "server" else f"{topo}{'+self' if self_ else ''}"
-            common = dict(topology=topo, include_self=self_)
+            common = dict(topology=topo, include_self=self_, merge="paper")   # as measured in docs/pca.md
             jobs.append(Job(f"{ds}/vfedpca/{label}", ds, p, VFedPCA, dict(periods=10, local_iters=10, warm_start=True,
                                                                           **common),
                             tags={"method": "VFedPCA", "label": label}))

@@ -74,9 +74,10 @@ def main(argv=None) -> int:
     ds = "yale"
     jobs = [
         Job("exact", ds, Q, ExactFederatedPCA, dict(n_components=k)),
-        Job("vfedpca", ds, Q, VFedPCA, dict(n_components=k, periods=10, local_iters=10)),
-        Job("vfedpca-warm", ds, Q, VFedPCA, dict(n_components=k, periods=10, local_iters=10, warm_start=True)),
-        Job("akpca", ds, Q, VFedAKPCA, dict(n_components=k, kernel="rbf", gamma="scale")),
+        Job("vfedpca", ds, Q, VFedPCA, dict(n_components=k, periods=10, local_iters=10, merge="paper")),
+        Job("vfedpca-warm", ds, Q, VFedPCA, dict(n_components=k, periods=10, local_iters=10, warm_start=True,
+                                                     merge="paper")),
+        Job("akpca", ds, Q, VFedAKPCA, dict(n_components=k, kernel="rbf", gamma="scale", merge="paper")),
         Job("exact-kernel", ds, Q, ExactFederatedKernelPCA, dict(n_components=k, kernel="rbf", gamma="scale")),
     ]
     results = {r["job"].name: r for r in run_jobs(jobs)}

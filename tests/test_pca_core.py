@@ -81,12 +81,12 @@ def test_merge_is_the_weighted_sum_then_normalised():
     vecs = torch.randn(3, 10, 1, generator=g, dtype=torch.float64)
     vals = torch.tensor([[2.0], [1.0], [1.0]], dtype=torch.float64)
     u = vecs[0] * 0.5 + vecs[1] * 0.25 + vecs[2] * 0.25
-    torch.testing.assert_close(merge(vecs, vals), u / u.norm())
+    torch.testing.assert_close(merge(vecs, vals, mode="paper"), u / u.norm())
     # k = 2: per-column weights, then Gram-Schmidt with positive diagonal.
     vecs2 = torch.randn(2, 10, 2, generator=g, dtype=torch.float64)
     vals2 = torch.tensor([[3.0, 1.0], [1.0, 1.0]], dtype=torch.float64)
     raw = torch.stack([0.75 * vecs2[0, :, 0] + 0.25 * vecs2[1, :, 0], 0.5 * vecs2[0, :, 1] + 0.5 * vecs2[1, :, 1]], 1)
-    U = merge(vecs2, vals2)
+    U = merge(vecs2, vals2, mode="paper")
     torch.testing.assert_close(U[:, 0], raw[:, 0] / raw[:, 0].norm())
     assert principal_angles(U, raw).max() < 1e-12
 
@@ -123,11 +123,11 @@ def test_one_party_vfedpca_is_plain_power_iteration():
     Xc = X - X.mean(0)
     b0 = shared_start(40, 1, 0, 1, device="cpu")
     one = VFedPCA(1, periods=1, local_iters=4).fit(X)
-    torch.testing.assert_close(one.components_, plain_power(Xc @ Xc.T, b0 / b0.norm(), 4), rtol=0, atol=1e-12)
+    torch.testing.assert_close(one.sample_components_, plain_power(Xc @ Xc.T, b0 / b0.norm(), 4), rtol=0, atol=1e-12)
     # Period 2 adds one power step on the rank-one updated data; later periods change nothing (idempotent update).
     for periods in (2, 5):
         many = VFedPCA(1, periods=periods, local_iters=4, warm_start=True).fit(X)
-        torch.testing.assert_close(many.components_, plain_power(Xc @ Xc.T, b0 / b0.norm(), 5), rtol=0, atol=1e-12)
+        torch.testing.assert_close(many.sample_components_, plain_power(Xc @ Xc.T, b0 / b0.norm(), 5), rtol=0, atol=1e-12)
     assert one.rounds_ == 1 and one.bytes_ == 0
 
 
@@ -135,7 +135,7 @@ def test_one_party_exact_pca_equals_svd():
     X = low_rank_data(f=9)
     m = ExactFederatedPCA(3).fit(X)
     U = torch.linalg.svd(X - X.mean(0), full_matrices=False)[0][:, :3]
-    assert m.converged_ and aligned_distances(m.components_, U).max() < 1e-6
+    assert m.converged_ and aligned_distances(m.sample_components_, U).max() < 1e-6
     assert m.explained_variance_ratio_.sum() <= 1.0
 
 
@@ -146,10 +146,10 @@ def test_one_party_kernel_methods_equal_pooled_kernel_pca():
     G, lam = pooled_kernel_pca(X, 2, kernel="rbf", gamma=0.5)
     exact = ExactFederatedKernelPCA(2, kernel="rbf", gamma=0.5).fit(X)
     ak = VFedAKPCA(2, kernel="rbf", gamma=0.5).fit(X)
-    assert aligned_distances(exact.components_, G).max() < 1e-10
-    assert aligned_distances(ak.components_, G).max() < 1e-10
+    assert aligned_distances(exact.sample_components_, G).max() < 1e-10
+    assert aligned_distances(ak.sample_components_, G).max() < 1e-10
     sk = KernelPCA(2, kernel="rbf", gamma=0.5).fit(X.numpy())
-    assert aligned_distances(exact.components_, torch.as_tensor(sk.eigenvectors_)).max() < 1e-8
+    assert aligned_distances(exact.sample_components_, torch.as_tensor(sk.eigenvectors_)).max() < 1e-8
     np.testing.assert_allclose(exact.eigenvalues_.numpy(), sk.eigenvalues_, rtol=1e-8)
 
 
@@ -262,3 +262,66 @@ def test_bad_data_says_what_to_fix():
 def test_narrow_parties_are_warned_about():
     with pytest.warns(UserWarning, match="one column: exactly"):
         VFedPCA(1).fit(low_rank_data(f=1), Federation.local())
+
+
+def test_exact_krylov_warns_and_says_not_converged_when_max_rounds_stops_it():
+    X = low_rank_data(noise=1.0)
+    with pytest.warns(UserWarning, match="stopped at max_rounds=2"):
+        est = ExactFederatedPCA(2, protocol="krylov", max_rounds=2, oversample=0).fit(X)
+    assert est.converged_ is False and est.rounds_ == 2 and len(est.residuals_) == 2
+    done = ExactFederatedPCA(2, protocol="krylov").fit(X)
+    assert done.converged_ is True and done.residuals_[-1] <= 1e-10
+    # One party alone: both protocols are the local PCA (no coordinator needed, no leak warning).
+    rotated = ExactFederatedPCA(2).fit(X)
+    assert rotated.converged_ is True
+    assert aligned_distances(rotated.sample_components_, done.sample_components_).max() < 1e-8
+    with pytest.raises(VFLInputError, match="unknown protocol"):
+        ExactFederatedPCA(2, protocol="lanczos").fit(X)
+
+
+def test_top_eigenpairs_iterative_path_matches_the_dense_solver(monkeypatch):
+    import vfltorch.pca.linalg as linalg
+
+    X = low_rank_data(n=300, f=40, noise=0.5)
+    K = center_kernel(kernel_matrix(X, "rbf", gamma=0.02))
+    lam, V = torch.linalg.eigh(K)
+    monkeypatch.setattr(linalg, "DENSE_LIMIT", 100)          # force block subspace iteration at n = 300
+    U, theta = linalg.top_eigenpairs(K, 3, reference=shared_start(300, 3, 0, 1, device="cpu"))
+    torch.testing.assert_close(theta, lam.flip(0)[:3], rtol=1e-10, atol=0)
+    assert aligned_distances(U, V.flip(1)[:, :3]).max() < 1e-8
+    assert ((U * shared_start(300, 3, 0, 1, device="cpu")).sum(0) >= 0).all()
+
+
+def test_numpy_input_components_and_inverse_transform_match_scikit_learn():
+    from sklearn.decomposition import PCA
+
+    X = low_rank_data(noise=0.5).numpy()
+    new = low_rank_data(n=9, seed=4, noise=0.5).numpy()
+    sk = PCA(3).fit(X)
+    est = ExactFederatedPCA(3).fit(X)                       # numpy in, Q = 1
+    signs = torch.sign((est.components_ * torch.as_tensor(sk.components_)).sum(1))
+    torch.testing.assert_close(est.components_ * signs[:, None], torch.as_tensor(sk.components_),
+                               rtol=1e-8, atol=1e-10)
+    scores = est.transform(new)
+    torch.testing.assert_close(scores * signs, torch.as_tensor(sk.transform(new)), rtol=1e-8, atol=1e-8)
+    torch.testing.assert_close(est.inverse_transform(scores), torch.as_tensor(sk.inverse_transform(sk.transform(new))),
+                               rtol=1e-8, atol=1e-8)
+    torch.testing.assert_close(est.explained_variance_, torch.as_tensor(sk.explained_variance_), rtol=1e-8, atol=0)
+    with pytest.raises(VFLInputError, match="no inverse_transform"):
+        ExactFederatedKernelPCA(2, kernel="rbf", gamma=0.1).fit(X).inverse_transform(scores[:, :2])
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "poly", "linear"])
+def test_exact_kernel_pca_transforms_new_rows_as_scikit_learn(kernel):
+    from sklearn.decomposition import KernelPCA
+
+    X = low_rank_data(noise=0.5).numpy()
+    new = low_rank_data(n=9, seed=4, noise=0.5).numpy()
+    sk = KernelPCA(2, kernel=kernel, gamma=0.01, degree=3, coef0=1.0, eigen_solver="dense").fit(X)
+    est = ExactFederatedKernelPCA(2, kernel=kernel, gamma=0.01).fit(X)
+    expected = torch.as_tensor(sk.transform(new))
+    got = est.transform(new)
+    signs = torch.sign((got * expected).sum(0))
+    torch.testing.assert_close(got * signs, expected, rtol=1e-7, atol=1e-7)
+    # the training rows through the new-row path give the training embedding U sqrt(lambda)
+    torch.testing.assert_close(est.transform(X), est.transform(), rtol=1e-7, atol=1e-7)

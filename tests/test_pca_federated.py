@@ -11,7 +11,7 @@ import torch
 
 from vfltorch.comm import launch
 from vfltorch.pca import (ExactFederatedKernelPCA, ExactFederatedPCA, VFedAKPCA, VFedPCA, aligned_distances, merge,
-                          pooled_kernel_pca, pooled_pca)
+                          pooled_kernel_pca, pooled_pca, shared_start)
 
 N, WIDTHS = 40, [3, 5, 3, 5]
 BOUNDS = [0, 3, 8, 11, 16]
@@ -34,7 +34,7 @@ def columns(rank):
 
 
 def _state(est):
-    keep = ("components_", "local_components_", "local_eigenvalues_", "history_", "rounds_", "bytes_",
+    keep = ("sample_components_", "local_components_", "local_eigenvalues_", "history_", "rounds_", "bytes_",
             "explained_variance_ratio_", "eigenvalues_", "converged_", "loadings_")
     return {k: getattr(est, k) for k in keep if hasattr(est, k)}
 
@@ -55,7 +55,8 @@ def party_job(fed):
         return est
 
     for topo in ("tree", "star", "ring"):
-        run(f"exact-{topo}", ExactFederatedPCA(3, secure=False, sum_topology=topo))
+        run(f"exact-{topo}", ExactFederatedPCA(3, protocol="krylov", secure=False, sum_topology=topo))
+    run("exact-krylov-secure", ExactFederatedPCA(3, protocol="krylov"))
     exact = run("exact-secure", ExactFederatedPCA(3))
     run("exact-subset", ExactFederatedPCA(2), parties=[0, 2])
     if fed.is_data_party:
@@ -68,7 +69,9 @@ def party_job(fed):
     run("vfedpca-periods", VFedPCA(1, periods=6, local_iters=5, warm_start=True))
     run("akpca-server", VFedAKPCA(1, kernel="rbf", gamma=0.01))
     run("akpca-star", VFedAKPCA(1, kernel="sigmoid", gamma=0.001, topology="star", weight_scaling=True))
-    run("exact-rbf", ExactFederatedKernelPCA(2, kernel="rbf", gamma=0.01))
+    rbf = run("exact-rbf", ExactFederatedKernelPCA(2, kernel="rbf", gamma=0.01))
+    if fed.is_data_party:
+        out["kernel_transform"] = rbf.transform(new_rows()[:, columns(fed.rank)], fed)
     run("exact-poly", ExactFederatedKernelPCA(2, kernel="poly", gamma=0.01, secure=False, sum_topology="star"))
     # A party with a single column: its eigenvector and eigenvalue give the column away (see docs/pca.md).
     narrow = X[:, :1] if fed.rank == 2 else X
@@ -89,15 +92,15 @@ def sent(results, rank, name):
 
 
 # ------------------------------------------------------------------------- exact
-@pytest.mark.parametrize("name", ["exact-tree", "exact-star", "exact-ring", "exact-secure"])
+@pytest.mark.parametrize("name", ["exact-tree", "exact-star", "exact-ring", "exact-krylov-secure", "exact-secure"])
 def test_exact_federated_pca_equals_svd_of_the_pooled_data(results, name):
     X = pooled_data()
     U = torch.linalg.svd(X - X.mean(0), full_matrices=False)[0][:, :3]
     for rank in range(4):
         got = results[rank]["out"][name]
         assert got["converged_"]
-        assert aligned_distances(got["components_"], U).max() < 1e-6, (name, rank)
-        torch.testing.assert_close(got["components_"], results[0]["out"][name]["components_"], rtol=0, atol=0)
+        assert aligned_distances(got["sample_components_"], U).max() < 1e-6, (name, rank)
+        torch.testing.assert_close(got["sample_components_"], results[0]["out"][name]["sample_components_"], rtol=0, atol=0)
     assert results[0]["out"][name]["bytes_"] > 0
 
 
@@ -106,7 +109,7 @@ def test_exact_on_a_subset_of_parties_is_the_pca_of_their_columns(results):
     sub = torch.cat([X[:, columns(0)], X[:, columns(2)]], 1)
     U = torch.linalg.svd(sub - sub.mean(0), full_matrices=False)[0][:, :2]
     for rank in (0, 2):
-        assert aligned_distances(results[rank]["out"]["exact-subset"]["components_"], U).max() < 1e-6
+        assert aligned_distances(results[rank]["out"]["exact-subset"]["sample_components_"], U).max() < 1e-6
     assert "exact-subset" not in results[1]["out"]
     assert results[1]["marks"]["exact-subset"][0] == results[1]["marks"]["exact-subset"][1]  # sent nothing
 
@@ -137,30 +140,30 @@ def check_merge(results, name, members_of, k, **kw):
     vecs, vals = local_pairs(results, name, k)
     for rank in range(4):
         members = members_of(rank)
-        expected = merge(vecs[members], vals[members], **kw)
-        torch.testing.assert_close(results[rank]["out"][name]["components_"], expected, rtol=1e-12, atol=1e-12)
+        expected = merge(vecs[members], vals[members], reference=shared_start(N, k, 0, 1, device="cpu"), **kw)
+        torch.testing.assert_close(results[rank]["out"][name]["sample_components_"], expected, rtol=1e-12, atol=1e-12)
 
 
 def test_server_merge_is_the_eigenvalue_weighted_sum(results):
     check_merge(results, "merge-server", lambda r: [0, 1, 2, 3], K)
     check_merge(results, "merge-server-scaled", lambda r: [0, 1, 2, 3], 1, weight_scaling=True)
-    torch.testing.assert_close(results[4]["out"]["merge-server"]["components_"],
-                               results[0]["out"]["merge-server"]["components_"])
+    torch.testing.assert_close(results[4]["out"]["merge-server"]["sample_components_"],
+                               results[0]["out"]["merge-server"]["sample_components_"])
     # The meter counts this fit only: each client uploads n + 1 float64, the server sends u (n) to 4 clients.
     assert [results[r]["out"]["merge-server-scaled"]["bytes_"] for r in range(5)] == [(N + 1) * 8] * 4 + [4 * N * 8]
 
 
 def test_complete_graph_merge_equals_the_server_merge(results):
     check_merge(results, "merge-complete", lambda r: [0, 1, 2, 3], K)
-    torch.testing.assert_close(results[2]["out"]["merge-complete"]["components_"],
-                               results[2]["out"]["merge-server"]["components_"], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(results[2]["out"]["merge-complete"]["sample_components_"],
+                               results[2]["out"]["merge-server"]["sample_components_"], rtol=1e-12, atol=1e-12)
 
 
 def test_ring_and_star_merge_their_neighbourhoods(results):
     check_merge(results, "merge-ring", lambda r: sorted({(r - 1) % 4, r, (r + 1) % 4}), K)
     check_merge(results, "merge-ring-noself", lambda r: sorted({(r - 1) % 4, (r + 1) % 4}), 1)
     check_merge(results, "merge-star", lambda r: [0, 1, 2, 3] if r == 0 else [0, r], K)
-    ring = [results[r]["out"]["merge-ring"]["components_"] for r in range(4)]
+    ring = [results[r]["out"]["merge-ring"]["sample_components_"] for r in range(4)]
     assert not torch.allclose(ring[0], ring[2])   # neighbourhoods differ, so estimates differ
 
 
@@ -182,7 +185,7 @@ def test_akpca_merges_sqrt_eigenvalue_weights_and_projects_own_data(results):
     X = pooled_data()
     for rank in range(4):
         got = results[rank]["out"]["akpca-server"]
-        torch.testing.assert_close(got["loadings_"], X[:, columns(rank)].T @ got["components_"])
+        torch.testing.assert_close(got["loadings_"], X[:, columns(rank)].T @ got["sample_components_"])
 
 
 def test_exact_kernel_pca_equals_pooled_kernel_pca(results):
@@ -191,7 +194,7 @@ def test_exact_kernel_pca_equals_pooled_kernel_pca(results):
         G, lam = pooled_kernel_pca(X, 2, kernel=kernel, gamma=0.01)
         for rank in range(4):
             got = results[rank]["out"][name]
-            assert aligned_distances(got["components_"], G).max() < 1e-8, (name, rank)
+            assert aligned_distances(got["sample_components_"], G).max() < 1e-8, (name, rank)
             torch.testing.assert_close(got["eigenvalues_"], lam, rtol=1e-8, atol=0)
 
 
@@ -220,7 +223,7 @@ def residual_in_span(B, x):
 
 
 METHODS_WITHOUT_LEAK = ["merge-server", "merge-complete", "merge-ring", "merge-star",
-                        "vfedpca-periods", "akpca-server", "akpca-star", "exact-rbf"]
+                        "vfedpca-periods", "akpca-server", "akpca-star", "exact-rbf", "exact-secure"]
 
 
 @pytest.mark.parametrize("name", METHODS_WITHOUT_LEAK)
@@ -253,7 +256,7 @@ def test_masked_sums_send_only_ring_elements_or_the_total(results):
     for rank in range(4):
         cols = raw_columns(rank)
         floats = 0
-        for phase, src, dst, tensor in sent(results, rank, "exact-secure"):
+        for phase, src, dst, tensor in sent(results, rank, "exact-krylov-secure"):
             if tensor.dtype.is_floating_point and tensor.numel() > 2 * K + 1:
                 # The only float blocks are the round totals A Q sent down the tree by the output party:
                 # the protocol's public output, not the sender's part.
@@ -283,3 +286,14 @@ def test_a_single_column_party_gives_its_column_away(results):
     a, alpha = payload[:N], payload[N]
     rebuilt = a * alpha.sqrt()
     assert min((rebuilt - x).norm(), (rebuilt + x).norm()) < 1e-8 * x.norm()
+
+
+def test_exact_kernel_pca_transforms_new_rows_through_the_masked_cross_gram_sum(results):
+    from sklearn.decomposition import KernelPCA
+
+    sk = KernelPCA(2, kernel="rbf", gamma=0.01, eigen_solver="dense").fit(pooled_data().numpy())
+    expected = torch.as_tensor(sk.transform(new_rows().numpy()))
+    for rank in range(4):
+        got = results[rank]["out"]["kernel_transform"]
+        signs = torch.sign((got * expected).sum(0))
+        torch.testing.assert_close(got * signs, expected, rtol=1e-7, atol=1e-7)

@@ -5,7 +5,8 @@ K_i = k(X_i, X_i) (n x n: RBF, sigmoid or polynomial, ``kernels.py``), centres
 it in feature space (H K_i H), and takes its k leading eigenvectors v_i and
 eigenvalues lambda_i (a dense solver by default, as the reference code's
 ``np.linalg.eig``, or ``local_iters`` power iterations, Algorithm 1). The
-merge is Algorithm 2's with weights sqrt(lambda_i) / sum sqrt(lambda_l)
+merge is Algorithm 2's with weights sqrt(lambda_i) / sum sqrt(lambda_l) (sign-free
+subspace merge by default, the paper's weighted sum with ``merge="paper"``)
 (and Algorithm 4 on top if ``weight_scaling``), over the server or a
 decentralised graph, in one communication period. Each party then projects
 its own data, Z_i = X_i^T u (``loadings_``): nonlinear features of its own
@@ -28,6 +29,7 @@ from ..data import VFLInputError
 from .base import FederatedPCABase
 from .exchange import check_topology, merge_round
 from .kernels import center_kernel, check_kernel, kernel_matrix
+from .merge import check_merge
 from .linalg import matrix_operator, power_iteration, shared_start, top_eigenpairs
 
 
@@ -41,7 +43,7 @@ class VFedAKPCA(FederatedPCABase):
     iterations); ``topology``, ``weight_scaling``, ``include_self`` as in
     ``VFedPCA``; ``seed`` (the shared start / sign reference).
 
-    Attributes: ``components_`` (n x k), ``loadings_`` (Z_i = X_i^T u, f_i x k),
+    Attributes: ``sample_components_`` (n x k), ``loadings_`` (Z_i = X_i^T u, f_i x k),
     ``local_components_`` / ``local_eigenvalues_`` (the party's own kernel PCA),
     ``gamma_``, ``rounds_`` (1), ``bytes_``, ``fit_seconds_``.
     """
@@ -51,7 +53,8 @@ class VFedAKPCA(FederatedPCABase):
 
     def __init__(self, n_components: int = 1, *, kernel: str = "rbf", gamma: float | str | None = None,
                  degree: int = 3, coef0: float = 1.0, local_iters: int | None = None, topology: str = "server",
-                 weight_scaling: bool = False, include_self: bool = True, seed: int = 0):
+                 weight_scaling: bool = False, include_self: bool = True, merge: str = "subspace",
+                 seed: int = 0):
         self.n_components = n_components
         self.kernel = kernel
         self.gamma = gamma
@@ -61,11 +64,13 @@ class VFedAKPCA(FederatedPCABase):
         self.topology = topology
         self.weight_scaling = weight_scaling
         self.include_self = include_self
+        self.merge = merge
         self.seed = seed
 
     def fit(self, X: torch.Tensor | None = None, fed: Federation | None = None, parties=None) -> "VFedAKPCA":
         check_kernel(self.kernel)
         check_topology(self.topology)
+        check_merge(self.merge)
         if self.local_iters is not None and (not isinstance(self.local_iters, int) or self.local_iters < 1):
             raise VFLInputError(f"local_iters must be None (dense solver) or a positive integer, "
                                 f"got {self.local_iters!r}")
@@ -86,7 +91,8 @@ class VFedAKPCA(FederatedPCABase):
             self.local_components_, self.local_eigenvalues_ = v, lam
         with fed.phase(f"pca/{self.method}"):
             U = merge_round(fed, parties, self.topology, v, lam, n, k, weight_scaling=self.weight_scaling,
-                            include_self=self.include_self, power=0.5, device=self._device)
+                            include_self=self.include_self, power=0.5, mode=self.merge,
+                            reference=shared_start(n, k, self.seed, 1, device=self._device), device=self._device)
         self.history_ = [] if U is None else [U]
         self.rounds_ = 1
         self.fit_seconds_ = time.perf_counter() - started
@@ -98,6 +104,6 @@ class VFedAKPCA(FederatedPCABase):
         """The training samples' embedding: the merged unit directions (n x k); no new samples (see base)."""
         if X is not None:
             return super().transform(X, fed)
-        if not hasattr(self, "components_"):
+        if not hasattr(self, "sample_components_"):
             raise RuntimeError("VFedAKPCA is not fitted yet: call fit first")
-        return self.components_
+        return self.sample_components_

@@ -5,8 +5,11 @@ Conventions (all estimators):
 * A party's data X_i is n x f_i: the same n samples (rows) at every party,
   its own f_i features (columns). Linear PCA centres each column locally
   (``center=True``), which centres the pooled matrix exactly.
-* The learned directions live in sample space: ``components_`` is n x k with
-  orthonormal columns, an estimate of the leading left singular vectors U of
+* ``components_`` has scikit-learn's meaning for the linear estimators: the
+  rows of V^T (k x f_i), each data party holding the slice for its own columns
+  (``None`` at a coordinator). The learned directions that the parties share
+  live in sample space: ``sample_components_`` is n x k with orthonormal
+  columns, an estimate of the leading left singular vectors U of
   the pooled (centred) matrix X = [X_1, ..., X_Q] = U S V^T. Every data
   party (and the server) holds the same block, except in the decentralised
   topologies, where each party holds its own estimate.
@@ -14,8 +17,9 @@ Conventions (all estimators):
   paper's output: for the exact method Z_i = V_i S, the rows of the pooled
   right singular vectors that belong to party i's features, scaled.
 * ``explained_variance_`` (s_j^2 / (n - 1) with s_j^2 = u_j^T X X^T u_j) and
-  ``explained_variance_ratio_`` are computed through a sum over the parties
-  of ||X_i^T u_j||^2 and ||X_i||_F^2: k + 1 numbers per party (in the
+  ``explained_variance_ratio_`` are computed through a masked sum
+  (``secure_allreduce``) over the parties of ||X_i^T u_j||^2 and ||X_i||_F^2:
+  k + 1 numbers per party, of which only the totals are revealed (in the
   decentralised topologies: for the first party's estimate).
 * ``fit(X, fed=None, parties=None)``: ``X`` is this party's block (``None`` at
   the coordinator), ``fed`` the party's ``Federation`` (default
@@ -27,8 +31,21 @@ from __future__ import annotations
 
 import torch
 
-from ..comm import Federation, allreduce, broadcast, pairwise_tree
+from ..comm import Federation, broadcast, pairwise_tree, secure_allreduce
 from ..data import VFLInputError
+
+
+def as_tensor(X):
+    """numpy arrays (and anything array-like) as float64 tensors; tensors and None pass through."""
+    if X is None or isinstance(X, torch.Tensor):
+        return X
+    try:
+        import numpy as np
+    except ImportError:                     # pragma: no cover - numpy comes with torch's usual installs
+        return X
+    if isinstance(X, np.ndarray) or hasattr(X, "__array__"):
+        return torch.as_tensor(np.asarray(X, dtype=np.float64))
+    return X
 
 
 class FederatedPCABase:
@@ -39,6 +56,7 @@ class FederatedPCABase:
 
     def _setup(self, X, fed: Federation | None, parties, *, needs_coordinator: bool = False):
         """Validate, agree on n (and the total number of features) across the parties."""
+        X = as_tensor(X)
         if fed is None:
             fed = Federation.local(X.device if isinstance(X, torch.Tensor) else "cpu")
         parties = list(fed.parties if parties is None else (int(p) for p in parties))
@@ -109,7 +127,8 @@ class FederatedPCABase:
             part = torch.stack([(X ** 2).sum(), X.sum(), torch.tensor(float(X.numel()), dtype=X.dtype,
                                                                       device=X.device)])
             with fed.phase("pca/setup"):
-                sq, total, count = allreduce(fed, part, "tree", parties=parties).tolist()
+                summed = secure_allreduce(fed, part, parties=parties) if len(parties) > 1 else part
+                sq, total, count = summed.tolist()
             var = sq / count - (total / count) ** 2
             return 1.0 / (self.n_features_total_ * var) if var > 0 else 1.0
         if not float(self.gamma) > 0:
@@ -125,11 +144,13 @@ class FederatedPCABase:
         estimate; the explained variance is that of the first party's, which
         it sends down the pairwise tree for the purpose.
         """
-        self.components_ = U
+        self.sample_components_ = U
         client = fed.rank in parties
         self.loadings_ = Xc.T @ U if client else None
         if not self.linear:
+            self.eigenvectors_ = U              # scikit-learn KernelPCA's name for the sample-space vectors
             return
+        self.components_ = None
         if client:
             with fed.phase("pca/variance"):
                 common = U
@@ -138,13 +159,17 @@ class FederatedPCABase:
                                        shape=U.shape, dtype=U.dtype).to(U.device)
                 proj = Xc.T @ common
                 parts = torch.cat([(proj ** 2).sum(dim=0), (Xc ** 2).sum().reshape(1)])
-                sums = allreduce(fed, parts, "tree", parties=parties)
+                # Masked: no party learns another's captured or total variance, only the sums.
+                sums = secure_allreduce(fed, parts, parties=parties) if len(parties) > 1 else parts
             captured, total = sums[:-1], sums[-1]
             dof = max(self.n_samples_ - 1, 1)
             self.singular_values_ = captured.clamp_min(0).sqrt()
             self.explained_variance_ = captured / dof
             self.total_variance_ = float(total / dof)
             self.explained_variance_ratio_ = captured / total if total > 0 else torch.zeros_like(captured)
+            # scikit-learn's components_ restricted to this party's columns (k x f_i): V_i^T.
+            s = torch.where(self.singular_values_ > 0, self.singular_values_, torch.ones_like(self.singular_values_))
+            self.components_ = (self.loadings_ / s).T.contiguous()
 
     def transform(self, X: torch.Tensor | None = None, fed: Federation | None = None) -> torch.Tensor:
         """Scores of samples on the components, at every data party.
@@ -154,16 +179,17 @@ class FederatedPCABase:
         (X_i - mean_i) V_i with V_i = Z_i / s, its block of the pooled right
         singular vectors, and the m x k parts are summed over the parties.
         """
-        if not hasattr(self, "components_"):
+        if not hasattr(self, "sample_components_"):
             raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit first")
         if not self.linear:
             raise VFLInputError(f"{type(self).__name__}.transform takes no new samples: a kernel between new "
                                 "and training samples would need every party's columns; use transform() for "
                                 "the training samples' embedding")
         if X is None:
-            return self.components_ * self.singular_values_
+            return self.sample_components_ * self.singular_values_
         if self.loadings_ is None:
             raise VFLInputError("only a data party can transform its columns of new samples")
+        X = as_tensor(X)
         fed = Federation.local(X.device) if fed is None else fed
         if X.dim() != 2 or X.shape[1] != self.loadings_.shape[0]:
             raise VFLInputError(f"expected this party's {self.loadings_.shape[0]} columns of the new samples "
@@ -172,10 +198,31 @@ class FederatedPCABase:
         s = torch.where(self.singular_values_ > 0, self.singular_values_, torch.ones_like(self.singular_values_))
         part = Xc @ (self.loadings_ / s)
         with fed.phase("pca/transform"):
-            return allreduce(fed, part, "tree", parties=self.parties_)
+            # Masked: a tree parent would otherwise see its child's m x k part (X_i V_i of the new rows).
+            return secure_allreduce(fed, part, parties=self.parties_) if len(self.parties_) > 1 else part
 
     def fit_transform(self, X=None, fed=None, parties=None) -> torch.Tensor:
         return self.fit(X, fed, parties).transform()
+
+    def inverse_transform(self, scores) -> torch.Tensor:
+        """This party's columns reconstructed from scores (m x k): scores V_i^T + mean_i (m x f_i), locally.
+
+        Every party holds the scores (``transform`` returns them everywhere), so no
+        message is needed; each party gets back only its own columns. For the exact
+        method this is scikit-learn's ``PCA.inverse_transform`` restricted to them.
+        """
+        if not hasattr(self, "sample_components_"):
+            raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit first")
+        if not self.linear:
+            raise VFLInputError(f"{type(self).__name__} has no inverse_transform (kernel PCA has no linear "
+                                f"map back to the features)")
+        if getattr(self, "components_", None) is None:
+            raise VFLInputError("only a data party can reconstruct (its own) columns")
+        scores = as_tensor(scores).to(torch.float64)
+        k = self.components_.shape[0]
+        if scores.dim() != 2 or scores.shape[1] != k:
+            raise VFLInputError(f"expected scores of shape (m, {k}), got {tuple(scores.shape)}")
+        return scores.to(self.components_.device) @ self.components_ + self.mean_
 
     def _bytes_in(self, fed: Federation) -> dict:
         """This party's meter totals for the fit proper (phases pca/<method>...), since the federation began."""

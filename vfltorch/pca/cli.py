@@ -29,11 +29,12 @@ from ..cli import Command, data_config
 from ..comm import Federation, allreduce
 from ..data import VFLInputError, load_party_data
 from .akpca import VFedAKPCA
-from .exact import SUM_TOPOLOGIES, ExactFederatedPCA
+from .exact import PROTOCOLS, SUM_TOPOLOGIES, ExactFederatedPCA
 from .exact_kernel import ExactFederatedKernelPCA
 from .exchange import TOPOLOGIES
 from .kernels import KERNELS
 from .linalg import shared_start
+from .merge import MERGES
 from .metrics import compare, pooled_kernel_pca, pooled_pca
 from .vfedpca import VFedPCA
 
@@ -65,6 +66,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="local power iterations per period (vfedpca default 10; akpca default: dense eigensolver)")
     g.add_argument("--warm-start", action="store_true", help="vfedpca: Algorithm 3, start from the merged u")
     g.add_argument("--weight-scaling", action="store_true", help="vfedpca/akpca: Algorithm 4")
+    g.add_argument("--merge", choices=MERGES, default="subspace",
+                   help="vfedpca/akpca: subspace (sign-free: leading eigenvectors of the weighted sum of the local "
+                        "projectors) or paper (Algorithm 2's weighted sum of the vectors, sign-dependent)")
     g.add_argument("--include-self", action=argparse.BooleanOptionalAction, default=True,
                    help="decentralised: merge the own eigenvectors with the neighbours' (the reference code does not)")
     g.add_argument("--kernel", choices=KERNELS, default=None,
@@ -73,6 +77,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="kernel gamma: a number, or 'scale' for 1 / (features x variance) (default 1 / total features)")
     g.add_argument("--degree", type=int, default=3, help="poly kernel degree")
     g.add_argument("--coef0", type=float, default=1.0, help="poly / sigmoid kernel offset")
+    g.add_argument("--protocol", choices=PROTOCOLS, default="rotated",
+                   help="exact (linear): rotated (one masked sum of secretly rotated Gram matrices at a coordinator "
+                        "rank, which learns only the spectrum; n x n per party) or krylov (subspace iteration: "
+                        "every party can rebuild the others' Gram matrix, warns)")
     g.add_argument("--tol", type=float, default=1e-10, help="exact: relative residual at which to stop")
     g.add_argument("--max-rounds", type=int, default=1000, help="exact: at most this many rounds")
     g.add_argument("--oversample", type=int, default=None, help="exact: extra block columns (default min(10, n - K))")
@@ -94,13 +102,14 @@ def build_estimator(args):
         return VFedPCA(args.components, periods=args.periods, local_iters=10 if args.local_iters is None else
                        args.local_iters, topology=args.topology, warm_start=args.warm_start,
                        weight_scaling=args.weight_scaling, include_self=args.include_self, center=args.center,
-                       seed=args.seed)
+                       merge=args.merge, seed=args.seed)
     if args.method == "akpca":
         return VFedAKPCA(args.components, kernel=kernel or "rbf", gamma=args.gamma, degree=args.degree,
                          coef0=args.coef0, local_iters=args.local_iters, topology=args.topology,
-                         weight_scaling=args.weight_scaling, include_self=args.include_self, seed=args.seed)
+                         weight_scaling=args.weight_scaling, include_self=args.include_self, merge=args.merge,
+                         seed=args.seed)
     if kernel in (None, "linear"):
-        return ExactFederatedPCA(args.components, oversample=args.oversample, tol=args.tol,
+        return ExactFederatedPCA(args.components, protocol=args.protocol, oversample=args.oversample, tol=args.tol,
                                  max_rounds=args.max_rounds, secure=args.secure_sum, sum_topology=args.sum_topology,
                                  center=args.center, seed=args.seed)
     return ExactFederatedKernelPCA(args.components, kernel=kernel, gamma=args.gamma, degree=args.degree,
@@ -109,26 +118,29 @@ def build_estimator(args):
 
 
 def _wants_server(args) -> bool:
+    if args.method == "exact":
+        return args.kernel in (None, "linear") and args.protocol == "rotated" and (args.parties or 3) > 1
     return args.method in ("vfedpca", "akpca") and args.topology == "server"
 
 
 def _gather_estimates(fed, est, decentralised: bool):
     """Every data party's final components at the active party (decentralised: they differ)."""
     if not decentralised or fed.num_parties == 1:
-        return [est.components_] if fed.is_active else None
+        return [est.sample_components_] if fed.is_active else None
     n, k = est.n_samples_, est.n_components
     with fed.phase("pca/evaluate"):
         if fed.is_active:
-            return [est.components_ if p == fed.rank else fed.recv(p, (n, k), torch.float64, device="cpu")
+            return [est.sample_components_ if p == fed.rank else fed.recv(p, (n, k), torch.float64, device="cpu")
                     for p in fed.parties]
         if fed.is_data_party:
-            fed.send(est.components_, fed.active)
+            fed.send(est.sample_components_, fed.active)
     return None
 
 
 def _run(fed: Federation, data, args, log):
     if _wants_server(args) and fed.world_size > 1 and fed.coordinator is None:
-        raise VFLInputError("--topology server needs a coordinator rank: under torchrun start Q + 1 processes")
+        what = "--method exact --protocol rotated" if args.method == "exact" else "--topology server"
+        raise VFLInputError(f"{what} needs a coordinator rank: under torchrun start Q + 1 processes")
     est = build_estimator(args)
     X = None if data is None else data.X_train.to(args.device)
     est.fit(X, fed)
@@ -154,6 +166,9 @@ def _run(fed: Federation, data, args, log):
     if test_ratio is not None:
         metrics["test_explained_variance_ratio"] = test_ratio
     record = {"metrics": metrics, "train_seconds": est.fit_seconds_, "pca_method": type(est).__name__}
+    if getattr(est, "converged_", None) is not None:
+        # exact PCA: False when max_rounds stopped it before tol (the estimator also warns)
+        record["converged"] = bool(est.converged_)
     if getattr(est, "eigenvalues_", None) is not None:
         record["eigenvalues"] = est.eigenvalues_.tolist()
     if evaluate:

@@ -1,41 +1,78 @@
-"""Exact federated PCA: subspace iteration on the pooled matrix, one sum over the parties per round.
+"""Exact federated PCA: the pooled PCA, computed so that no party learns more than the result.
 
-The pooled sample-space matrix is a sum over the parties,
-A = X X^T = sum_i X_i X_i^T, so its product with a block Q (n x b) is
+Two protocols (``protocol=``):
 
-    A Q = sum_i X_i (X_i^T Q),
+``"rotated"`` (the default): one masked sum of rotated Gram matrices at the
+coordinator (a rank that holds no data).
 
-an n x b part per party summed over the federation (``vfltorch.comm``): a
-pairwise tree, star or ring sum, or, with ``secure=True`` (the default), a
-masked ring sum (``vfltorch.comm.secure_sum``) at the first party followed
-by a tree broadcast, so that no party sees another's part. Round t:
+1. The data parties agree on a secret seed (the first party draws it from
+   the OS and sends it to the other data parties; the coordinator never sees
+   it) and each draws the same Haar-random orthogonal n x n matrix P.
+2. Party i computes its rotated, centred Gram matrix P A_i P^T with
+   A_i = X_i X_i^T (n x n) and the parts go into one ring-masked sum
+   (``vfltorch.comm.secure_sum``) whose output is the coordinator: it gets
+   P A P^T, A = sum_i A_i, and no part.
+3. The coordinator takes its k leading eigenpairs (P U, theta) with a dense
+   solver and sends them to every data party (a star), which rotates back:
+   U = P^T (P U).
 
-    Y = sum_i X_i (X_i^T Q_t)                (the one exchange)
+P A P^T with P Haar-distributed and unknown is a uniformly random symmetric
+matrix with the spectrum of A: the coordinator learns the eigenvalues of A
+(the squared singular values of the pooled centred matrix) and nothing
+else. A data party receives ring elements (uniform), the seed of P, and
+the output (U, theta). Cost: n^2 numbers per party and an n x n
+eigenproblem at the coordinator, so this is for n up to a few thousand
+(``MAX_ROTATED_SAMPLES``).
+
+``"krylov"``: subspace iteration, one sum over the parties per round:
+
+    Y = sum_i X_i (X_i^T Q_t)                (a masked sum + tree broadcast, or a plain all-reduce)
     Rayleigh-Ritz: eig(Q_t^T Y) -> Ritz pairs (U, theta) of A in span(Q_t)
     stop when ||A u_j - theta_j u_j|| <= tol * theta_1 for j <= k
     Q_{t+1} = orth(Y)
 
-Every party holds the same Q and Y, so every party computes the same Ritz
-vectors; the stop decision is agreed by a one-number minimum over the
-parties. The block has b = k + ``oversample`` columns (from the shared seed):
-the error falls like (theta_{b+1} / theta_k)^t. The result is the pooled
-PCA's leading subspace to the tolerance: this is not an approximation of
-the method, it is the method, federated.
+Every party knows every Q_t (the first from the public seed, then orth(Y))
+and receives every Y_t = A Q_t: subtracting its own A_i Q_t and a Nystrom
+reconstruction on span{Q_t} rebuild the *other parties' Gram matrix*
+(tests/test_pca_privacy.py does it to 1e-6). It is kept, with a warning,
+for data too large for the n x n rotation, and because it needs no
+coordinator. The block has b = k + ``oversample`` columns; the error falls
+like (theta_{b+1} / theta_k)^t; ``converged_`` says whether ``tol`` was met
+and a warning is issued when ``max_rounds`` stops it.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
+import warnings
 
 import torch
 
-from ..comm import Federation, MaskStream, allreduce, secure_allreduce
+from ..comm import Federation, MaskStream, allreduce, broadcast, secure_allreduce, secure_sum, star
 from ..data import VFLInputError
 from .base import FederatedPCABase
-from .linalg import align_signs, center_columns, orthonormalize, rayleigh_ritz, shared_start
+from .linalg import align_signs, center_columns, orthonormalize, rayleigh_ritz, shared_start, top_eigenpairs
 
 SUM_TOPOLOGIES = ("tree", "star", "ring")
+PROTOCOLS = ("rotated", "krylov")
+MAX_ROTATED_SAMPLES = 8000      # n x n float64 matrices (P, the Gram part, the sum) must fit in memory
+
+KRYLOV_LEAK = ("protocol='krylov': every party learns every block Q_t and every product A Q_t of the pooled "
+               "Gram matrix, so it can rebuild the other parties' Gram matrix (their data up to a rotation) on "
+               "the explored subspace by subtracting its own part (Nystrom). Use protocol='rotated' (with a "
+               "coordinator rank) unless that leak is acceptable; see docs/pca.md")
+SIMULATION = ("mask_seed is set: masks and the secret rotation come from a seeded generator (a reproducible "
+              "simulation); this run carries no privacy guarantee")
+
+
+def haar_rotation(n: int, seed: int, *, device="cpu") -> torch.Tensor:
+    """A Haar-distributed orthogonal n x n matrix from ``seed`` (QR of a Gaussian, signs fixed by diag(R))."""
+    g = torch.Generator(device="cpu")
+    g.manual_seed(int(seed) % (2 ** 63))
+    Q, R = torch.linalg.qr(torch.randn(n, n, generator=g, dtype=torch.float64))
+    d = torch.sign(torch.diagonal(R))
+    return (Q * torch.where(d == 0, torch.ones_like(d), d)).to(device)
 
 
 def federated_sum(fed: Federation, part: torch.Tensor, parties, *, secure: bool, topology: str = "tree",
@@ -49,25 +86,29 @@ def federated_sum(fed: Federation, part: torch.Tensor, parties, *, secure: bool,
 
 
 class ExactFederatedPCA(FederatedPCABase):
-    """Exact federated PCA by subspace iteration (see the module docstring).
+    """Exact federated PCA (see the module docstring).
 
-    Parameters: ``n_components`` (k); ``oversample`` (extra block columns, default
-    min(10, n - k)); ``tol`` (relative residual, default 1e-10); ``max_rounds``;
-    ``secure`` (masked sums, default True) or ``sum_topology`` ('tree', 'star',
-    'ring') for a plain all-reduce; ``center``; ``seed`` (the shared start block);
-    ``mask_seed`` (this party's private mask seed; default: drawn from the OS).
+    Parameters: ``n_components`` (k); ``protocol`` ('rotated', default: needs a
+    coordinator rank when there is more than one party; 'krylov': subspace
+    iteration, which leaks, see above); for 'krylov': ``oversample`` (extra block
+    columns, default min(10, n - k)), ``tol`` (relative residual, default 1e-10),
+    ``max_rounds``, ``secure`` (masked sums, default True) or ``sum_topology``
+    ('tree', 'star', 'ring') for a plain all-reduce; ``center``; ``seed`` (the
+    shared start block and sign reference); ``mask_seed`` (a reproducible
+    simulation: seeded masks and rotation, no privacy; default: the OS).
 
-    Attributes: ``components_`` (n x k), ``eigenvalues_`` (of X X^T), ``loadings_``,
+    Attributes: ``sample_components_`` (n x k), ``eigenvalues_`` (of X X^T), ``loadings_``,
     ``history_`` (the k Ritz vectors after each round), ``residuals_``,
     ``rounds_``, ``converged_``, ``bytes_``, ``fit_seconds_``, explained variance.
     """
 
     method = "exact"
 
-    def __init__(self, n_components: int = 1, *, oversample: int | None = None, tol: float = 1e-10,
-                 max_rounds: int = 1000, secure: bool = True, sum_topology: str = "tree", center: bool = True,
-                 seed: int = 0, mask_seed: int | None = None):
+    def __init__(self, n_components: int = 1, *, protocol: str = "rotated", oversample: int | None = None,
+                 tol: float = 1e-10, max_rounds: int = 1000, secure: bool = True, sum_topology: str = "tree",
+                 center: bool = True, seed: int = 0, mask_seed: int | None = None):
         self.n_components = n_components
+        self.protocol = protocol
         self.oversample = oversample
         self.tol = tol
         self.max_rounds = max_rounds
@@ -83,14 +124,34 @@ class ExactFederatedPCA(FederatedPCABase):
                                 f"choose one of {', '.join(SUM_TOPOLOGIES)}")
         if not isinstance(self.max_rounds, int) or self.max_rounds < 1:
             raise VFLInputError(f"max_rounds must be a positive integer, got {self.max_rounds!r}")
+        if self.protocol not in PROTOCOLS:
+            raise VFLInputError(f"unknown protocol {self.protocol!r}: choose 'rotated' (default) or 'krylov'")
+        rotated = self.protocol == "rotated"
         fed, parties, X, n = self._setup(X, fed, parties)
+        if self.mask_seed is not None and len(parties) > 1:
+            warnings.warn(SIMULATION, stacklevel=2)
+        if rotated and len(parties) > 1:
+            if not self.secure:
+                raise VFLInputError("secure=False (plain sums, --no-secure-sum) applies to protocol='krylov' only; "
+                                    "protocol='rotated' always uses one masked sum")
+            if fed.coordinator is None:
+                raise VFLInputError("protocol='rotated' needs a coordinator rank (launch(..., coordinator=True), "
+                                    "or `vfl pca --method exact` which starts one); protocol='krylov' needs none "
+                                    "but leaks the other parties' Gram matrix (docs/pca.md)")
+            if n > MAX_ROTATED_SAMPLES:
+                raise VFLInputError(f"protocol='rotated' works with n x n matrices and n = {n} > "
+                                    f"{MAX_ROTATED_SAMPLES}; subsample the rows, or choose protocol='krylov' "
+                                    f"knowing that it leaks the other parties' Gram matrix (docs/pca.md)")
+            return self._fit_rotated(X, fed, parties, n)
         if fed.rank not in parties:        # the coordinator, if any, has nothing to do here
-            self.components_, self.loadings_, self.bytes_, self.messages_, self.rounds_ = None, None, 0, 0, 0
+            self.sample_components_, self.loadings_, self.bytes_, self.messages_, self.rounds_ = None, None, 0, 0, 0
+            self.converged_, self.eigenvalues_ = None, None
             return self
+        if len(parties) > 1:
+            warnings.warn(KRYLOV_LEAK, stacklevel=2)
         started = time.perf_counter()
         k = self.n_components
-        Xc, self.mean_ = center_columns(X) if self.center else (X, torch.zeros(X.shape[1], dtype=X.dtype,
-                                                                                  device=X.device))
+        Xc, self.mean_ = self._center(X)
         extra = min(10, n - k) if self.oversample is None else int(self.oversample)
         b = max(k, min(n, k + max(extra, 0)))
         stream = MaskStream(secrets.randbits(62) if self.mask_seed is None else self.mask_seed, fed.rank)
@@ -114,6 +175,10 @@ class ExactFederatedPCA(FederatedPCABase):
                     converged = True
                     break
                 Q = orthonormalize(Y)
+        if not converged:
+            warnings.warn(f"{fed.name()}: exact PCA stopped at max_rounds={self.max_rounds} with relative residual "
+                          f"{residuals[-1]:.3g} > tol={self.tol:g}: the components are not converged "
+                          f"(converged_ is False)", stacklevel=2)
         self.eigenvalues_ = theta[:k]
         self.history_, self.residuals_, self.converged_ = history, residuals, converged
         self.rounds_ = len(history)
@@ -121,5 +186,62 @@ class ExactFederatedPCA(FederatedPCABase):
         self._count_bytes(fed)
         # Eigenvectors have no sign: orient them as a power iteration from the shared positive start would.
         U = align_signs(U[:, :k].contiguous(), shared_start(n, k, self.seed, 1, device=X.device))
+        self._finish(fed, parties, Xc, U)
+        return self
+
+    def _center(self, X):
+        if self.center:
+            return center_columns(X)
+        return X, torch.zeros(X.shape[1], dtype=X.dtype, device=X.device)
+
+    def _fit_rotated(self, X, fed: Federation, parties, n: int) -> "ExactFederatedPCA":
+        """protocol='rotated' (see the module docstring); every data party and the coordinator call it."""
+        started = time.perf_counter()
+        k, client = self.n_components, fed.rank in parties
+        coordinator = fed.coordinator
+        Xc = None
+        if client:
+            Xc, self.mean_ = self._center(X)
+        block = None
+        with fed.phase(f"pca/{self.method}"):
+            if client:
+                # 1. The rotation's seed: drawn by the first party, sent to the other data parties only.
+                with fed.phase(f"pca/{self.method}/seed"):
+                    if fed.rank == parties[0]:
+                        secret = secrets.randbits(62) if self.mask_seed is None else int(self.mask_seed) + 1
+                        for p in parties[1:]:
+                            fed.send(torch.tensor([secret], dtype=torch.int64), p)
+                    else:
+                        secret = int(fed.recv(parties[0], (1,), torch.int64, device="cpu")[0])
+                P = haar_rotation(n, secret, device=Xc.device)
+                B = P @ Xc
+                part = B @ B.T                                   # P A_i P^T
+                del B
+            else:
+                part = torch.zeros(n, n, dtype=torch.float64, device=self._device)
+            # 2. One masked sum; only the coordinator gets the total P A P^T.
+            stream = MaskStream.private(fed.rank) if self.mask_seed is None else MaskStream(self.mask_seed,
+                                                                                           fed.rank)
+            total = secure_sum(fed, part, out=coordinator, stream=stream, parties=[*parties, coordinator])
+            del part
+            # 3. The coordinator's eigenpairs, to every data party.
+            if fed.rank == coordinator:
+                W, theta = top_eigenpairs(total, k)
+                block = torch.cat([W, theta[None, :]])
+                del total, theta, W
+            block = broadcast(fed, block, star([coordinator, *parties], center=coordinator), shape=(n + 1, k),
+                              dtype=torch.float64)
+        self.eigenvalues_ = block[n].to(self._device).contiguous()
+        self.rounds_, self.converged_, self.residuals_ = 1, True, []
+        self.fit_seconds_ = time.perf_counter() - started
+        self._count_bytes(fed)
+        if not client:
+            self.sample_components_, self.loadings_, self.history_ = None, None, []
+            return self
+        # Eigenvectors have no sign: orient them as a power iteration from the shared positive start would.
+        U = align_signs((P.T @ block[:n].to(Xc.device)).contiguous(), shared_start(n, k, self.seed, 1,
+                                                                                    device=Xc.device))
+        del P
+        self.history_ = [U]
         self._finish(fed, parties, Xc, U)
         return self

@@ -13,6 +13,15 @@ K = prod_i exp(-gamma D_i) = exp(-gamma D) with D computed from G). So:
 4. U and lambda go back to every party down the pairwise tree; each party
    projects its own data, Z_i = X_i^T U.
 
+New rows (``transform(X_new, fed)``): every party sends [X_new,i X_i^T | row norms
+of X_new,i] (m x (n + 1)) into a masked sum at the holder, which evaluates the
+cross-kernel from the pooled cross-Gram matrix (and, for RBF, the pooled
+training diagonal it kept), centres it with the training kernel's means as
+scikit-learn's ``KernelPCA`` does, projects on U / sqrt(lambda) and sends the
+m x k scores down the tree. The holder thereby learns the new rows' inner
+products with the training rows (their geometry, as for the training rows);
+the other parties learn the scores only.
+
 One communication round, n^2 numbers per party. What it reveals: the kernel
 holder learns the pooled Gram matrix G, that is, every inner product and
 distance between samples over all features: the pooled data up to an
@@ -33,7 +42,7 @@ import torch
 
 from ..comm import Federation, MaskStream, broadcast, build, pairwise_tree, reduce, secure_sum
 from ..data import VFLInputError
-from .base import FederatedPCABase
+from .base import FederatedPCABase, as_tensor
 from .exact import SUM_TOPOLOGIES
 from .kernels import center_kernel, check_kernel, kernel_from_gram
 from .linalg import shared_start, top_eigenpairs
@@ -47,7 +56,7 @@ class ExactFederatedKernelPCA(FederatedPCABase):
     (masked sum, default True) or ``sum_topology`` for a plain reduction;
     ``seed`` (sign reference); ``mask_seed``.
 
-    Attributes: ``components_`` (n x k), ``eigenvalues_`` (of the centred kernel),
+    Attributes: ``sample_components_`` (n x k), ``eigenvalues_`` (of the centred kernel),
     ``loadings_`` (Z_i = X_i^T U), ``gamma_``, ``rounds_`` (1), ``bytes_``,
     ``fit_seconds_``.
     """
@@ -76,7 +85,7 @@ class ExactFederatedKernelPCA(FederatedPCABase):
                                 f"choose one of {', '.join(SUM_TOPOLOGIES)}")
         fed, parties, X, n = self._setup(X, fed, parties)
         if fed.rank not in parties:
-            self.components_, self.loadings_, self.bytes_, self.messages_, self.rounds_ = None, None, 0, 0, 0
+            self.sample_components_, self.loadings_, self.bytes_, self.messages_, self.rounds_ = None, None, 0, 0, 0
             return self
         started = time.perf_counter()
         k = self.n_components
@@ -93,12 +102,16 @@ class ExactFederatedKernelPCA(FederatedPCABase):
                 G = reduce(fed, G_part, build(self.sum_topology, parties, root=holder))
             block = None
             if fed.rank == holder:
-                K = center_kernel(kernel_from_gram(G, self.kernel, gamma=self.gamma_, degree=self.degree,
-                                                   coef0=self.coef0))
+                K_raw = kernel_from_gram(G, self.kernel, gamma=self.gamma_, degree=self.degree, coef0=self.coef0)
+                # Kept at the holder only, for transforming new rows: the training kernel's means, diag(G).
+                self._holder_state = (K_raw.mean(dim=0), K_raw.mean(), torch.diagonal(G).clone())
+                K = center_kernel(K_raw)
+                del K_raw
                 U, lam = top_eigenpairs(K, k, reference=shared_start(n, k, self.seed, 1, device=X.device))
                 block = torch.cat([U, lam[None, :]])
             block = broadcast(fed, block, pairwise_tree(parties), shape=(n + 1, k), dtype=torch.float64)
         block = block.to(X.device)
+        self.X_fit_ = X                     # this party's own training columns (as scikit-learn's X_fit_)
         U, self.eigenvalues_ = block[:n].contiguous(), block[n].contiguous()
         self.history_ = [U]
         self.rounds_ = 1
@@ -108,9 +121,37 @@ class ExactFederatedKernelPCA(FederatedPCABase):
         return self
 
     def transform(self, X=None, fed=None) -> torch.Tensor:
-        """The training samples' kernel PCA scores, U sqrt(lambda) (no new samples: see base)."""
-        if X is not None:
-            return super().transform(X, fed)
-        if not hasattr(self, "components_"):
+        """Kernel PCA scores: ``X=None``: the training samples', U sqrt(lambda); new rows: this party's
+        columns of them (m x f_i), through the masked cross-Gram sum (module docstring), at every party."""
+        if not hasattr(self, "sample_components_"):
             raise RuntimeError("ExactFederatedKernelPCA is not fitted yet: call fit first")
-        return self.components_ * self.eigenvalues_.clamp_min(0).sqrt()
+        if X is None:
+            return self.sample_components_ * self.eigenvalues_.clamp_min(0).sqrt()
+        if self.sample_components_ is None:
+            raise VFLInputError("only a data party can transform its columns of new samples")
+        X = as_tensor(X)
+        if not isinstance(X, torch.Tensor) or X.dim() != 2 or X.shape[1] != self.X_fit_.shape[1]:
+            raise VFLInputError(f"expected this party's {self.X_fit_.shape[1]} columns of the new samples "
+                                f"(m x {self.X_fit_.shape[1]}), got {getattr(X, 'shape', type(X).__name__)}")
+        X = X.to(self.X_fit_.device, torch.float64)
+        fed = Federation.local(X.device) if fed is None else fed
+        parties, holder = self.parties_, self.parties_[0]
+        m, n, k = X.shape[0], self.n_samples_, self.n_components
+        part = torch.cat([X @ self.X_fit_.T, (X ** 2).sum(dim=1, keepdim=True)], dim=1)
+        with fed.phase(f"pca/{self.method}/transform"):
+            total = part if len(parties) == 1 else secure_sum(fed, part, out=holder, parties=parties)
+            scores = None
+            if fed.rank == holder:
+                col_mean, grand_mean, diag = self._holder_state
+                Gx, sq = total[:, :n], total[:, n]
+                if self.kernel == "rbf":
+                    Kx = torch.exp(-self.gamma_ * (sq[:, None] + diag[None, :] - 2.0 * Gx).clamp_min(0.0))
+                else:
+                    Kx = kernel_from_gram(Gx, self.kernel, gamma=self.gamma_, degree=self.degree, coef0=self.coef0)
+                Kc = Kx - col_mean[None, :] - Kx.mean(dim=1, keepdim=True) + grand_mean
+                lam = self.eigenvalues_
+                scale = torch.where(lam > 0, lam.clamp_min(0).sqrt(), torch.ones_like(lam))
+                scores = Kc @ (self.sample_components_ / scale)
+            if len(parties) > 1:
+                scores = broadcast(fed, scores, pairwise_tree(parties), shape=(m, k), dtype=torch.float64)
+        return scores.to(X.device)

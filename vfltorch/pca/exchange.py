@@ -111,7 +111,8 @@ def exchange_with_neighbours(fed: Federation, payload: torch.Tensor, graph: str,
 
 def merge_round(fed: Federation, parties, topology: str, vectors: torch.Tensor | None, values: torch.Tensor | None,
                 n: int, k: int, *, weight_scaling: bool = False, include_self: bool = True,
-                power: float = 1.0, device=None) -> torch.Tensor | None:
+                power: float = 1.0, mode: str = "subspace", reference: torch.Tensor | None = None,
+                device=None) -> torch.Tensor | None:
     """One communication period: move the local eigenpairs, merge, return this party's merged n x k block.
 
     ``server``: the server merges every client's pair (Algorithm 2, with
@@ -119,21 +120,23 @@ def merge_round(fed: Federation, parties, topology: str, vectors: torch.Tensor |
     the same block. Decentralised graphs: each client merges its own pair (if
     ``include_self``) and its neighbours' (Algorithm 5). A federation of one
     party, with no server, merges its own pair: the centralised algorithm.
+    ``mode`` and ``reference`` go to ``merge`` (sign-free subspace merge by default,
+    oriented towards ``reference``, which every member must hold identically).
     """
+    how = dict(weight_scaling=weight_scaling, power=power, mode=mode, reference=reference)
     device = fed.device if device is None else device
     parties = list(parties)
     if topology == "server":
         if fed.world_size == 1 or fed.coordinator is None:
             if len(parties) != 1:
                 raise ValueError("the server-client topology needs a coordinator rank")
-            return merge(vectors[None], values[None], weight_scaling=weight_scaling, power=power)
+            return merge(vectors[None], values[None], **how)
         size = n * k + k
         gathered = gather_at_server(fed, pack(vectors, values) if fed.rank in parties else None, parties, size)
         merged = None
         if fed.is_coordinator:
             pairs = [unpack(p.to(device), n, k) for p in gathered]
-            merged = merge(torch.stack([a for a, _ in pairs]), torch.stack([v for _, v in pairs]),
-                           weight_scaling=weight_scaling, power=power)
+            merged = merge(torch.stack([a for a, _ in pairs]), torch.stack([v for _, v in pairs]), **how)
         out = broadcast_from_server(fed, merged, parties, (n, k))
         return None if out is None else out.to(device)
     if fed.rank not in parties:
@@ -142,5 +145,4 @@ def merge_round(fed: Federation, parties, topology: str, vectors: torch.Tensor |
     members = ([(fed.rank, (vectors, values))] if include_self or not got else [])
     members += [(r, unpack(p.to(device), n, k)) for r, p in sorted(got.items())]
     members.sort(key=lambda m: m[0])
-    return merge(torch.stack([a for _, (a, _) in members]), torch.stack([v for _, (_, v) in members]),
-                 weight_scaling=weight_scaling, power=power)
+    return merge(torch.stack([a for _, (a, _) in members]), torch.stack([v for _, (_, v) in members]), **how)

@@ -9,7 +9,28 @@ and returns
 
 column by column (j = 1..k). ``orth`` normalises (k = 1) or orthonormalises by
 QR with diag(R) >= 0 (k > 1), so the merged directions are unit vectors;
-the paper's u is the raw weighted sum, whose direction is the same.
+the paper's u is the raw weighted sum, whose direction is the same. This is
+``mode="paper"``, kept for reproduction: it depends on the signs of the
+local vectors, which nothing fixes once the columns are centred (a centred
+eigenvector is orthogonal to the all-ones vector, so a positive start no
+longer orients it), and opposite signs cancel.
+
+``mode="subspace"`` (the default) is sign-free: the merged block is the k
+leading eigenvectors of
+
+    M = sum_i sum_j c_ij a_ij a_ij^T,    c_ij = w_ij * sum_l alpha_lj,
+
+that is of the sum of the members' weighted rank-one projectors. Flipping
+any a_ij leaves M, hence the result, unchanged. The column factor sum_l
+alpha_lj undoes the per-column normalisation of the weights, so that for
+k > 1 the members' components keep their relative sizes (with the plain
+eigenvalue weights M = sum_i a_i diag(alpha_i) a_i^T, the sum of the members'
+rank-k approximations of A_i, whose eigenvectors estimate those of
+A = sum_i A_i); for k = 1 it is a constant and M = sum_i w_i a_i a_i^T. M is
+never formed: the eigenvectors are the left singular vectors of the n x mk
+block [sqrt(c_ij) a_ij]. Their signs are fixed by ``reference`` (u_j^T r_j >= 0;
+the federated estimators pass the shared positive start) or, without one, by
+making each column's largest entry positive.
 
 VFedAKPCA weights by sqrt(lambda) instead of lambda (``weight_power=0.5``).
 """
@@ -18,7 +39,9 @@ from __future__ import annotations
 
 import torch
 
-from .linalg import orthonormalize
+from .linalg import align_signs, orthonormalize
+
+MERGES = ("subspace", "paper")
 
 
 def eigenvalue_weights(values: torch.Tensor, power: float = 1.0) -> torch.Tensor:
@@ -55,9 +78,45 @@ def merge_weights(values: torch.Tensor, *, weight_scaling: bool = False, power: 
     return scale_weights(w) if weight_scaling else w
 
 
+def check_merge(mode: str) -> str:
+    if mode not in MERGES:
+        raise ValueError(f"unknown merge {mode!r}: choose 'subspace' (sign-free, default) or 'paper' "
+                         f"(the paper's weighted sum, which depends on the local vectors' signs)")
+    return mode
+
+
+def orient_columns(U: torch.Tensor, reference: torch.Tensor | None = None) -> torch.Tensor:
+    """A fixed sign per column: u_j^T r_j >= 0 for ``reference``, else the largest |entry| positive."""
+    if reference is not None:
+        return align_signs(U, reference.to(U.device, U.dtype))
+    lead = U.abs().argmax(dim=0)
+    s = torch.sign(U[lead, torch.arange(U.shape[1], device=U.device)])
+    return U * torch.where(s == 0, torch.ones_like(s), s)
+
+
+def subspace_merge(vectors: torch.Tensor, values: torch.Tensor, *, weight_scaling: bool = False,
+                   power: float = 1.0, reference: torch.Tensor | None = None) -> torch.Tensor:
+    """The k leading eigenvectors of sum_ij c_ij a_ij a_ij^T (see the module docstring): n x k, sign-free."""
+    m, n, k = vectors.shape
+    w = merge_weights(values, weight_scaling=weight_scaling, power=power)
+    c = (w * (values.clamp_min(0.0) ** power).sum(dim=0, keepdim=True)).clamp_min(0.0)
+    if not bool((c > 0).any()):
+        c = torch.ones_like(c)                  # no variance anywhere: every vector counts the same
+    block = (vectors * c.sqrt()[:, None, :]).permute(1, 0, 2).reshape(n, m * k)
+    U = torch.linalg.svd(block, full_matrices=False)[0][:, :k]
+    return orient_columns(U.contiguous(), reference)
+
+
 def merge(vectors: torch.Tensor, values: torch.Tensor, *, weight_scaling: bool = False,
-          power: float = 1.0) -> torch.Tensor:
-    """u = orth(sum_i w_i a_i) over the members (see the module docstring): n x k."""
+          power: float = 1.0, mode: str = "subspace", reference: torch.Tensor | None = None) -> torch.Tensor:
+    """The merged n x k block of the members (see the module docstring).
+
+    ``mode="subspace"``: sign-free (default); ``mode="paper"``: u = orth(sum_i w_i a_i)
+    (Algorithm 2 as written; ``reference`` is not used).
+    """
+    check_merge(mode)
+    if mode == "subspace":
+        return subspace_merge(vectors, values, weight_scaling=weight_scaling, power=power, reference=reference)
     w = merge_weights(values, weight_scaling=weight_scaling, power=power)
     return orthonormalize((w[:, None, :] * vectors).sum(dim=0))
 

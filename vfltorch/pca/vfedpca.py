@@ -9,7 +9,9 @@ Client i holds X_i (n x f_i, columns centred). In every period t = 1..T:
    every period), or, with ``warm_start`` (Algorithm 3), from period 2 on it
    is the merged u of the previous period.
 2. Merge (Algorithm 2): u = sum_i w_i a_i with w_i = alpha_i / sum_l alpha_l,
-   per component; with ``weight_scaling`` (Algorithm 4) the larger-eigenvalue
+   per component (``merge="paper"``; the default ``merge="subspace"`` takes the
+   leading eigenvectors of sum_i w_i a_i a_i^T instead, which does not depend
+   on the local vectors' signs: ``merge.py``); with ``weight_scaling`` (Algorithm 4) the larger-eigenvalue
    half of the members gets (1 + eta) w_i and the rest (1 - eta) w_i,
    eta = mean(w). Server-client: the server (coordinator) merges everything.
    Decentralised (Algorithm 5): each client merges its neighbourhood in a
@@ -43,6 +45,7 @@ from ..data import VFLInputError
 from .base import FederatedPCABase
 from .exchange import check_topology, merge_round
 from .linalg import center_columns, gram_operator, power_iteration, shared_start
+from .merge import check_merge
 
 
 def update_local_data(X: torch.Tensor, U: torch.Tensor) -> torch.Tensor:
@@ -81,9 +84,11 @@ class VFedPCA(FederatedPCABase):
     update_data : Algorithm 2's local data update after each period (``False`` keeps the data,
         so every period is a warm- or cold-started local iteration on the original data).
     center : centre each party's columns first.
-    seed : the shared seed of the start vectors.
+    merge : 'subspace' (default: sign-free, the leading eigenvectors of the weighted sum of the
+        local projectors) or 'paper' (Algorithm 2's weighted sum of the vectors, for reproduction).
+    seed : the shared seed of the start vectors (and of the reference that orients the result).
 
-    Attributes (after ``fit``; see ``base.py``): ``components_`` (n x k), ``loadings_``
+    Attributes (after ``fit``; see ``base.py``): ``sample_components_`` (n x k), ``loadings_``
     (f_i x k, the paper's Z_i = X_i^T u), ``local_components_`` / ``local_eigenvalues_``
     (the party's own eigenpairs of the first period: what it has without federation),
     ``history_`` (the merged block after each period), ``rounds_``, ``bytes_``,
@@ -94,7 +99,8 @@ class VFedPCA(FederatedPCABase):
 
     def __init__(self, n_components: int = 1, *, periods: int = 10, local_iters: int = 10,
                  topology: str = "server", warm_start: bool = False, weight_scaling: bool = False,
-                 include_self: bool = True, update_data: bool = True, center: bool = True, seed: int = 0):
+                 include_self: bool = True, update_data: bool = True, center: bool = True,
+                 merge: str = "subspace", seed: int = 0):
         self.n_components = n_components
         self.periods = periods
         self.local_iters = local_iters
@@ -104,10 +110,12 @@ class VFedPCA(FederatedPCABase):
         self.include_self = include_self
         self.update_data = update_data
         self.center = center
+        self.merge = merge
         self.seed = seed
 
     def fit(self, X: torch.Tensor | None = None, fed: Federation | None = None, parties=None) -> "VFedPCA":
         check_topology(self.topology)
+        check_merge(self.merge)
         for name in ("periods", "local_iters"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -125,7 +133,7 @@ class VFedPCA(FederatedPCABase):
                               f"(one column: exactly, up to sign). See docs/pca.md, privacy.", stacklevel=2)
             work = Xc
         U, history = None, []
-        cold = shared_start(n, k, self.seed, 1, device=self._device) if client else None
+        cold = shared_start(n, k, self.seed, 1, device=self._device)
         with fed.phase(f"pca/{self.method}"):
             for t in range(1, self.periods + 1):
                 a = alpha = None
@@ -139,7 +147,8 @@ class VFedPCA(FederatedPCABase):
                     if t == 1:
                         self.local_components_, self.local_eigenvalues_ = a, alpha
                 U = merge_round(fed, parties, self.topology, a, alpha, n, k, weight_scaling=self.weight_scaling,
-                                include_self=self.include_self, device=self._device)
+                                include_self=self.include_self, mode=self.merge, reference=cold,
+                                device=self._device)
                 if client and self.update_data:
                     work = update_local_data(work, U)                                      # Algorithm 2
                 if U is not None:

@@ -1,0 +1,174 @@
+"""The Gram-matrix attack on exact federated PCA, run on what each party actually received (real processes).
+
+The adversary is a data party: it pools every tensor it received (the transcripts of the others, filtered by
+destination), the public seed and its own columns, and tries to rebuild the *other parties'* Gram matrix
+sum_{i != j} X_i X_i^T (their data up to a rotation). Against protocol='krylov' it knows every block Q_t
+(the first from the public seed, then orth(Y_t)) and receives every Y_t = A Q_t: subtracting its own part
+and a Nystrom reconstruction on span{Q_t} rebuild it. Against the default protocol='rotated' it receives ring
+elements, the rotation's seed and the output (U, theta) only: its best estimate is the output's rank-k
+matrix minus its own part. The coordinator's view, P A P^T, is checked too: the spectrum of A and no more.
+"""
+
+import warnings
+
+import pytest
+import torch
+
+from vfltorch.comm import launch
+from vfltorch.pca import ExactFederatedPCA, orthonormalize, shared_start
+from vfltorch.pca.exact import haar_rotation
+
+N, WIDTHS, K = 60, [6, 6, 6], 3
+BOUNDS = [0, 6, 12, 18]
+B = K + min(10, N - K)           # the krylov block width
+
+
+def pooled():
+    g = torch.Generator().manual_seed(21)
+    # A full-rank spectrum with a clear top 3, so that the output (the top-3 subspace) is not the whole matrix.
+    scales = torch.tensor([5.0, 4.0, 3.5] + [2.0] * 15, dtype=torch.float64)
+    return torch.randn(N, 18, generator=g, dtype=torch.float64) * scales + 1.0
+
+
+def own(rank):
+    X = pooled()[:, BOUNDS[rank]:BOUNDS[rank + 1]]
+    return X - X.mean(0)
+
+
+def job(fed):
+    X = own(fed.rank) if fed.is_data_party else None
+    out = {}
+    for name, est in (("krylov", ExactFederatedPCA(K, protocol="krylov")), ("rotated", ExactFederatedPCA(K))):
+        start = len(fed.transcript)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            est.fit(X, fed)
+        out[name] = {"span": (start, len(fed.transcript)), "warnings": [str(w.message) for w in caught],
+                     "components": est.sample_components_, "eigenvalues": est.eigenvalues_}
+    msgs = [(m.phase, m.src, m.dst, m.tensor) for m in fed.transcript]
+    return {"out": out, "messages": msgs}
+
+
+@pytest.fixture(scope="module")
+def results():
+    return launch(job, 3, coordinator=True, record_transcript=True)
+
+
+def received(results, rank, name):
+    """Every tensor sent to ``rank`` during fit ``name``, in sending order per sender."""
+    got = []
+    for res in results:
+        a, b = res["out"][name]["span"] if name in res["out"] else (0, 0)
+        got += [m for m in res["messages"][a:b] if m[2] == rank]
+    return got
+
+
+def others_gram(rank):
+    A = sum(own(i) @ own(i).T for i in range(3))
+    return A - own(rank) @ own(rank).T
+
+
+def rel(E, T):
+    return float(torch.linalg.matrix_norm(E - T) / torch.linalg.matrix_norm(T))
+
+
+def nystrom_attack(msgs, rank):
+    """Krylov-type pairs (Q_t, A Q_t) from the received float n x b blocks and the public seed -> others' Gram."""
+    Xj = own(rank)
+    Q = orthonormalize(shared_start(N, B, 0, 0, device="cpu", positive=False))
+    queries, products = [], []
+    for phase, src, dst, t in msgs:
+        if t.dtype.is_floating_point and t.numel() == N * B:
+            Y = t.reshape(N, B).to(torch.float64)
+            queries.append(Q)
+            products.append(Y - Xj @ (Xj.T @ Q))     # the others' part of A Q
+            Q = orthonormalize(Y)
+    if not queries:
+        return None
+    Qs, Zs = torch.cat(queries, 1), torch.cat(products, 1)
+    return Zs @ torch.linalg.pinv(Qs.T @ Zs, rtol=1e-10, hermitian=True) @ Zs.T
+
+
+def output_attack(msgs, rank):
+    """The best a party can do with the output alone: U diag(theta) U^T minus its own Gram matrix."""
+    seeds = [t for phase, src, dst, t in msgs if phase.endswith("/seed")]
+    blocks = [t for phase, src, dst, t in msgs if t.dtype.is_floating_point and t.numel() == (N + 1) * K]
+    if not blocks:
+        return None
+    block = blocks[-1].reshape(N + 1, K).to(torch.float64)
+    if not seeds:                              # party 0 drew the seed itself: see best_attack
+        return None
+    U = haar_rotation(N, int(seeds[0][0])).T @ block[:N]     # the attacker knows P: rotate back
+    Xj = own(rank)
+    return U @ torch.diag(block[N]) @ U.T - Xj @ Xj.T
+
+
+def best_attack(results, rank, name):
+    msgs = received(results, rank, name)
+    truth = others_gram(rank)
+    errors = [rel(E, truth) for E in (nystrom_attack(msgs, rank), output_attack(msgs, rank)) if E is not None]
+    if rank == 0 and name == "rotated":
+        # Party 0 drew the seed; its output is the same U at every party: the output attack with its own copy.
+        r = results[0]["out"][name]
+        U, theta = r["components"], r["eigenvalues"]
+        errors.append(rel(U @ torch.diag(theta) @ U.T - own(0) @ own(0).T, truth))
+    return min(errors) if errors else 1.0
+
+
+def test_the_attack_rebuilds_the_others_gram_matrix_from_the_krylov_protocol(results):
+    for rank in (1, 2):                      # the parties below the masked sum's output receive the totals A Q_t
+        assert best_attack(results, rank, "krylov") < 1e-6, rank
+    for rank in range(3):
+        assert any("rebuild the other parties' Gram matrix" in w for w in results[rank]["out"]["krylov"]["warnings"])
+
+
+def test_the_attack_fails_against_the_rotated_protocol(results):
+    for rank in range(3):
+        msgs = received(results, rank, "rotated")
+        assert nystrom_attack(msgs, rank) is None                 # no product of a known block ever arrives
+        err = best_attack(results, rank, "rotated")
+        assert err > 0.3, (rank, err)                             # only the output's rank-3 part: far off
+        assert not results[rank]["out"]["rotated"]["warnings"]
+        # what it received: int64 ring elements and the seed, the (n + 1) x k output and the variance totals
+        for phase, src, dst, t in msgs:
+            assert (not t.dtype.is_floating_point) or t.numel() in ((N + 1) * K, K + 1), (phase, t.shape)
+
+
+def test_both_protocols_give_the_pooled_pca(results):
+    X = pooled()
+    U = torch.linalg.svd(X - X.mean(0), full_matrices=False)[0][:, :K]
+    for name in ("krylov", "rotated"):
+        for rank in range(3):
+            got = results[rank]["out"][name]["components"]
+            signs = torch.sign((got * U).sum(0))
+            torch.testing.assert_close(got * signs, U, rtol=0, atol=1e-8)
+
+
+def test_the_coordinator_learns_the_spectrum_and_not_the_gram_matrix(results):
+    # Rebuild the coordinator's P A P^T from the rotation's seed (the test reads it from the transcript).
+    seed = [t for phase, src, dst, t in received(results, 1, "rotated") if phase.endswith("/seed")][0]
+    P = haar_rotation(N, int(seed[0]))
+    A = sum(own(i) @ own(i).T for i in range(3))
+    view = P @ A @ P.T
+    coordinator = 3
+    # It received ring elements and the masked-sum bookkeeping only, never the seed or a float block.
+    for phase, src, dst, t in received(results, coordinator, "rotated"):
+        assert "/seed" not in phase and (not t.dtype.is_floating_point or t.numel() <= K + 1), (phase, t.shape)
+    assert results[coordinator]["out"]["rotated"]["components"] is None
+    torch.testing.assert_close(torch.linalg.eigvalsh(view), torch.linalg.eigvalsh(A), rtol=1e-9, atol=1e-6)
+    # Taking its view for the Gram matrix, or any one party's Gram part for its own, is far off.
+    assert rel(view, A) > 0.5
+    for rank in range(3):
+        assert rel(view, others_gram(rank)) > 0.5
+
+
+@pytest.mark.parametrize("q", [2, 3, 5, 8])
+def test_the_rotated_sum_layout_reveals_no_partial_sum(q):
+    # The rotated protocol's masked sum runs over the data parties and the coordinator (the output, with
+    # a zero part); the kept mask is the first party's. No node can combine what it receives into a
+    # combination of other parties' parts (before the output itself is revealed to the coordinator).
+    from vfltorch.comm import masked_sum_leakage, totally_different_trees
+
+    ranks = list(range(q)) + [q]
+    t1, t2 = totally_different_trees(ranks, 0)
+    assert set(masked_sum_leakage(t1, t2, 0, q).values()) == {0}
