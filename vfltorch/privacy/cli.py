@@ -257,7 +257,7 @@ def _dpsgd(fed, data, args, log):
 COMMANDS = [
     Command("dpscd", "DP-SCD: differentially private stochastic coordinate descent for ridge, logistic regression "
                      "and the L2-SVM over vertically split columns (Damaskinos et al., AAAI 2021)",
-            _dpscd, add_arguments=_dpscd_arguments, data_defaults=PAPER_PREPROCESSING),
+            _dpscd, add_arguments=_dpscd_arguments, data_defaults=PAPER_PREPROCESSING, tasks=("binary", "regression")),
     Command("dpsgd", "the DP-SGD baseline (opacus) on DP-SCD's linear model and data; centralised (--parties 1)",
-            _dpsgd, add_arguments=_dpsgd_arguments, data_defaults=PAPER_PREPROCESSING),
+            _dpsgd, add_arguments=_dpsgd_arguments, data_defaults=PAPER_PREPROCESSING, tasks=("binary", "regression")),
 ]
