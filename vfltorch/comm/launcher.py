@@ -150,7 +150,7 @@ def launch(fn, parties: int, args: tuple = (), kwargs: dict | None = None, *, co
                 for r, p in enumerate(procs):
                     if r not in outcome:
                         p.kill()
-                        outcome[r] = ("died", (f"the process did not stop within {grace:g} s after another "
+                        outcome[r] = ("killed", (f"the process did not stop within {grace:g} s after another "
                                                "party failed (hung?) and was killed by the launcher", None))
                 break
             try:
@@ -239,7 +239,9 @@ def _federation_error(roles: Roles, failed: dict) -> FederationError:
         if roots and root not in roots:
             root = roots[0]
     else:
-        root = roots[0] if roots else min(failed)
+        # Parties the launcher killed after someone else failed are never the cause, unless there is no other.
+        others = [r for r, (kind, _) in sorted(failed.items()) if kind != "killed"]
+        root = roots[0] if roots else (others[0] if others else min(failed))
     lines = [f"{len(failed)} of {roles.world_size} parties failed; the cause is {roles.name(root)}:"]
     for r in [root] + [r for r in sorted(failed) if r != root] if root in failed else sorted(failed):
         lines.append(f"  {roles.name(r)}: {failed[r][1][0].splitlines()[0]}")
