@@ -82,6 +82,9 @@ CASES = [
     ("inspect --device tpu", "--device must be cpu or cuda[:N], got 'tpu'"),
     ("fdskl --epochs x", "argument --epochs: invalid float value: 'x'"),
     ("hetero-lr --batch-size 0", "--batch-size must be > 0, got 0"),
+    ("hetero-lr --key-bits 512", "a 512-bit Paillier key is too small"),
+    ("hetero-lr --key-bits 1025", "key_bits must be even"),
+    ("dpsgd --parties 3", "vfl dpsgd is the centralised DP-SGD baseline"),
     # ---- party layout
     ("inspect --parties 40", "40 parties but only 30 features in breast_cancer"),
     ("inspect --dataset {two_cols} --label-column y --parties 3", "3 parties but only 2 features"),
