@@ -23,7 +23,7 @@ SLACK = 25            # seconds beyond the expected bound that a loaded 2-core m
 
 # Long enough that the fault always lands while the run is going.
 METHODS = {
-    "fdskl": ["fdskl", "--parties", "2", "--time-budget", "300"],
+    "fdskl": ["fdskl", "--parties", "2", "--time-budget", "100000"],
     "pca": ["pca", "--parties", "2", "--method", "vfedpca", "--topology", "server", "--periods", "1000000",
             "--no-evaluate"],
     "dpscd": ["dpscd", "--parties", "2", "--epochs", "100000", "--monitor-every", "0"],
