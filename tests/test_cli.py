@@ -98,7 +98,7 @@ def test_command_check_runs_before_any_party_starts(monkeypatch, capsys):
         raise AssertionError("a party was started although check() rejected the options")
 
     fake = cli.Command("fake", "test command", run=lambda fed, data, args, log: {}, check=check)
-    monkeypatch.setattr(cli, "discover_commands", lambda: {"fake": fake})
+    monkeypatch.setattr(cli, "discover_commands", lambda name=None: {"fake": fake})
     monkeypatch.setattr(launcher, "launch", never)
     monkeypatch.setattr("vfltorch.comm.launch", never)
     assert main(["fake", "--parties", "5"]) == 2

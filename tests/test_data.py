@@ -137,7 +137,7 @@ def test_rows_that_disagree_are_refused_at_every_party():
 def test_user_csv_with_text_column_is_refused(tmp_path):
     (tmp_path / "t.csv").write_text("a,b,y\n1,x,0\n2,y,1\n")
     config = DataConfig(dataset=str(tmp_path / "t.csv"), label_column="y")
-    with pytest.raises(Exception, match=r"column\(s\) \['b'\] are not numeric"):
+    with pytest.raises(Exception, match=r"column 'b' is not numeric: line 2 holds 'x'"):
         launch(party_job, 1, args=(config,))
 
 

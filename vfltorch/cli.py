@@ -8,6 +8,14 @@ active party writes the JSON record, TensorBoard scalars and the summary.
 
 Methods plug in as ``Command`` objects listed in a ``COMMANDS`` variable of
 their package's ``cli`` module (``vfltorch.kernels.cli`` and so on).
+``COMMAND_INDEX`` names the module of each command, so ``vfl --help`` imports
+no method and ``vfl METHOD ...`` imports only that method's module.
+
+Before any party starts, the launching process runs the preflight
+(``vfltorch.data.preflight``): option values, output paths, the dataset's
+files, columns against parties, labels against the method's tasks, then the
+method's own ``check``. Mistakes there are answered in the launching process.
+SIGINT / SIGTERM stop every party with one line (exit codes 130 / 143).
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import argparse
 import importlib
 import importlib.util
 import logging
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -24,6 +33,17 @@ from typing import Callable
 from . import __version__
 
 COMMAND_MODULES = ["vfltorch.kernels.cli", "vfltorch.pca.cli", "vfltorch.privacy.cli", "vfltorch.linear.cli"]
+
+# name -> (module, one-line help): what `vfl --help` lists without importing any method.
+COMMAND_INDEX = {
+    "datasets": ("vfltorch.data.cli", "list the registered datasets and whether their files are found"),
+    "inspect": ("vfltorch.data.cli", "load and split the data across the parties and report what each holds"),
+    "fdskl": ("vfltorch.kernels.cli", "FDSKL: kernel classification / regression with random features"),
+    "pca": ("vfltorch.pca.cli", "vertical federated PCA: VFedPCA, VFedAKPCA or exact federated (kernel) PCA"),
+    "dpscd": ("vfltorch.privacy.cli", "DP-SCD: differentially private coordinate descent for linear models"),
+    "dpsgd": ("vfltorch.privacy.cli", "the DP-SGD baseline (opacus), centralised"),
+    "hetero-lr": ("vfltorch.linear.cli", "encrypted vertical logistic regression (Paillier coordinator)"),
+}
 
 
 @dataclass
@@ -47,6 +67,7 @@ class Command:
     data_defaults: dict = field(default_factory=dict)
     needs_data: bool = True
     check: Callable[[argparse.Namespace], None] | None = None
+    tasks: tuple[str, ...] | None = None    # data tasks the method handles (None: any); checked before start
 
     def wants_coordinator(self, args) -> bool:
         return self.coordinator(args) if callable(self.coordinator) else bool(self.coordinator)
@@ -57,7 +78,11 @@ def _builtin_commands() -> list[Command]:
     return list(COMMANDS)
 
 
-def discover_commands() -> dict[str, Command]:
+def discover_commands(name: str | None = None) -> dict[str, Command]:
+    """Every command, or (``name`` in ``COMMAND_INDEX``) only the commands of that one's module."""
+    if name in COMMAND_INDEX:
+        module = importlib.import_module(COMMAND_INDEX[name][0])
+        return {c.name: c for c in getattr(module, "COMMANDS", [])}
     commands = {c.name: c for c in _builtin_commands()}
     for module in COMMAND_MODULES:
         if importlib.util.find_spec(module) is None:
@@ -65,6 +90,16 @@ def discover_commands() -> dict[str, Command]:
         for c in getattr(importlib.import_module(module), "COMMANDS", []):
             commands[c.name] = c
     return commands
+
+
+def command_name(argv: list[str]) -> str | None:
+    """The METHOD of ``vfl [--version] METHOD ...`` (the top level takes no option with a value)."""
+    for a in argv:
+        if a == "--":
+            return None
+        if not a.startswith("-"):
+            return a
+    return None
 
 
 def add_common_arguments(p: argparse.ArgumentParser, defaults: dict | None = None) -> None:
@@ -129,7 +164,8 @@ examples:
 """
 
 
-def build_parser(commands: dict[str, Command] | None = None) -> argparse.ArgumentParser:
+def build_parser(commands: dict[str, Command] | None = None, *, index: bool = False) -> argparse.ArgumentParser:
+    """The ``vfl`` parser. ``index``: also list every ``COMMAND_INDEX`` name not in ``commands`` (no import)."""
     commands = discover_commands() if commands is None else commands
     parser = argparse.ArgumentParser(
         prog="vfl", description="Vertical federated learning on PyTorch: every party holds some columns, "
@@ -145,7 +181,21 @@ def build_parser(commands: dict[str, Command] | None = None) -> argparse.Argumen
         if c.needs_data:
             add_common_arguments(sp, c.data_defaults)
         c.add_arguments(sp)
+    if index:
+        for name, (_, text) in COMMAND_INDEX.items():
+            if name not in commands:
+                sub.add_parser(name, help=text, description=text)
     return parser
+
+
+def parse_command_line(argv: list[str]):
+    """(args, command): imports only the named method's module."""
+    name = command_name(argv)
+    commands = {} if name is None else discover_commands(name)
+    if name is not None and name not in commands:
+        commands = discover_commands()          # a command outside the index
+    args = build_parser(commands, index=True).parse_args(argv)
+    return args, commands[args.command]
 
 
 def data_config(args):
@@ -164,9 +214,7 @@ def run_party(fed, argv: list[str]) -> dict | None:
     from .data import VFLInputError, load_party_data
     from .runlog import RunLog, write_json
 
-    commands = discover_commands()
-    args = build_parser(commands).parse_args(argv)
-    command = commands[args.command]
+    args, command = parse_command_line(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format=f"[party {fed.rank}] %(message)s")
     log = RunLog(args.logdir, enabled=fed.is_active, progress=not args.quiet)
@@ -194,6 +242,8 @@ def run_party(fed, argv: list[str]) -> dict | None:
             "method": command.name,
             "dataset": args.dataset,
             "parties": fed.num_parties,
+            "data_task": None if data is None else data.task,
+            "labels": None if data is None else data.label_note,
             "metrics": {k: float(v) for k, v in out.pop("metrics", {}).items()},
             "train_seconds": float(out.pop("train_seconds", float("nan"))),
             "load_seconds": load_seconds,
@@ -203,7 +253,9 @@ def run_party(fed, argv: list[str]) -> dict | None:
                        "world_size": fed.world_size, "coordinator": fed.coordinator},
             "vfltorch_version": __version__,
         }
-        write_json(args.output_json, record)
+        written = write_json(args.output_json, record)
+        if args.output_json and written != args.output_json:
+            record["output_fallback"] = written
         log.scalar("comm/bytes_total", sum(e["bytes_sent"] for e in record["comm"].values()), 0)
         if not args.quiet:
             _print_summary(record)
@@ -222,6 +274,10 @@ def _print_summary(record: dict) -> None:
     metrics = "  ".join(f"{k}={v:.4f}" for k, v in record["metrics"].items())
     sent = sum(e["bytes_sent"] for e in record["comm"].values())
     print(f"{record['method']} on {record['dataset']} with {record['parties']} parties: {metrics}", flush=True)
+    if record.get("labels"):
+        model = record.get("task")
+        shown = f" (model: {model})" if model and model != record.get("data_task") else ""
+        print(f"  task: {record['labels']}{shown}", flush=True)
     print(f"  train {record['train_seconds']:.2f} s, {sent / 1e6:.3f} MB sent in total", flush=True)
 
 
@@ -230,27 +286,60 @@ def _party_entry(fed, argv):
     return run_party(fed, argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from .comm import (FederationError, PartyFailure, check_backend, init_from_env, launch, under_mpirun,
-                       under_torchrun)
-    from .data import VFLInputError
+class Terminated(BaseException):
+    """SIGTERM reached the launching process (SIGINT arrives as KeyboardInterrupt)."""
 
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    commands = discover_commands()
-    args = build_parser(commands).parse_args(argv)
-    command = commands[args.command]
+    args, command = parse_command_line(argv)
     if not command.needs_data:
-        return command.run(None, None, args, None) or 0
+        try:
+            return command.run(None, None, args, None) or 0
+        except BrokenPipeError:            # `vfl datasets | head -3`
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
+    previous = None
+    try:
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    except ValueError:                      # not the main thread: leave signals alone
+        pass
+    try:
+        return _main(argv, args, command)
+    except KeyboardInterrupt:
+        print("vfl: interrupted (SIGINT): every party was stopped; nothing was written", file=sys.stderr)
+        return 130
+    except Terminated:
+        print("vfl: terminated (SIGTERM): every party was stopped; nothing was written", file=sys.stderr)
+        return 143
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv, args, command) -> int:
+    from .data.preflight import preflight
+    from .data.validation import VFLInputError
+
     coordinator = command.wants_coordinator(args)
     try:
+        distributed = args.backend == "mpi" or _under_launcher()
+        preflight(args, command, local=not distributed)
         _check_device(args.device)
         if command.check is not None:
             command.check(args)
+        from .comm import FederationError, PartyFailure, check_backend, init_from_env, launch
         try:
             check_backend(args.backend)
         except RuntimeError as exc:
             raise VFLInputError(str(exc)) from None
-        if args.backend == "mpi" or under_torchrun() or under_mpirun():
+        if distributed:
             fed = init_from_env(coordinator=coordinator, backend=args.backend, device=args.device,
                                 timeout=args.timeout)
             expected = fed.num_parties
@@ -259,38 +348,52 @@ def main(argv: list[str] | None = None) -> int:
                                     f"({expected} data parties{' + a coordinator' if coordinator else ''}); "
                                     f"drop --parties or start {args.parties + coordinator} processes")
             try:
-                run_party(fed, argv)
+                records = [run_party(fed, argv)]
             except BaseException as exc:
                 fed.report_error(exc)
                 raise
             fed.close()
         else:
             parties = 3 if args.parties is None else args.parties
-            if parties < 1:
-                raise VFLInputError(f"--parties must be at least 1, got {parties}")
-            launch(_party_entry, parties, args=(argv,), coordinator=coordinator, backend=args.backend,
-                   device=args.device, timeout=args.timeout)
+            records = launch(_party_entry, parties, args=(argv,), coordinator=coordinator, backend=args.backend,
+                             device=args.device, timeout=args.timeout)
     except VFLInputError as exc:
         print(f"vfl: error: {exc}", file=sys.stderr)
         return 2
-    except FederationError as exc:
-        root = exc.errors.get(exc.root, "") if exc.root is not None else ""
-        first = root.splitlines()[0] if root else str(exc)
-        if first.startswith("VFLInputError: "):
-            print(f"vfl: error: {first[len('VFLInputError: '):]}", file=sys.stderr)
-            return 2
-        print(f"vfl: {exc}", file=sys.stderr)
-        return 1
-    except PartyFailure as exc:
-        print(f"vfl: {exc}", file=sys.stderr)
+    except Exception as exc:
+        from .comm import FederationError, PartyFailure
+        if isinstance(exc, FederationError):
+            root = exc.errors.get(exc.root, "") if exc.root is not None else ""
+            first = root.splitlines()[0] if root else str(exc)
+            if first.startswith("VFLInputError: "):
+                print(f"vfl: error: {first[len('VFLInputError: '):]}", file=sys.stderr)
+                return 2
+            print(f"vfl: {exc}", file=sys.stderr)
+            return 1
+        if isinstance(exc, PartyFailure):
+            print(f"vfl: {exc}", file=sys.stderr)
+            return 1
+        raise
+    if any(isinstance(r, dict) and r.get("output_fallback") for r in records):
         return 1
     return 0
 
 
-def _check_device(device: str) -> None:
-    import torch
+def _under_launcher() -> bool:
+    import os
 
-    from .data import VFLInputError
+    return ("RANK" in os.environ and "WORLD_SIZE" in os.environ) or any(
+        k in os.environ for k in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"))
+
+
+def _check_device(device: str) -> None:
+    from .data.validation import VFLInputError
+
+    if not (device == "cpu" or device.startswith("cuda")):
+        raise VFLInputError(f"--device must be cpu or cuda[:N], got {device!r}")
+    if device == "cpu":
+        return
+    import torch
 
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise VFLInputError(f"--device {device} was asked for, but torch sees no CUDA device "

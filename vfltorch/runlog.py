@@ -73,12 +73,68 @@ class _Silent:
         return False
 
 
-def write_json(path: str | None, record: dict) -> None:
+def write_json(path: str | None, record: dict) -> str | None:
+    """Write ``record`` to ``path`` atomically; return the path actually written.
+
+    The text goes to a temporary file beside ``path`` and replaces it with
+    ``os.replace``, so a reader (or a crash) never sees half a record and an
+    earlier file is only replaced by a complete one. If ``path`` cannot be
+    written, the record goes to a fallback file (``fallback_path``), the
+    reason and the place are printed on stderr, and that place is returned:
+    a trained result is never thrown away.
+    """
     if not path:
-        return
+        return None
+    text = json.dumps(record, indent=2, default=_jsonable) + "\n"
+    try:
+        write_atomic(path, text)
+        return str(path)
+    except OSError as exc:
+        reason = f"{type(exc).__name__}: {exc.strerror or exc}"
+    for candidate in fallback_paths(record):
+        try:
+            write_atomic(candidate, text)
+        except OSError:
+            continue
+        print(f"vfl: could not write --output-json {path} ({reason}); the record was written to {candidate} "
+              f"instead", file=sys.stderr, flush=True)
+        return str(candidate)
+    print(f"vfl: could not write --output-json {path} ({reason}) nor a fallback file; the record follows on "
+          f"stderr", file=sys.stderr, flush=True)
+    print(text, file=sys.stderr, flush=True)
+    return "<stderr>"
+
+
+def write_atomic(path, text: str) -> None:
+    """``text`` into ``path`` through a temporary file in the same folder and ``os.replace``."""
+    import os
+    import tempfile
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2, default=_jsonable) + "\n")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def fallback_paths(record: dict) -> list[Path]:
+    """Where a record goes when its own path fails: the temporary folder, then the working directory."""
+    import os
+    import tempfile
+    import time
+
+    name = f"vfl-{record.get('method', 'run')}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.json"
+    return [Path(tempfile.gettempdir()) / name, Path.cwd() / name]
 
 
 def _jsonable(value):

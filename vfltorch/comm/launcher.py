@@ -20,6 +20,7 @@ import multiprocessing as mp
 import os
 import pickle
 import queue as queue_mod
+import signal
 import traceback
 
 import torch
@@ -64,7 +65,20 @@ def init_from_env(*, coordinator: bool = False, active: int = 0, backend: str = 
                               timeout=timeout, transcript=transcript)
 
 
+# After a party fails, the others get this long to notice and report before the launcher kills them: a healthy
+# party notices within a second or two (the failure is posted in the store); one that is silent is hung.
+STRAGGLER_GRACE = 5.0
+# When the launcher itself is stopped (SIGINT / SIGTERM), parties get this long after SIGTERM before SIGKILL.
+STOP_GRACE = 2.0
+
+
 def _party_main(rank, roles, port, options, fn, args, kwargs, results):
+    from .._lifetime import die_with_parent
+
+    # Started with SIGINT ignored (see launch): from here on SIGINT ends this party at once, without a
+    # traceback, and the launcher names it; a Ctrl-C at the terminal is answered by the launcher in one line.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    die_with_parent(ignore_sigint=False)          # a killed launcher takes its parties with it
     torch.set_num_threads(options["threads"])
     fed = None
     try:
@@ -123,21 +137,21 @@ def launch(fn, parties: int, args: tuple = (), kwargs: dict | None = None, *, co
     procs = [ctx.Process(target=_party_main, name=f"vfl-party-{r}",
                          args=(r, roles, store.port, options, fn, args, kwargs or {}, results))
              for r in range(world)]
-    for p in procs:
-        p.start()
+    _start_ignoring_sigint(procs)
     outcome: dict[int, tuple[str, object]] = {}
     stragglers_deadline = None
+    grace = min(timeout, STRAGGLER_GRACE)
     try:
         while len(outcome) < world:
             if stragglers_deadline is None and any(k != "ok" for k, _ in outcome.values()):
-                # Someone failed: the rest stop within their own timeout, or are hung. Don't wait forever.
-                stragglers_deadline = time.monotonic() + timeout + 5
+                # Someone failed: the others notice within a second or two, or are hung. Don't wait for them.
+                stragglers_deadline = time.monotonic() + grace
             if stragglers_deadline is not None and time.monotonic() > stragglers_deadline:
                 for r, p in enumerate(procs):
                     if r not in outcome:
                         p.kill()
-                        outcome[r] = ("died", (f"the process did not finish within {timeout:g} s after "
-                                               "another party failed and was killed by the launcher", None))
+                        outcome[r] = ("killed", (f"the process did not stop within {grace:g} s after another "
+                                               "party failed (hung?) and was killed by the launcher", None))
                 break
             try:
                 rank, kind, value = results.get(timeout=0.2)
@@ -155,18 +169,65 @@ def launch(fn, parties: int, args: tuple = (), kwargs: dict | None = None, *, co
                     except queue_mod.Empty:
                         pass
                     if r not in outcome:
-                        outcome[r] = ("died", (f"the process exited with code {p.exitcode} without reporting",
-                                               None))
+                        outcome[r] = ("died", (_death(p.exitcode), None))
+    except BaseException:
+        # The launcher is stopped (Ctrl-C, SIGTERM) or failed itself: stop every party now.
+        _stop_all(procs, STOP_GRACE)
+        raise
     finally:
+        deadline = time.monotonic() + 5
         for p in procs:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
-                p.join()
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
+        _stop_all(procs, 0.0)
     failed = {r: (k, v) for r, (k, v) in outcome.items() if k != "ok"}
     if failed:
         raise _federation_error(roles, failed)
     return [pickle.loads(outcome[r][1]) for r in range(world)]
+
+
+def _start_ignoring_sigint(procs) -> None:
+    """Start the parties with SIGINT ignored: a Ctrl-C during their start-up cannot print tracebacks."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:                       # not the main thread
+        previous = None
+    try:
+        for p in procs:
+            p.start()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _stop_all(procs, grace: float) -> None:
+    """SIGTERM every live party, SIGKILL what is left after ``grace`` seconds, and reap them all."""
+    alive = [p for p in procs if p.pid is not None and p.is_alive()]
+    if grace > 0:
+        for p in alive:
+            try:
+                p.terminate()
+            except (OSError, ValueError):
+                pass
+        deadline = time.monotonic() + grace
+        for p in alive:
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
+    for p in alive:
+        if p.is_alive():
+            try:
+                p.kill()
+            except (OSError, ValueError):
+                pass
+        p.join(timeout=2)
+
+
+def _death(exitcode) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"the process was killed by {name} without reporting"
+    return f"the process exited with code {exitcode} without reporting"
 
 
 def _federation_error(roles: Roles, failed: dict) -> FederationError:
@@ -178,7 +239,9 @@ def _federation_error(roles: Roles, failed: dict) -> FederationError:
         if roots and root not in roots:
             root = roots[0]
     else:
-        root = roots[0] if roots else min(failed)
+        # Parties the launcher killed after someone else failed are never the cause, unless there is no other.
+        others = [r for r, (kind, _) in sorted(failed.items()) if kind != "killed"]
+        root = roots[0] if roots else (others[0] if others else min(failed))
     lines = [f"{len(failed)} of {roles.world_size} parties failed; the cause is {roles.name(root)}:"]
     for r in [root] + [r for r in sorted(failed) if r != root] if root in failed else sorted(failed):
         lines.append(f"  {roles.name(r)}: {failed[r][1][0].splitlines()[0]}")

@@ -135,6 +135,9 @@ def make_generator(n, method: str = DEFAULT_METHOD, window: int = DEFAULT_WINDOW
 
 
 def _background_main(n: int, method: str, window: int, out_queue, stop, batch: int) -> None:
+    from .._lifetime import die_with_parent
+
+    die_with_parent()          # a killed party must not leave its filler running
     gen = make_generator(n, method, window)
     while not stop.is_set():
         block = [int(s) for s in gen.generate(batch)]

@@ -44,6 +44,9 @@ _STATE: dict = {}
 
 
 def _init_worker(n: int, primes, method: str, window: int) -> None:
+    from .._lifetime import die_with_parent
+
+    die_with_parent()          # the workers hold the key: they end with their party, even a killed one
     pm = _public_math(n, PaillierPublicKey(n))   # the parent already applied the key-size policy
     _STATE.clear()
     _STATE.update(pm=pm, sk=private_math_from_primes(*primes, pm) if primes else None,

@@ -1,15 +1,37 @@
-"""Vertical data: named datasets, loaders, partitioning, per-party preprocessing, validation."""
+"""Vertical data: named datasets, loaders, partitioning, per-party preprocessing, validation.
 
-from .loaders import Table, load_csv, load_file, load_svmlight
-from .partition import parse_groups, partition_columns, split_rows
-from .party import DataConfig, PartyData, load_party_data
-from .preprocess import federated_row_norms, impute, normalize_rows, scale_columns
-from .registry import REGISTRY, Dataset, DatasetSpec, available, load_dataset, resolve_data_dir
-from .validation import VFLInputError, check_finite, check_labels, check_partition, check_same_rows
+The names below are imported on first use (PEP 562), so that ``vfl --help`` and
+option errors, which need only ``VFLInputError``, do not pay for torch, pandas
+or scikit-learn.
+"""
 
-__all__ = [
-    "DataConfig", "Dataset", "DatasetSpec", "PartyData", "REGISTRY", "Table", "VFLInputError", "available",
-    "check_finite", "check_labels", "check_partition", "check_same_rows", "federated_row_norms", "impute",
-    "load_csv", "load_dataset", "load_file", "load_party_data", "load_svmlight", "normalize_rows",
-    "parse_groups", "partition_columns", "resolve_data_dir", "scale_columns", "split_rows",
-]
+from __future__ import annotations
+
+import importlib
+
+_WHERE = {
+    "Table": "loaders", "load_csv": "loaders", "load_file": "loaders", "load_svmlight": "loaders",
+    "parse_groups": "partition", "partition_columns": "partition", "split_rows": "partition",
+    "DataConfig": "party", "PartyData": "party", "load_party_data": "party",
+    "federated_row_norms": "preprocess", "impute": "preprocess", "normalize_rows": "preprocess",
+    "scale_columns": "preprocess",
+    "REGISTRY": "registry", "Dataset": "registry", "DatasetSpec": "registry", "available": "registry",
+    "load_dataset": "registry", "resolve_data_dir": "registry",
+    "VFLInputError": "validation", "check_finite": "validation", "check_labels": "validation",
+    "check_partition": "validation", "check_same_rows": "validation",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE))

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-import torch
-
 from ..cli import Command
-from .registry import REGISTRY, available, resolve_data_dir
 from .validation import VFLInputError
 
 
 def _datasets(_fed, _data, args, _log):
+    from .registry import REGISTRY, available, resolve_data_dir
+
     try:
         root = resolve_data_dir(args.data_dir)
     except VFLInputError as exc:
@@ -36,6 +34,9 @@ def _datasets_args(p):
 
 
 def _inspect(fed, data, args, log):
+    import numpy as np
+    import torch
+
     started = time.perf_counter()
     info = {"party": fed.rank, "role": fed.name(), "columns": len(data.columns),
             "feature_names": data.feature_names[:5], "train_rows": data.n_train, "test_rows": data.n_test}

@@ -8,6 +8,7 @@ caller (``registry.py`` for named datasets, ``--task`` for user files).
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,9 @@ class Table:
     y: np.ndarray | None
     feature_names: list[str]
     ids: np.ndarray | None = None
+    source: str = ""                  # the file, for messages
+    first_line: int = 1               # file line of row 0 (2 below a CSV header), for messages
+    label_name: str = "label"
 
     @property
     def shape(self):
@@ -30,10 +34,41 @@ class Table:
 
 
 def _exists(path) -> Path:
+    """The path of a readable, non-empty file, or a message that says what is wrong with it."""
     path = Path(path)
     if not path.exists():
         raise VFLInputError(f"file not found: {path}")
+    if path.is_dir():
+        raise VFLInputError(f"{path} is a directory: give the path of a LIBSVM or CSV file")
+    if not os.access(path, os.R_OK):
+        raise VFLInputError(f"{path} cannot be read (permission denied): check the file's permissions")
+    if path.stat().st_size == 0:
+        raise VFLInputError(f"{path} is empty (0 bytes): give a file with a header and data rows")
     return path
+
+
+_COMPRESSED = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz", ".zip": "zip"}
+
+
+def _unreadable(path: Path, exc: BaseException) -> VFLInputError:
+    """A decompression or decoding failure, with the file's name and what to do."""
+    kind = _COMPRESSED.get(path.suffix.lower())
+    if kind:
+        return VFLInputError(f"{path} cannot be read as {kind}-compressed data ({type(exc).__name__}: {exc}): the "
+                             f"file is damaged or not really {kind}; download or copy it again, or decompress "
+                             f"it yourself to check")
+    return VFLInputError(f"{path} cannot be read as text ({type(exc).__name__}: {exc}): give a LIBSVM or CSV "
+                         f"text file (optionally .gz/.bz2/.xz compressed)")
+
+
+def _read_errors():
+    import zlib
+    import lzma
+    import gzip
+    import zipfile
+
+    return (EOFError, OSError, zlib.error, lzma.LZMAError, gzip.BadGzipFile, zipfile.BadZipFile,
+            UnicodeDecodeError)
 
 
 def load_svmlight(path, n_features: int | None = None, dense: bool = True) -> Table:
@@ -50,8 +85,12 @@ def load_svmlight(path, n_features: int | None = None, dense: bool = True) -> Ta
     except ValueError as exc:
         raise VFLInputError(f"{path} is not a valid LIBSVM/svmlight file ({exc}). Each line must read "
                             f"'label index:value index:value ...' with 1-based indices.") from exc
+    except _read_errors() as exc:
+        raise _unreadable(path, exc) from exc
+    if X.shape[0] == 0:
+        raise VFLInputError(f"{path} holds no data rows: each line must read 'label index:value ...'")
     X = X.toarray() if dense else X.tocsr()
-    return Table(X, np.asarray(y, dtype=np.float64), [f"f{i + 1}" for i in range(X.shape[1])])
+    return Table(X, np.asarray(y, dtype=np.float64), [f"f{i + 1}" for i in range(X.shape[1])], source=str(path))
 
 
 def load_csv(path, label_column=None, id_column=None, drop_columns=(), header: bool = True) -> Table:
@@ -63,21 +102,42 @@ def load_csv(path, label_column=None, id_column=None, drop_columns=(), header: b
     import pandas as pd
 
     path = _exists(path)
-    frame = pd.read_csv(path, header=0 if header else None)
+    try:
+        frame = pd.read_csv(path, header=0 if header else None)
+    except pd.errors.EmptyDataError as exc:
+        raise VFLInputError(f"{path} holds no columns (only blank lines?): give a CSV file with a header "
+                            f"line and data rows") from exc
+    except pd.errors.ParserError as exc:
+        raise VFLInputError(f"{path} is not a well-formed CSV file ({str(exc).strip()}): every line needs the "
+                            f"same number of comma-separated fields as the header") from exc
+    except _read_errors() as exc:
+        raise _unreadable(path, exc) from exc
+    first_line = 2 if header else 1
     if not header:
         frame.columns = [str(c) for c in frame.columns]
+    if len(frame) == 0:
+        raise VFLInputError(f"{path} has a header ({', '.join(map(str, list(frame.columns)[:8]))}"
+                            f"{', ...' if frame.shape[1] > 8 else ''}) but no data rows")
     label_column = _resolve_column(frame, label_column, path, "label")
     id_column = _resolve_column(frame, id_column, path, "ID")
     y = frame.pop(label_column).to_numpy() if label_column is not None else None
     ids = frame.pop(id_column).to_numpy() if id_column is not None else None
     for c in drop_columns:
         frame.pop(c)
-    non_numeric = [c for c in frame.columns if not pd.api.types.is_numeric_dtype(frame[c])]
-    if non_numeric:
+    if frame.shape[1] == 0:
+        raise VFLInputError(f"{path} has no feature columns besides the label/ID column(s)")
+    for c in frame.columns:
+        if pd.api.types.is_numeric_dtype(frame[c]):
+            continue
+        as_number = pd.to_numeric(frame[c], errors="coerce")
+        bad = np.flatnonzero(as_number.isna().to_numpy() & frame[c].notna().to_numpy())
+        row = int(bad[0]) if len(bad) else 0
         raise VFLInputError(
-            f"{path}: column(s) {non_numeric[:8]} are not numeric. Encode categories as numbers (for example "
-            f"one-hot) or pass the label column with --label-column.")
-    return Table(frame.to_numpy(dtype=np.float64), y, [str(c) for c in frame.columns], ids)
+            f"{path}: column {c!r} is not numeric: line {row + first_line} holds {frame[c].iloc[row]!r}"
+            f"{f' ({len(bad)} such values)' if len(bad) > 1 else ''}. Encode categories as numbers (for "
+            f"example one-hot), fix the value, or name the label column with --label-column.")
+    return Table(frame.to_numpy(dtype=np.float64), y, [str(c) for c in frame.columns], ids, source=str(path),
+                 first_line=first_line, label_name=str(label_column))
 
 
 def _resolve_column(frame, column, path, what):

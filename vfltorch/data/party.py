@@ -22,7 +22,8 @@ from .loaders import load_file, stable_id_hash
 from .partition import partition_columns, split_rows
 from .preprocess import clip_columns, impute, normalize_rows, scale_columns
 from .registry import REGISTRY, Dataset, load_dataset
-from .validation import VFLInputError, check_finite, check_labels, check_same_rows
+from .labels import decide_task
+from .validation import VFLInputError, check_file_values, check_finite, check_labels, check_same_rows
 
 
 @dataclass
@@ -67,6 +68,7 @@ class PartyData:
     y_train: torch.Tensor | None
     y_test: torch.Tensor | None
     classes: list | None = None
+    label_note: str = ""
 
     @property
     def n_train(self) -> int:
@@ -125,6 +127,7 @@ def load_party_data(fed: Federation, config: DataConfig) -> PartyData:
         check_labels(y_tr, table.task, "the training labels")
         if y_te is not None:
             check_labels(y_te, table.task, "the test labels")
+        _check_both_classes(y_tr, table, config)
 
     _check_rows(fed, X_tr.shape[0], 0 if X_te is None else X_te.shape[0])
 
@@ -134,7 +137,7 @@ def load_party_data(fed: Federation, config: DataConfig) -> PartyData:
                                                           device=fed.device)
     data = PartyData(party, q, table.name, table.task, np.asarray(columns), list(table.feature_names),
                      n_total if not config.party_files else X_tr.shape[1], to(X_tr), to(X_te), to(y_tr),
-                     to(y_te), table.classes)
+                     to(y_te), table.classes, label_note=_note(table))
     if config.normalize_rows:
         data.X_train = normalize_rows(fed, data.X_train)
         if data.X_test is not None:
@@ -149,11 +152,10 @@ def _dense(X):
 
 def _load_whole(config: DataConfig) -> Dataset:
     if config.dataset in REGISTRY:
-        ds = load_dataset(config.dataset, config.data_dir)
         if config.test_dataset:
             raise VFLInputError(f"dataset {config.dataset!r} is a registered name; --test-dataset is only "
                                 f"for your own files")
-        return ds
+        return load_dataset(config.dataset, config.data_dir)
     if not Path(config.dataset).exists():
         raise VFLInputError(f"unknown dataset {config.dataset!r}: not a registered name "
                             f"({', '.join(sorted(REGISTRY))}) and no such file")
@@ -162,51 +164,58 @@ def _load_whole(config: DataConfig) -> Dataset:
     if config.test_dataset:
         test = load_file(config.test_dataset, label_column=config.label_column, n_features=train.X.shape[1])
         if test.X.shape[1] != train.X.shape[1]:
-            raise VFLInputError(f"the test file has {test.X.shape[1]} features, the training file "
-                                f"{train.X.shape[1]}: they must match")
+            raise VFLInputError(f"the test file {config.test_dataset} has {test.X.shape[1]} features, the "
+                                f"training file {config.dataset} has {train.X.shape[1]}: they must match")
     return _user_dataset(Path(config.dataset).name, train, test, config)
 
 
+MIN_ROWS = 2
+
+
+def check_user_table(table, config: DataConfig, what: str = "") -> None:
+    """A user's file as read: enough rows, and values every method can use (named by file, column and line)."""
+    source = table.source or what or "the file"
+    if table.X.shape[0] < MIN_ROWS:
+        raise VFLInputError(f"{source} has only {table.X.shape[0]} data row: training needs at least {MIN_ROWS} "
+                            f"rows (and more for a held-out split)")
+    check_file_values(table.X, table.feature_names, source, table.first_line,
+                      impute=config.impute if config.impute is not None else "none")
+
+
 def _user_dataset(name, train, test, config: DataConfig) -> Dataset:
-    task = config.task or ("binary" if train.y is not None and len(np.unique(train.y)) == 2 else
-                           "regression" if train.y is not None else "unsupervised")
-    y, y_test, classes = train.y, None if test is None else test.y, None
-    if task == "binary" and y is not None:
-        values = sorted(set(np.unique(y).tolist()) | (set(np.unique(y_test).tolist()) if y_test is not None else set()),
-                        key=str)
-        if len(values) != 2:
-            raise VFLInputError(f"a binary task needs two label values, found {values[:8]}")
-        positive = _positive(values, config.positive_label)
-        classes = [v for v in values if v != positive] + [positive]
-        y = np.where(y == positive, 1.0, -1.0)
-        y_test = None if y_test is None else np.where(y_test == positive, 1.0, -1.0)
-    elif task == "multiclass" and y is not None:
-        classes, y = np.unique(y, return_inverse=True)
-        y_test = None if y_test is None else np.searchsorted(classes, y_test)
-        classes = classes.tolist()
-    elif y is not None:
-        y = y.astype(np.float64)
-        y_test = None if y_test is None else y_test.astype(np.float64)
-    return Dataset(name, task, train.X, y, train.feature_names, X_test=None if test is None else test.X,
-                   y_test=y_test, classes=classes, source=str(config.dataset))
+    check_user_table(train, config)
+    if test is not None:
+        check_user_table(test, config)
+    where = f"{train.source or name}'s label column"
+    if train.y is not None and train.label_name not in ("label", "None"):
+        where = f"column {train.label_name!r} of {train.source or name}"
+    labels = decide_task(train.y, None if test is None else test.y, task=config.task,
+                         positive_label=config.positive_label, where=where, first_line=train.first_line)
+    if labels.y_test is not None and labels.task == "multiclass" and (labels.y_test < 0).any():
+        raise VFLInputError(f"the test file {config.test_dataset} has label values that the training file "
+                            f"{config.dataset} never uses: the classes must be the same")
+    return Dataset(name, labels.task, train.X, labels.y, train.feature_names,
+                   X_test=None if test is None else test.X, y_test=labels.y_test, classes=labels.classes,
+                   source=str(config.dataset), label_note=labels.note)
 
 
-def _positive(values, given):
-    if given is None:
-        # The larger value is positive: +1 of {-1, +1}, 1 of {0, 1}.
-        return max(values, key=lambda v: (float(v) if _is_number(v) else float("-inf"), str(v)))
-    for v in values:
-        if str(v) == str(given) or (_is_number(v) and _is_number(given) and float(v) == float(given)):
-            return v
-    raise VFLInputError(f"--positive-label {given!r} is not one of the label values {values}")
+def _note(ds: Dataset) -> str:
+    if ds.label_note:
+        return ds.label_note
+    if ds.task == "binary" and ds.classes:
+        return f"binary: {ds.classes[-1]!r} positive (+1) vs {ds.classes[0]!r} (-1) (fixed for {ds.name})"
+    return f"{ds.task} (fixed for {ds.name})"
 
 
-def _is_number(v) -> bool:
-    try:
-        float(v)
-        return True
-    except (TypeError, ValueError):
-        return False
+def _check_both_classes(y_train, ds: Dataset, config: DataConfig) -> None:
+    if ds.task != "binary":
+        return
+    y = np.asarray(y_train)
+    if (y > 0).all() or (y < 0).all():
+        which = "positive" if (y > 0).all() else "negative"
+        raise VFLInputError(f"all {len(y)} training rows of {ds.name} are {which} after the split (seed "
+                            f"{config.seed}, --test-fraction {config.test_fraction}): a binary task needs both "
+                            f"classes in training; add rows of the other class or lower --test-fraction")
 
 
 def _load_own_file(fed: Federation, config: DataConfig) -> Dataset:
@@ -218,6 +227,7 @@ def _load_own_file(fed: Federation, config: DataConfig) -> Dataset:
     path = config.party_files[fed.parties.index(fed.rank)]
     label = config.label_column if fed.is_active else None
     table = load_file(path, label_column=label, id_column=config.id_column)
+    check_user_table(table, config)
     if fed.is_active and table.y is None:
         raise VFLInputError(f"the active party's file {path} has no label column: pass --label-column")
     ids = stable_id_hash(table.ids)
@@ -231,17 +241,26 @@ def _load_own_file(fed: Federation, config: DataConfig) -> Dataset:
             common = set(all_ids[0])
             for other in all_ids[1:]:
                 common &= set(other)
-            task = _user_dataset(path, table, None, config).task
-            plan = {"order": sorted(common), "task": task}
+            try:
+                decided = _user_dataset(path, table, None, config)
+                plan = {"order": sorted(common), "task": decided.task, "note": decided.label_note}
+            except VFLInputError as exc:
+                plan = {"error": str(exc)}
         plan = fed.broadcast_json(plan, fed.active, ranks=fed.parties)
+    if "error" in plan:
+        raise VFLInputError(plan["error"])
     order = plan["order"]
     if not order:
         raise VFLInputError("the parties' files have no ID in common: check --id-column and the files")
     pos = {v: i for i, v in enumerate(ids.tolist())}
     rows = np.array([pos[v] for v in order])
-    train = type(table)(table.X[rows], None if table.y is None else table.y[rows], table.feature_names)
-    ds = _user_dataset(Path(path).name, train, None, config)
-    ds.task = plan["task"]
+    train = type(table)(table.X[rows], None if table.y is None else table.y[rows], table.feature_names,
+                        source=table.source, first_line=table.first_line, label_name=table.label_name)
+    if fed.is_active:
+        ds = _user_dataset(Path(path).name, train, None, config)
+    else:
+        ds = Dataset(Path(path).name, plan["task"], train.X, None, train.feature_names, source=path)
+    ds.task, ds.label_note = plan["task"], plan["note"]
     return ds
 
 

@@ -37,6 +37,7 @@ class Dataset:
     classes: list | None = None    # original label values (binary: [negative, positive])
     impute: str = "none"           # the imputation this dataset needs by default
     source: str = ""
+    label_note: str = ""           # what the labels mean and how that was decided (printed by `vfl`)
 
     @property
     def n_features(self) -> int:

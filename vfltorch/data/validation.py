@@ -22,6 +22,46 @@ def check_finite(X: np.ndarray, feature_names=None, where: str = "the data") -> 
             f"Impute them (--impute median or --impute mean), or drop those rows/columns before loading.")
 
 
+MAX_ABS_VALUE = 1e100
+
+
+def check_file_values(X, feature_names, source: str, first_line: int = 1, *, impute: str = "none") -> None:
+    """Values of a file as read: no infinity, no absurd magnitude, no NaN unless it will be imputed.
+
+    Names the file, the column and the line of the first offending value, so the user can go and look.
+    """
+    import scipy.sparse as sp
+
+    if sp.issparse(X):
+        X = X.tocsr()
+        values = X.data
+        rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+        cols = X.indices
+    else:
+        X = np.asarray(X, dtype=np.float64)
+        values, rows, cols = X.ravel(), None, None
+    checks = [(np.isinf(values), "an infinite value", "infinite values cannot be imputed: fix or drop that row"),
+              (np.isfinite(values) & (np.abs(np.nan_to_num(values)) > MAX_ABS_VALUE),
+               f"a value beyond +-{MAX_ABS_VALUE:g}",
+               "no method can compute with such magnitudes: rescale that column in the file (e.g. to other "
+               "units) or drop it")]
+    if impute in (None, "none"):
+        checks.append((np.isnan(values), "a missing value (NaN)",
+                       "pass --impute median (or mean) to fill missing values, or fix the file"))
+    for bad, what, fix in checks:
+        hits = np.flatnonzero(bad)
+        if len(hits) == 0:
+            continue
+        k = int(hits[0])
+        if rows is None:
+            row, col = divmod(k, X.shape[1])
+        else:
+            row, col = int(rows[k]), int(cols[k])
+        name = feature_names[col] if feature_names is not None else str(col)
+        raise VFLInputError(f"{source}: column {name!r} holds {what} ({values[k]:g}) at line {row + first_line}"
+                            f"{f', and {len(hits) - 1} more such values' if len(hits) > 1 else ''}: {fix}")
+
+
 def check_labels(y: np.ndarray, task: str, where: str = "the labels") -> None:
     """Labels must be finite; binary labels in {-1, +1}."""
     y = np.asarray(y)

@@ -135,5 +135,5 @@ def _test_metrics(f, y, task) -> dict:
 COMMANDS = [
     Command("fdskl", "FDSKL: kernel classification / regression with doubly stochastic random features "
                      "(Gu et al., KDD 2020)", run, add_arguments=add_arguments,
-            data_defaults={"scale": "minmax", "test_fraction": 0.25}),
+            data_defaults={"scale": "minmax", "test_fraction": 0.25}, tasks=("binary", "regression")),
 ]

@@ -85,6 +85,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="score the test rows after every epoch (a secure sum) for the test-AUC curve")
 
 
+def check(args) -> None:
+    """Hyperparameters and key size, in the launching process before any party starts."""
+    from .estimator import HeteroLogisticRegression
+
+    HeteroLogisticRegression(
+        None, optimizer=args.optimizer, batch_size=args.batch_size, lr=args.lr, decay=args.decay, L=args.L,
+        M=args.M, hessian_batch=args.hessian_batch, l2=args.l2, max_epochs=args.max_epochs, tol=args.tol,
+        encryption=not args.insecure_plaintext, key_bits=args.key_bits, insecure_key=args.insecure_key,
+        feature_frac_bits=args.feature_frac_bits, mask_bits=args.mask_bits,
+        precompute=args.precompute)._check_params()
+
+
 def run(fed, data, args, log_):
     from .estimator import HeteroLogisticRegression
 
@@ -144,5 +156,5 @@ def _test_metrics(scores, y) -> dict:
 COMMANDS = [
     Command("hetero-lr", "encrypted vertical logistic regression: SGD (Hardy et al.) or SQN (Yang et al.) with a "
                          "Paillier coordinator", run, add_arguments=add_arguments, coordinator=True,
-            data_defaults={"test_fraction": 0.2, "scale": "standard"}),
+            data_defaults={"test_fraction": 0.2, "scale": "standard"}, tasks=("binary",), check=check),
 ]

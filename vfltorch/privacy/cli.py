@@ -206,6 +206,14 @@ def _dpscd(fed, data, args, log):
     }
 
 
+def _dpsgd_check(args) -> None:
+    if args.parties not in (None, 1):
+        raise VFLInputError(
+            f"vfl dpsgd is the centralised DP-SGD baseline (opacus needs the whole model and every column in one "
+            f"process), but {args.parties} parties were asked for: run it with --parties 1, or use "
+            f"`vfl dpscd --parties {args.parties}` for the vertical method")
+
+
 def _dpsgd(fed, data, args, log):
     from .dpsgd import DPSGD
 
@@ -257,7 +265,8 @@ def _dpsgd(fed, data, args, log):
 COMMANDS = [
     Command("dpscd", "DP-SCD: differentially private stochastic coordinate descent for ridge, logistic regression "
                      "and the L2-SVM over vertically split columns (Damaskinos et al., AAAI 2021)",
-            _dpscd, add_arguments=_dpscd_arguments, data_defaults=PAPER_PREPROCESSING),
+            _dpscd, add_arguments=_dpscd_arguments, data_defaults=PAPER_PREPROCESSING, tasks=("binary", "regression")),
     Command("dpsgd", "the DP-SGD baseline (opacus) on DP-SCD's linear model and data; centralised (--parties 1)",
-            _dpsgd, add_arguments=_dpsgd_arguments, data_defaults=PAPER_PREPROCESSING),
+            _dpsgd, add_arguments=_dpsgd_arguments, data_defaults=PAPER_PREPROCESSING, tasks=("binary", "regression"),
+            check=_dpsgd_check),
 ]

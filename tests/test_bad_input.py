@@ -1,0 +1,235 @@
+"""Every bad input gets an exact message, and mistakes the launcher can see are answered before any party starts.
+
+Each row of the table is a `vfl` command line (run in this process, with the party launcher replaced by a
+trap) and a fragment of the one-line message it must print. Nothing here spawns a party: the preflight
+(`vfltorch.data.preflight`) answers every case in the launching process.
+"""
+
+import gzip
+import json
+import os
+import sys
+
+import pytest
+
+import vfltorch.comm
+from vfltorch.cli import main
+
+ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+@pytest.fixture
+def no_parties(monkeypatch):
+    """Fail the test if a party process would be started."""
+    def never(*args, **kwargs):
+        raise AssertionError("a party was started although the input is bad")
+    monkeypatch.setattr(vfltorch.comm, "launch", never)
+    monkeypatch.setattr(vfltorch.comm.launcher, "launch", never)
+
+
+def _files(d):
+    """The defective files of the table, by name."""
+    def w(name, text):
+        (d / name).write_text(text)
+        return str(d / name)
+    f = {
+        "empty": w("empty.csv", ""),
+        "header": w("header.csv", "a,b,y\n"),
+        "one_row": w("one.csv", "a,b,y\n1,2,0\n"),
+        "text": w("text.csv", "a,b,y\n1,2,0\n3,x,1\n5,6,0\n"),
+        "nan": w("nan.csv", "a,b,y\n1,2,0\n3,,1\n5,6,0\n7,8,1\n"),
+        "inf": w("inf.csv", "a,b,y\ninf,2,0\n3,4,1\n5,6,0\n7,8,1\n"),
+        "huge": w("huge.csv", "a,b,y\n1,2,0\n3,1e308,1\n5,6,0\n7,8,1\n"),
+        "ragged": w("ragged.csv", "a,b,y\n1,2,0\n3,4,1,9,9\n5,6,0\n"),
+        "one_class": w("oneclass.csv", "a,b,y\n1,2,1\n3,4,1\n5,6,1\n7,8,1\n9,1,1\n2,2,1\n"),
+        "three": w("three.csv", "a,b,y\n1,2,0\n3,4,1\n5,6,2\n7,8,1\n9,1,0\n2,2,2\n"),
+        "text_labels": w("textlab.csv", "a,b,y\n1,2,cat\n3,4,dog\n5,6,cow\n7,8,dog\n"),
+        "real_labels": w("real.csv", "a,b,y\n1,2,0.5\n3,4,1.25\n5,6,2.75\n7,8,3.5\n9,1,0.1\n"),
+        "no_label": w("nolabel.csv", "a,b,y\n1,2,0\n3,4,\n5,6,1\n7,8,0\n"),
+        "two_cols": w("two.csv", "a,b,y\n1,2,0\n3,4,1\n5,6,0\n7,8,1\n"),
+        "bad_svm": w("bad.svm", "1 1:0.5 2:x\n-1 1:0.2\n"),
+        "ids_a": w("ida.csv", "id,a,y\n1,1,0\n2,3,1\n3,5,0\n"),
+        "ids_b": w("idb.csv", "id,b\n1,2\n2,4\n3,6\n"),
+        "dir": str(d),
+        "missing": str(d / "missing.csv"),
+        "a_file": w("plain.txt", "x"),
+    }
+    good = gzip.compress(b"a,b,y\n" + b"1,2,0\n3,4,1\n" * 500)
+    (d / "cut.csv.gz").write_bytes(good[:len(good) // 2])                        # truncated download
+    f["cut_gz"] = str(d / "cut.csv.gz")
+    (d / "broken.csv.gz").write_bytes(good[:20] + bytes(64) + good[84:])          # damaged in the middle
+    f["corrupt_gz"] = str(d / "broken.csv.gz")
+    (d / "locked.csv").write_text("a,b,y\n1,2,0\n3,4,1\n")
+    os.chmod(d / "locked.csv", 0)
+    f["locked"] = str(d / "locked.csv")
+    return f
+
+
+# (command line with {file} placeholders, message fragment)
+CASES = [
+    # ---- option values
+    ("inspect --parties 0", "--parties must be at least 1, got 0"),
+    ("inspect --parties -3", "--parties must be at least 1, got -3"),
+    ("inspect --parties x", "argument --parties: invalid int value: 'x'"),
+    ("inspect --timeout 0", "--timeout must be a positive number of seconds, got 0"),
+    ("inspect --timeout -5", "--timeout must be a positive number of seconds, got -5"),
+    ("inspect --timeout nan", "--timeout must be a positive number of seconds, got nan"),
+    ("inspect --test-fraction 1", "--test-fraction must be in [0, 1), got 1"),
+    ("inspect --test-fraction -0.1", "--test-fraction must be in [0, 1), got -0.1"),
+    ("inspect --clip-values 0", "--clip-values must be a positive number, got 0"),
+    ("inspect --seed -1", "--seed must be a non-negative integer below 2**63, got -1"),
+    ("inspect --scale loud", "argument --scale: invalid choice: 'loud'"),
+    ("inspect --device tpu", "--device must be cpu or cuda[:N], got 'tpu'"),
+    ("fdskl --epochs x", "argument --epochs: invalid float value: 'x'"),
+    ("hetero-lr --batch-size 0", "--batch-size must be > 0, got 0"),
+    ("hetero-lr --key-bits 512", "a 512-bit Paillier key is too small"),
+    ("hetero-lr --key-bits 1025", "key_bits must be even"),
+    ("dpsgd --parties 3", "vfl dpsgd is the centralised DP-SGD baseline"),
+    # ---- party layout
+    ("inspect --parties 40", "40 parties but only 30 features in breast_cancer"),
+    ("inspect --dataset {two_cols} --label-column y --parties 3", "3 parties but only 2 features"),
+    ("inspect --partition explicit --parties 2", "--partition explicit needs --feature-groups"),
+    ("inspect --feature-groups 0-9;x --parties 2", "cannot read feature group item 'x'"),
+    ("inspect --feature-groups 0-9;10-29 --parties 3", "--feature-groups gives 2 groups for 3 parties"),
+    ("inspect --feature-groups 0-9;10-40 --parties 2", "party 1 has column indices outside 0..29"),
+    ("inspect --feature-groups 0-9;12-29 --parties 2", "columns [10, 11] belong to no party"),
+    ("inspect --feature-groups 0-15;10-29 --parties 2", "are assigned to more than one party"),
+    ("inspect --party-files {ids_a} {ids_b} --parties 2", "--party-files needs --id-column"),
+    ("inspect --party-files {ids_a} --id-column id --parties 2", "--party-files gives 1 files for --parties 2"),
+    ("inspect --party-files {ids_a} {ids_b} --id-column id --parties 2 --feature-groups 0;1",
+     "with --party-files each party's file is its columns"),
+    ("inspect --party-files {ids_b} {ids_a} --id-column id --label-column y --parties 2",
+     "idb.csv: no label column 'y'"),
+    # ---- dataset names and options for own files
+    ("inspect --dataset nope", "unknown dataset 'nope': not a registered name"),
+    ("inspect --dataset {missing}", "missing.csv': not a registered name"),
+    ("inspect --dataset a9a --data-dir /nonexistent", "--data-dir /nonexistent is not a directory"),
+    ("inspect --positive-label 1", "--positive-label is for your own files; the registered dataset"),
+    ("inspect --task regression", "--task is for your own files"),
+    ("inspect --test-dataset {two_cols}", "--test-dataset is for your own files"),
+    # ---- output paths, checked before training
+    ("inspect --output-json {dir}", "is a directory: give a file path"),
+    ("inspect --output-json {a_file}/out.json", "plain.txt is a file, so no folder can be made under it"),
+    ("inspect --logdir {a_file}", "plain.txt is a file, not a directory"),
+    # ---- file defects
+    ("inspect --dataset {empty}", "empty.csv is empty (0 bytes)"),
+    ("inspect --dataset {header} --label-column y", "header.csv has a header (a, b, y) but no data rows"),
+    ("inspect --dataset {one_row} --label-column y --parties 2", "one.csv has only 1 data row"),
+    ("inspect --dataset {text} --label-column y --parties 2", "text.csv: column 'b' is not numeric: line 3 holds 'x'"),
+    ("inspect --dataset {nan} --label-column y --parties 2",
+     "nan.csv: column 'b' holds a missing value (NaN) (nan) at line 3: pass --impute median"),
+    ("inspect --dataset {inf} --label-column y --parties 2", "inf.csv: column 'a' holds an infinite value (inf) at line 2"),
+    ("inspect --dataset {huge} --label-column y --parties 2", "huge.csv: column 'b' holds a value beyond +-1e+100"),
+    ("inspect --dataset {ragged} --label-column y", "ragged.csv is not a well-formed CSV file"),
+    ("inspect --dataset {corrupt_gz} --label-column y", "broken.csv.gz cannot be read as gzip-compressed data"),
+    ("inspect --dataset {cut_gz} --label-column y", "cut.csv.gz cannot be read as gzip-compressed data"),
+    ("inspect --dataset {bad_svm}", "bad.svm is not a valid LIBSVM/svmlight file"),
+    ("inspect --dataset {dir}", "is a directory: give the path of a LIBSVM or CSV file"),
+    ("inspect --dataset {two_cols} --label-column z", "two.csv: no label column 'z'; the columns are ['a', 'b', 'y']"),
+    # ---- label defects
+    ("inspect --dataset {one_class} --label-column y --parties 2",
+     "column 'y' of {one_class} holds a single value (1) in all 6 rows: there is nothing to learn"),
+    ("fdskl --dataset {three} --label-column y --parties 2",
+     "fdskl does binary classification and regression; {three} is a multiclass task"),
+    ("hetero-lr --dataset {real_labels} --label-column y --parties 2",
+     "hetero-lr does binary classification; {real_labels} is a regression task"),
+    ("dpscd --dataset {text_labels} --label-column y --parties 2", "dpscd does binary classification and regression"),
+    ("inspect --dataset {three} --label-column y --positive-label 7 --parties 2",
+     "--positive-label '7' is not one of the label values in column 'y' of {three}: 0, 1, 2"),
+    ("inspect --dataset {three} --label-column y --task binary --parties 2",
+     "--task binary needs two label values, but column 'y' of {three} has 3 (0, 1, 2): pass --positive-label"),
+    ("inspect --dataset {text_labels} --label-column y --task regression --parties 2",
+     "--task regression needs numeric labels"),
+    ("inspect --dataset {three} --label-column y --task regression --positive-label 1 --parties 2",
+     "--positive-label makes a binary task, but --task regression was given"),
+    ("inspect --dataset {no_label} --label-column y --parties 2",
+     "1 missing or infinite label(s), the first at line 3"),
+    ("inspect --dataset {two_cols} --positive-label 1 --parties 2", "--positive-label needs labels"),
+]
+if not ROOT:   # root reads and writes anything: permission cases cannot fail there
+    CASES += [("inspect --dataset {locked}", "locked.csv cannot be read (permission denied)")]
+
+
+@pytest.mark.parametrize("line,message", CASES, ids=[c[0][:60] for c in CASES])
+def test_bad_input_is_answered_before_any_party_starts(line, message, tmp_path, no_parties, capsys):
+    files = _files(tmp_path)
+    argv = [a.format(**files) for a in line.split()]
+    parsed = True
+    try:
+        code = main(argv)
+    except SystemExit as exc:           # argparse's own option errors: usage, then the error line
+        code, parsed = exc.code, False
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert message.format(**files) in lines[-1], err
+    assert "Traceback" not in err
+    assert len(lines) == 1 or not parsed, err           # one line says what is wrong and what to do
+
+
+def test_task_is_decided_once_and_said(tmp_path):
+    """--positive-label binarises one-vs-rest, explicit --task wins, inference never turns labels into a regressor."""
+    from vfltorch.comm import Federation
+    from vfltorch.data import DataConfig, load_party_data
+
+    f = _files(tmp_path)
+    load = lambda **kw: load_party_data(Federation.local(), DataConfig(label_column="y", test_fraction=0.0, **kw))  # noqa: E731
+    d = load(dataset=f["three"], positive_label="1")
+    assert d.task == "binary" and sorted(set(d.y_train.tolist())) == [-1.0, 1.0]
+    assert (d.y_train > 0).sum() == 2 and "1 positive (+1) vs 0, 2 (-1)" in d.label_note and "2 other values" in d.label_note
+    assert load(dataset=f["three"]).task == "multiclass"
+    assert load(dataset=f["three"], task="regression").task == "regression"
+    assert load(dataset=f["real_labels"]).task == "regression"
+    t = load(dataset=f["text_labels"], positive_label="dog")
+    assert t.task == "binary" and t.y_train.tolist() == [-1.0, 1.0, -1.0, 1.0]
+
+
+def test_a_training_split_with_one_class_is_refused(tmp_path):
+    from vfltorch.comm import Federation
+    from vfltorch.data import DataConfig, VFLInputError, load_party_data, split_rows
+
+    (tmp_path / "rare.csv").write_text("a,y\n" + "".join(f"{i},{int(i == 3)}\n" for i in range(8)))
+    seed = next(s for s in range(100) if 3 in split_rows(8, 0.25, s)[1])      # the only positive row is held out
+    with pytest.raises(VFLInputError, match="all 6 training rows of rare.csv are negative after the split"):
+        load_party_data(Federation.local(), DataConfig(dataset=str(tmp_path / "rare.csv"), label_column="y",
+                                                       seed=seed))
+
+
+def test_json_is_written_atomically_and_never_lost(tmp_path, monkeypatch, capsys):
+    from vfltorch import runlog
+
+    out = tmp_path / "r.json"
+    out.write_text('{"old": true}\n')
+    real_replace = os.replace
+
+    def failing_replace(src, dst):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "replace", failing_replace)
+    monkeypatch.setattr(runlog, "fallback_paths", lambda record: [tmp_path / "fallback.json"])
+    with pytest.raises(OSError):
+        runlog.write_atomic(out, "{}")
+    assert json.loads(out.read_text()) == {"old": True}           # the earlier file is intact
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+    monkeypatch.setattr(os, "replace", real_replace)
+    # The final write fails (the folder is a file): the record goes elsewhere and the message says where.
+    (tmp_path / "blocker").write_text("")
+    where = runlog.write_json(str(tmp_path / "blocker" / "r.json"), {"method": "m", "metrics": {"a": 1.0}})
+    assert where == str(tmp_path / "fallback.json")
+    assert json.loads((tmp_path / "fallback.json").read_text())["metrics"] == {"a": 1.0}
+    err = capsys.readouterr().err
+    assert "could not write --output-json" in err and str(tmp_path / "fallback.json") in err
+
+
+def test_help_and_option_errors_import_no_method(tmp_path):
+    """`vfl --help` and an option error import neither torch nor opacus, pandas or tensorboard."""
+    import subprocess
+
+    code = ("import sys\nfrom vfltorch.cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('torch', 'opacus', 'pandas', 'tensorboard', 'sklearn') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout + r.stderr
+    code = ("import sys\nfrom vfltorch.cli import main\nassert main(['inspect', '--timeout', '0']) == 2\n"
+            "print(sorted(m for m in ('opacus', 'pandas', 'tensorboard') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout + r.stderr

@@ -1,0 +1,172 @@
+"""Fault injection: kill, stop, interrupt or terminate each role of each method; `vfl` must stop cleanly.
+
+Each case starts `vfl METHOD` on small data in its own session, waits until every party runs its own code,
+injects the fault, and asserts the exit code, the message (one line for a signal to `vfl`; the cause named
+for a party's fault, never a traceback), the time to exit, and that no process of the run (party,
+coordinator, obfuscator filler, crypto worker, resource tracker) is left. Processes of a run are found by a
+tag in their environment, which every descendant inherits, so re-parented orphans are found too.
+
+The default run keeps a representative few; the whole matrix is marked slow.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+TIMEOUT = 30          # --timeout of the runs: a stopped party is detected after this (start-up under load)
+SLACK = 25            # seconds beyond the expected bound that a loaded 2-core machine may add
+
+# Long enough that the fault always lands while the run is going.
+METHODS = {
+    "fdskl": ["fdskl", "--parties", "2", "--time-budget", "100000"],
+    "pca": ["pca", "--parties", "2", "--method", "vfedpca", "--topology", "server", "--periods", "1000000",
+            "--no-evaluate"],
+    "dpscd": ["dpscd", "--parties", "2", "--epochs", "100000", "--monitor-every", "0"],
+    "hetero-lr": ["hetero-lr", "--parties", "2", "--key-bits", "512", "--insecure-key", "--precompute",
+                  "background", "--max-epochs", "100000", "--tol", "0", "--batch-size", "100"],
+}
+ROLES = {"fdskl": {"active": 0, "passive": 1}, "pca": {"active": 0, "passive": 1, "coordinator": 2},
+         "dpscd": {"active": 0, "passive": 1}, "hetero-lr": {"active": 0, "passive": 1, "coordinator": 2}}
+ROLE_NAME = {"active": "party 0 (active)", "passive": "party 1 (passive)", "coordinator": "party 2 (coordinator)"}
+
+
+def _default_sigint():
+    # As at a terminal: whoever started the tests may have left SIGINT ignored (a background job does).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _tagged(tag: str) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if f"VFL_FAULT_TAG={tag}".encode() in f.read().split(b"\0"):
+                    pids.append(int(entry))
+        except OSError:
+            pass
+    return pids
+
+
+def _children(pid: int) -> list[int]:
+    """The party processes of `vfl` (its spawned children; not the resource tracker)."""
+    kids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid and b"spawn_main" in cmd:
+            kids.append(int(entry))
+    return kids
+
+
+def _running_own_code(pid: int) -> bool:
+    """A party ignores SIGINT while it starts; it takes SIGINT back when it runs the party's code."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigIgn:"))
+    except (OSError, StopIteration):
+        return False
+    return not mask & (1 << (signal.SIGINT - 1))
+
+
+def run_with_fault(args, fault, target, *, settle=3.0, start_limit=600):
+    """Start `vfl *args`, inject ``fault`` (a signal) into ``target`` ('vfl', 'group' or a rank)."""
+    tag = uuid.uuid4().hex
+    env = {**os.environ, "VFL_FAULT_TAG": tag}
+    vfl = subprocess.Popen([sys.executable, "-m", "vfltorch", *args, "--quiet", "--timeout", str(TIMEOUT)],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True, preexec_fn=_default_sigint)
+    try:
+        deadline = time.monotonic() + start_limit
+        parties = []
+        while time.monotonic() < deadline:
+            parties = _children(vfl.pid)
+            if parties and len(parties) >= 2 and all(_running_own_code(p) for p in parties):
+                break
+            assert vfl.poll() is None, vfl.communicate()
+            time.sleep(0.2)
+        else:
+            status = {p: open(f"/proc/{p}/status").read().split("SigIgn:")[1].split()[0] for p in parties}
+            pytest.fail(f"the parties did not start within {start_limit} s: {status}")
+        parties.sort()
+        time.sleep(settle)
+        assert vfl.poll() is None, vfl.communicate()
+        injected = time.monotonic()
+        if target == "vfl":
+            os.kill(vfl.pid, fault)
+        elif target == "group":
+            os.killpg(vfl.pid, fault)                 # Ctrl-C at the terminal
+        else:
+            os.kill(parties[target], fault)
+        out, err = vfl.communicate(timeout=TIMEOUT + 60 + SLACK)
+        elapsed = time.monotonic() - injected
+        time.sleep(1.0)                                # the parent watch polls every 0.25 s
+        left = _tagged(tag)
+        return vfl.returncode, err, elapsed, left
+    finally:
+        if vfl.poll() is None:
+            os.killpg(vfl.pid, signal.SIGKILL)
+            vfl.wait()
+        for pid in _tagged(tag):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def check_party_fault(method, role, fault, code, err, elapsed, left):
+    assert left == [], f"processes left behind: {left}\n{err}"
+    assert "Traceback" not in err, err
+    assert code == 1, (code, err)
+    first = err.strip().splitlines()[0]
+    assert first.startswith("vfl: ") and f"the cause is {ROLE_NAME[role]}" in first, err
+    if fault == signal.SIGSTOP:
+        assert elapsed < 2 * TIMEOUT + 5 + SLACK, elapsed     # joins or waits time out, then the grace
+    else:
+        assert elapsed < 5 + 5 + SLACK, elapsed               # noticed at once or killed after the grace
+    if fault in (signal.SIGKILL, signal.SIGINT, signal.SIGTERM):
+        assert f"killed by {signal.Signals(fault).name}" in err, err
+
+
+def test_ctrl_c_stops_every_party_with_one_line():
+    code, err, elapsed, left = run_with_fault(METHODS["fdskl"], signal.SIGINT, "group")
+    assert code == 130, (code, err)
+    assert err.strip() == "vfl: interrupted (SIGINT): every party was stopped; nothing was written", err
+    assert left == [] and elapsed < 5 + SLACK, (left, elapsed)
+
+
+def test_a_killed_host_takes_its_obfuscator_process_with_it():
+    """hetero-lr --precompute background: SIGKILL the passive party; its filler and tracker must go too."""
+    code, err, elapsed, left = run_with_fault(METHODS["hetero-lr"], signal.SIGKILL, 1)
+    check_party_fault("hetero-lr", "passive", signal.SIGKILL, code, err, elapsed, left)
+
+
+@pytest.mark.slow
+def test_sigterm_to_vfl_exits_143():
+    code, err, elapsed, left = run_with_fault(METHODS["pca"], signal.SIGTERM, "vfl")
+    assert code == 143 and err.strip().startswith("vfl: terminated (SIGTERM)"), (code, err)
+    assert left == [] and elapsed < 5 + SLACK
+
+
+MATRIX = [(m, role, fault) for m in METHODS for role in ROLES[m]
+          for fault in (signal.SIGKILL, signal.SIGSTOP, signal.SIGINT, signal.SIGTERM)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method,role,fault", MATRIX, ids=[f"{m}-{r}-{f.name}" for m, r, f in MATRIX])
+def test_fault_in_each_role_of_each_method(method, role, fault):
+    code, err, elapsed, left = run_with_fault(METHODS[method], fault, ROLES[method][role])
+    check_party_fault(method, role, fault, code, err, elapsed, left)
