@@ -92,7 +92,7 @@ def test_clipped_steps_never_exceed_C(paper_data, variant):
     X, y = paper_data
     C = 0.02
     seen = []
-    DPSCD(task="svm", variant=variant, epsilon=1.0, C=C, L=25, lam=LAM, epochs=2, noise_seed=3,
+    DPSCD(task="svm", variant=variant, epsilon=1.0, C=C, L=25, lam=LAM, epochs=2, accountant="rdp",
           monitor_every=0).fit(X, y, on_step=lambda t, batch, zeta, state: seen.append(zeta.abs().max().item()
                                                                                        if len(zeta) else 0.0))
     assert max(seen) <= C * (1 + 1e-12)
@@ -115,12 +115,15 @@ def test_noise_added_has_the_calibrated_variance(paper_data, variant):
         prev["v"], prev["alpha"] = state.v.clone(), state.alpha.clone()
 
     model = DPSCD(task="logistic", variant=variant, epsilon=eps, delta=delta, L=L, C=C, lam=LAM, epochs=epochs,
-                  noise_seed=11, monitor_every=0).fit(X, y, on_step=record)
+                  accountant="rdp", monitor_every=0).fit(X, y, on_step=record)
     S = math.sqrt(2) * C if variant == "dual" else 2 * C * math.sqrt(L * (L + 1))
     assert model.sensitivity_ == pytest.approx(S)
-    sigma = calibrate_sigma(eps, delta, model.sample_rate_, model.steps_)
+    # Poisson batches: amplification at q = L / N over T steps. Fixed-size lots (seq): no amplification claimed,
+    # one composition per epoch (each row is in one lot per epoch).
+    q, T = (model.sample_rate_, model.steps_) if variant == "dual" else (1.0, epochs)
+    sigma = calibrate_sigma(eps, delta, q, T, "rdp")
     assert model.sigma_ == sigma and model.noise_std_ == pytest.approx(sigma * S)
-    assert epsilon_spent(sigma, model.sample_rate_, model.steps_, delta) <= eps
+    assert epsilon_spent(sigma, q, T, delta, "rdp") <= eps
     for sample in (torch.cat(noise_v), torch.cat(noise_a)):
         z = (sample / model.noise_std_).numpy()
         k = len(z)
@@ -133,7 +136,7 @@ def test_noise_added_has_the_calibrated_variance(paper_data, variant):
 def test_dp_scd_learns_and_reports_its_budget(paper_data):
     X, y = paper_data
     # 569 rows are few for DP: a loose budget, and the mean accuracy of three noise draws (majority: 0.63).
-    models = [DPSCD(task="logistic", epsilon=10.0, L=20, C=0.2, lam=1e-2, epochs=10, noise_seed=s).fit(X, y)
+    models = [DPSCD(task="logistic", epsilon=10.0, L=20, C=0.2, lam=1e-2, epochs=10, accountant="rdp").fit(X, y)
               for s in range(3)]
     assert np.mean([m.score(X, y) for m in models]) > 0.8
     model = models[0]
@@ -141,6 +144,26 @@ def test_dp_scd_learns_and_reports_its_budget(paper_data):
     assert [h["epoch"] for h in model.history_] == list(range(1, 11))
     eps = [h["epsilon"] for h in model.history_]
     assert eps == sorted(eps) and eps[-1] == pytest.approx(model.epsilon_)
+    # Only private outputs: no training objective, no dual variables, unless asked for / not private.
+    assert all("objective" not in h for h in model.history_) and not hasattr(model, "dual_coef_")
+    assert model.guarantee_void_ is False
+    assert model.observers_["outsider"]["epsilon"] == model.epsilon_
+    assert model.observers_["schedule_aware"]["epsilon"] > model.epsilon_     # no amplification for it
+
+
+def test_secret_randomness_differs_between_runs_and_simulation_replays(paper_data):
+    X, y = paper_data
+    kw = dict(task="logistic", epsilon=1.0, L=20, C=0.1, lam=1e-2, epochs=2, accountant="rdp", monitor_every=0)
+    batches = [[], []]
+    a = DPSCD(**kw).fit(X, y, on_step=lambda t, b, z, s: batches[0].append(b.tolist()))
+    b = DPSCD(**kw).fit(X, y, on_step=lambda t, b, z, s: batches[1].append(b.tolist()))
+    assert (a.coef_ != b.coef_).all() and batches[0] != batches[1]          # schedule and noise: fresh
+    with pytest.warns(UserWarning, match="guarantee is VOID"):
+        c = DPSCD(**kw, simulation_seed=5).fit(X, y)
+    with pytest.warns(UserWarning, match="guarantee is VOID"):
+        d = DPSCD(**kw, simulation_seed=5).fit(X, y)
+    np.testing.assert_array_equal(c.coef_, d.coef_)
+    assert c.guarantee_void_ is True
 
 
 @pytest.mark.parametrize("kwargs,message", [
@@ -168,7 +191,7 @@ def test_rows_that_are_not_normalised_are_refused_with_the_fix(paper_data):
     X, y = paper_data
     with pytest.raises(VFLInputError, match=r"norm at most 1.*--normalize-rows.*normalize_rows=True"):
         DPSCD().fit(X * 3, y)
-    assert DPSCD(normalize_rows=True, epochs=1).fit(X * 3, y).epsilon_ <= 1.0
+    assert DPSCD(normalize_rows=True, epochs=1, accountant="rdp").fit(X * 3, y).epsilon_ <= 1.0
     DPSCD(variant="nonprivate", epochs=1).fit(X * 3, y)      # no sensitivity bound, no requirement
 
 

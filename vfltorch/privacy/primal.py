@@ -56,8 +56,7 @@ def primal_steps(ctx):
     X, st = ctx.X, ctx.state
     theta = st.v
     d = X.shape[1]
-    coords = torch.Generator(device="cpu")
-    coords.manual_seed(ctx.seed * 31 + 17)
+    coords = ctx.randomness.torch("primal/coordinate-order")
     for t, batch in enumerate(ctx.sampler):
         rows = batch.to(X.device)
         XB = X.index_select(0, rows)

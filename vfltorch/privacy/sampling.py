@@ -1,8 +1,14 @@
-"""Mini-batch sampling, drawn identically at every party from a shared seed.
+"""Mini-batch sampling from a secret generator.
 
-Every party must process the same rows at each step, and the row indices of
-a batch are no secret among the parties (each computes its part for them),
-so each party draws the batches from the same seeded generator: no message.
+Every party must process the same rows at each step, so the row indices of a
+batch are no secret among the parties (each computes its part for them). They
+must be secret from everyone else: amplification by subsampling - the reason a
+small q buys a small epsilon - holds only for an observer who does not know
+which rows each batch holds. The generator is therefore seeded from OS entropy
+(``randomness.py``); in a federation the active party draws that seed and
+sends it to the others (who would learn the batches anyway). A party that
+knows the schedule gets no amplification: ``visits`` counts how often each
+row was used, which bounds the privacy loss towards such a party.
 
 * ``poisson``: every example joins each batch independently with
   probability q = L / N; T = round(epochs * N / L) steps. This is the
@@ -19,6 +25,7 @@ so each party draws the batches from the same seeded generator: no message.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..data import VFLInputError
@@ -27,15 +34,15 @@ SAMPLERS = ("poisson", "shuffle")
 
 
 class BatchSampler:
-    def __init__(self, n: int, L: int, epochs: float, *, kind: str = "poisson", seed: int = 0):
+    def __init__(self, n: int, L: int, epochs: float, *, kind: str = "poisson", rng: np.random.Generator):
         if kind not in SAMPLERS:
             raise VFLInputError(f"unknown sampling {kind!r}: choose poisson or shuffle")
         check_batch(L, n)
         if not epochs > 0:
             raise VFLInputError(f"epochs must be positive, got {epochs}")
         self.n, self.L, self.kind, self.epochs = int(n), int(L), kind, float(epochs)
-        self.generator = torch.Generator(device="cpu")
-        self.generator.manual_seed(int(seed) * 7919 + 104729)
+        self.rng = rng
+        self.visits = np.zeros(self.n, dtype=np.int64)
         if kind == "poisson":
             self.steps_per_epoch = self.n / self.L
             self.steps = max(1, round(self.epochs * self.n / self.L))
@@ -60,15 +67,19 @@ class BatchSampler:
         if self.kind == "poisson":
             q = self.sample_rate
             for _ in range(self.steps):
-                yield torch.nonzero(torch.rand(self.n, generator=self.generator) < q).reshape(-1)
+                batch = np.flatnonzero(self.rng.random(self.n) < q)
+                self.visits[batch] += 1
+                yield torch.from_numpy(batch)
             return
         done = 0
         while done < self.steps:
-            perm = torch.randperm(self.n, generator=self.generator)
+            perm = self.rng.permutation(self.n)
             for k in range(self.steps_per_epoch):
                 if done == self.steps:
                     return
-                yield perm[k * self.L:(k + 1) * self.L]
+                batch = perm[k * self.L:(k + 1) * self.L]
+                self.visits[batch] += 1
+                yield torch.from_numpy(batch)
                 done += 1
 
 
