@@ -118,8 +118,9 @@ class DPSGD(GLMPredictions, BaseEstimator):
         model = model.to(dev)
         optimizer = torch.optim.SGD(model.parameters(), lr=self.lr, weight_decay=self.lam)
         randomness = Randomness(self.simulation_seed)
-        randomness.warn()
-        self.guarantee_void_ = randomness.simulated
+        if self.private:
+            randomness.warn()
+        self.guarantee_void_ = randomness.simulated and self.private
         loader_gen = randomness.torch("dpsgd/batches")
         loader = DataLoader(TensorDataset(Xt, yt), batch_size=self.batch_size, shuffle=not self.private,
                             generator=loader_gen)
