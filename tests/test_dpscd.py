@@ -79,17 +79,34 @@ def test_nonprivate_scd_reaches_the_scikit_learn_optimum(paper_data, task):
     np.testing.assert_allclose(model.coef_, v / (lam * len(y)), rtol=1e-9, atol=1e-12)
 
 
-def test_primal_coordinate_descent_reaches_the_ridge_optimum(paper_data):
+def unit_columns(X):
+    return X / np.linalg.norm(X, axis=0, keepdims=True)
+
+
+@pytest.mark.parametrize("variant", ["primal", "primal-rows"])
+def test_primal_coordinate_descent_reaches_the_ridge_optimum(paper_data, variant):
     X, y = paper_data
-    # Full batches (L = N), no noise, no effective clipping: exact primal coordinate descent.
-    model = DPSCD(task="ridge", variant="primal", sigma=0.0, C=1e6, L=len(y), lam=1e-2, epochs=200,
+    # No noise, no effective clipping: exact primal coordinate descent. Algorithm 2 (primal): all examples,
+    # L = d coordinates per step, unit-norm columns (Lemma 4). primal-rows: full batches of examples (L = N).
+    if variant == "primal":
+        X = unit_columns(X)
+    L = X.shape[1] if variant == "primal" else len(y)
+    model = DPSCD(task="ridge", variant=variant, sigma=0.0, C=1e6, L=L, lam=1e-2, epochs=200,
                   monitor_every=0).fit(X, y)
     assert P("ridge", X, y, model.coef_, 1e-2) <= reference_optimum("ridge", X, y, 1e-2) * (1 + 1e-4)
 
 
-@pytest.mark.parametrize("variant", ["dual", "seq", "primal"])
+def test_primal_needs_unit_norm_columns(paper_data):
+    X, y = paper_data
+    with pytest.raises(VFLInputError, match="every feature column to have L2 norm at most 1"):
+        DPSCD(task="logistic", variant="primal", L=5, accountant="rdp").fit(X, y)
+
+
+@pytest.mark.parametrize("variant", ["dual", "seq", "primal", "primal-rows"])
 def test_clipped_steps_never_exceed_C(paper_data, variant):
     X, y = paper_data
+    if variant == "primal":
+        X = unit_columns(X)
     C = 0.02
     seen = []
     DPSCD(task="svm", variant=variant, epsilon=1.0, C=C, L=25, lam=LAM, epochs=2, accountant="rdp",
@@ -125,12 +142,56 @@ def test_noise_added_has_the_calibrated_variance(paper_data, variant):
     assert model.sigma_ == sigma and model.noise_std_ == pytest.approx(sigma * S)
     assert epsilon_spent(sigma, q, T, delta, "rdp") <= eps
     for sample in (torch.cat(noise_v), torch.cat(noise_a)):
-        z = (sample / model.noise_std_).numpy()
-        k = len(z)
-        # Sample variance of k standard normals: mean 1, sd sqrt(2 / k); allow 5 sd.
-        assert abs(z.var() - 1) < 5 * math.sqrt(2 / k), (z.var(), k)
-        assert abs(z.mean()) < 5 / math.sqrt(k)
-        assert stats.kstest(z, "norm").pvalue > 1e-4
+        assert_standard_normal((sample / model.noise_std_).numpy())
+
+
+def assert_standard_normal(z):
+    k = len(z)
+    # Sample variance of k standard normals: mean 1, sd sqrt(2 / k); allow 5 sd.
+    assert abs(z.var() - 1) < 5 * math.sqrt(2 / k), (z.var(), k)
+    assert abs(z.mean()) < 5 / math.sqrt(k)
+    assert stats.kstest(z, "norm").pvalue > 1e-4
+
+
+def test_primal_noise_has_the_calibrated_variance(paper_data):
+    X, y = paper_data
+    X = unit_columns(X)
+    eps, delta, L, C, epochs = 1.0, 1e-3, 5, 0.05, 20
+    noise = []
+    prev = {"theta": torch.zeros(X.shape[1], dtype=torch.float64)}
+
+    def record(t, coords, zeta, state):
+        # Algorithm 2: theta_B' = theta_B + zeta_B + noise on the L chosen coordinates, nothing elsewhere.
+        delta_theta = state.v - prev["theta"]
+        noise.append(delta_theta[coords] - zeta)
+        others = torch.ones(len(delta_theta), dtype=torch.bool)
+        others[coords] = False
+        assert (delta_theta[others] == 0).all()
+        prev["theta"] = state.v.clone()
+
+    model = DPSCD(task="logistic", variant="primal", epsilon=eps, delta=delta, L=L, C=C, lam=LAM, epochs=epochs,
+                  accountant="rdp", monitor_every=0).fit(X, y, on_step=record)
+    S = 2 * C * math.sqrt(L * (L + 1))                       # Lemma 4
+    assert model.sensitivity_ == pytest.approx(S) and model.sample_rate_ == 1.0
+    assert model.steps_ == round(epochs * X.shape[1] / L)
+    sigma = calibrate_sigma(eps, delta, 1.0, model.steps_, "rdp")    # every example in every step
+    assert model.sigma_ == sigma and model.noise_std_ == pytest.approx(sigma * S)
+    assert_standard_normal((torch.cat(noise) / model.noise_std_).numpy())
+
+
+def test_dpsgd_noise_has_the_calibrated_variance():
+    from vfltorch.privacy import DPSGD
+
+    # Zero rows: every per-example gradient is 0, so theta moves by the noise (and the weight decay) alone:
+    # theta_T = -(lr / B) sum_t (1 - lr lam)^(T - 1 - t) noise_t, noise_t ~ N(0, sigma^2 C^2 I_d).
+    n, d, B, lr, lam, C = 200, 4000, 50, 0.5, 1e-3, 2.0
+    X, y = np.zeros((n, d)), np.where(np.arange(n) % 2, 1.0, -1.0)
+    model = DPSGD(task="logistic", epsilon=1.0, delta=1e-3, batch_size=B, C=C, lr=lr, lam=lam, epochs=1,
+                  accountant="rdp", monitor_every=0).fit(X, y)
+    T = model.steps_
+    assert T == n // B and model.sigma_ == calibrate_sigma(1.0, 1e-3, 1 / T, T, "rdp")
+    scale = (lr / B) * model.sigma_ * C * math.sqrt(sum((1 - lr * lam) ** (2 * k) for k in range(T)))
+    assert_standard_normal(model.coef_ / scale)
 
 
 def test_dp_scd_learns_and_reports_its_budget(paper_data):

@@ -75,8 +75,9 @@ def _dpscd_arguments(p) -> None:
     g = p.add_argument_group("DP-SCD")
     g.add_argument("--variant", choices=VARIANTS, default="dual",
                    help="dual: DP-SCD (Algorithm 1); seq: seqDP-SCD (Algorithm 3); primal: primal DP-SCD "
-                        "(Algorithm 2, one party only); nonprivate: SCD")
-    g.add_argument("--L", "--batch-size", dest="L", type=int, default=100, help="mini-batch size L")
+                        "(Algorithm 2: L coordinates over all examples, unit-norm columns, one party only); "
+                        "primal-rows: row-batch primal variant (one party); nonprivate: SCD")
+    g.add_argument("--L", "--batch-size", dest="L", type=int, default=100, help="mini-batch size L (primal: coordinates per step)")
     g.add_argument("--epochs", type=float, default=10, help="passes over the training rows")
     g.add_argument("--sampling", choices=["poisson", "shuffle"], default=None,
                    help="batch sampling (default: poisson for dual/primal, shuffle for seq/nonprivate)")

@@ -89,3 +89,37 @@ def check_batch(L, n: int) -> None:
     if L > n:
         raise VFLInputError(f"the mini-batch size L={L} exceeds the {n} training rows: pass --L {n} or less "
                             f"(the paper uses L well below N, e.g. 100 to 1000)")
+
+
+class CoordinateSampler:
+    """Primal DP-SCD (Algorithm 2): every step uses all N examples and L of the d coordinates.
+
+    The coordinates are drawn without replacement (in the order they are updated) from the secret
+    generator; one epoch is d / L steps (every coordinate once, in expectation). No example is
+    subsampled, so the accountant gets sampling rate 1 (``solver.accounted``) and every example is
+    "visited" at every step.
+    """
+
+    kind = "all-rows"
+
+    def __init__(self, n: int, d: int, L: int, epochs: float, *, rng: np.random.Generator):
+        if not isinstance(L, int) or isinstance(L, bool) or L < 1:
+            raise VFLInputError(f"the number of coordinates per step L must be a positive integer, got {L!r}")
+        if L > d:
+            raise VFLInputError(f"primal DP-SCD updates L coordinates per step, but L={L} exceeds the {d} features: "
+                                f"pass --L {d} or less")
+        if not epochs > 0:
+            raise VFLInputError(f"epochs must be positive, got {epochs}")
+        self.n, self.d, self.L, self.epochs = int(n), int(d), int(L), float(epochs)
+        self.rng = rng
+        self.steps_per_epoch = self.d / self.L
+        self.steps = max(1, round(self.epochs * self.steps_per_epoch))
+        self.visits = np.zeros(self.n, dtype=np.int64)
+
+    sample_rate = 1.0
+    epoch_ends = BatchSampler.epoch_ends
+
+    def __iter__(self):
+        for _ in range(self.steps):
+            self.visits += 1
+            yield torch.from_numpy(self.rng.choice(self.d, self.L, replace=False))

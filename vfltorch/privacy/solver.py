@@ -10,8 +10,9 @@ columns ``X`` (and the labels ``y`` at the active party only):
    (``accountant.py``); the noise standard deviation is sigma times the
    variant's sensitivity S (next to each algorithm),
 3. runs the variant - ``dual`` (DP-SCD, Algorithm 1), ``seq`` (seqDP-SCD,
-   Algorithm 3), ``primal`` (Algorithm 2), ``nonprivate`` (SCD) - and, after
-   each epoch, the primal objective and the epsilon spent so far (opacus).
+   Algorithm 3), ``primal`` (Algorithm 2), ``primal-rows`` (a row-batch primal
+   variant), ``nonprivate`` (SCD) - and, after each epoch, the epsilon spent so
+   far (opacus; the training objective only when asked for: it is not private).
 
 Every party computes sigma itself from public quantities (epsilon, delta, N,
 L, epochs): the parties agree without a message.
@@ -33,14 +34,14 @@ from .accountant import DEFAULT_MECHANISM, calibrate_sigma, check_budget, check_
 from .glm import make_glm, primal_objective
 from .noise import BlockNoise, NoiseStream
 from .randomness import VOID_NOTE, Randomness, numpy_from_seed128
-from .sampling import BatchSampler, check_batch
+from .sampling import BatchSampler, CoordinateSampler, check_batch
 from .vertical import PAPER_LEAK, PROTOCOLS, ActiveLink, EncryptedUpdates
 
-VARIANTS = ("dual", "seq", "primal", "nonprivate")
-PRIVATE = ("dual", "seq", "primal")
-_TRAINERS = {"dual": dpscd, "seq": seqdpscd, "primal": primal, "nonprivate": seqdpscd}
+VARIANTS = ("dual", "seq", "primal", "primal-rows", "nonprivate")
+PRIVATE = ("dual", "seq", "primal", "primal-rows")
+_TRAINERS = {"dual": dpscd, "seq": seqdpscd, "primal": primal, "primal-rows": primal, "nonprivate": seqdpscd}
 _STEPS = {"dual": dpscd.dual_steps, "seq": seqdpscd.seq_steps, "primal": primal.primal_steps,
-          "nonprivate": seqdpscd.seq_steps}
+          "primal-rows": primal.row_primal_steps, "nonprivate": seqdpscd.seq_steps}
 ROW_NORM_SLACK = 1e-6
 
 
@@ -69,9 +70,11 @@ class DPSCDConfig:
         return self.variant in PRIVATE
 
     def resolved_sampling(self) -> str:
+        if self.variant == "primal":
+            return "all-rows"            # Algorithm 2 uses every example at every step
         if self.sampling is not None:
             return self.sampling
-        return "poisson" if self.variant in ("dual", "primal") else "shuffle"
+        return "poisson" if self.variant in ("dual", "primal-rows") else "shuffle"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -81,7 +84,7 @@ def validate(cfg: DPSCDConfig) -> None:
     """Every bad hyperparameter is named with its fix; checked identically at every party."""
     if cfg.variant not in VARIANTS:
         raise VFLInputError(f"unknown variant {cfg.variant!r}: choose dual (DP-SCD), seq (seqDP-SCD), "
-                            f"primal (primal DP-SCD) or nonprivate (SCD)")
+                            f"primal (primal DP-SCD, Algorithm 2), primal-rows (row-batch primal) or nonprivate (SCD)")
     make_glm(cfg.task)
     if cfg.private:
         if cfg.sigma is None:
@@ -100,7 +103,7 @@ def validate(cfg: DPSCDConfig) -> None:
         raise VFLInputError(f"epochs must be positive, got {cfg.epochs!r}")
     if not isinstance(cfg.L, int) or isinstance(cfg.L, bool) or cfg.L < 1:
         raise VFLInputError(f"the mini-batch size L must be a positive integer, got {cfg.L!r}")
-    if cfg.resolved_sampling() not in ("poisson", "shuffle"):
+    if cfg.resolved_sampling() not in ("poisson", "shuffle", "all-rows"):
         raise VFLInputError(f"unknown sampling {cfg.sampling!r}: choose poisson or shuffle")
     if cfg.variant == "seq" and cfg.resolved_sampling() != "shuffle":
         raise VFLInputError("seqDP-SCD needs fixed-size lots (--sampling shuffle): its sensitivity "
@@ -120,7 +123,9 @@ def sensitivity(cfg: DPSCDConfig, d: int) -> float:
     if cfg.variant == "seq":
         return seqdpscd.sensitivity(cfg.C, cfg.L)
     if cfg.variant == "primal":
-        return primal.sensitivity(cfg.C, d)
+        return primal.sensitivity(cfg.C, cfg.L)
+    if cfg.variant == "primal-rows":
+        return primal.rows_sensitivity(cfg.C, d)
     return 0.0
 
 
@@ -221,6 +226,8 @@ def accounted(cfg: DPSCDConfig, sampler: BatchSampler, done: int) -> tuple[float
     """
     if sampler.kind == "poisson":
         return sampler.sample_rate, done
+    if sampler.kind == "all-rows":        # primal DP-SCD: every example in every step
+        return 1.0, done
     return 1.0, math.ceil(done / sampler.steps_per_epoch)
 
 
@@ -284,11 +291,14 @@ def fit_glm(fed: Federation, X: torch.Tensor, y: torch.Tensor | None, cfg: DPSCD
     validate(cfg)
     glm = make_glm(cfg.task, newton_steps=cfg.newton_steps) if cfg.task == "logistic" else make_glm(cfg.task)
     n, d = X.shape
-    check_batch(cfg.L, n)
+    if cfg.variant != "primal":
+        check_batch(cfg.L, n)
     if fed.is_active:
         _check_labels(glm, y, n)
-    if cfg.variant == "primal":
+    if cfg.variant in ("primal", "primal-rows"):
         primal.check_centralised(fed)
+    if cfg.variant == "primal" and cfg.private:
+        primal.check_columns(X)
     if noise_blocks is not None and fed.num_parties > 1:
         raise ValueError("noise_blocks is for centralised runs; in a federation each party's block is its columns")
     federated = fed.num_parties > 1
@@ -304,7 +314,7 @@ def fit_glm(fed: Federation, X: torch.Tensor, y: torch.Tensor | None, cfg: DPSCD
 
     link = ActiveLink(fed, secure=secure)
     sqnorms = row_sqnorms(fed, X)
-    if cfg.private:
+    if cfg.private and cfg.variant != "primal":
         check_row_norms(sqnorms)
 
     schedule_seed = randomness.seed128("schedule") if fed.is_active else 0
@@ -314,7 +324,11 @@ def fit_glm(fed: Federation, X: torch.Tensor, y: torch.Tensor | None, cfg: DPSCD
             words = link.from_active(torch.tensor([(schedule_seed >> (32 * k)) & 0xFFFFFFFF for k in range(4)],
                                                   dtype=torch.int64) if fed.is_active else None, (4,), torch.int64)
             schedule_seed = sum(int(w) << (32 * k) for k, w in enumerate(words.tolist()))
-    sampler = BatchSampler(n, cfg.L, cfg.epochs, kind=cfg.resolved_sampling(), rng=numpy_from_seed128(schedule_seed))
+    if cfg.variant == "primal":
+        sampler = CoordinateSampler(n, d, cfg.L, cfg.epochs, rng=numpy_from_seed128(schedule_seed))
+    else:
+        sampler = BatchSampler(n, cfg.L, cfg.epochs, kind=cfg.resolved_sampling(),
+                               rng=numpy_from_seed128(schedule_seed))
     q, steps = sampler.sample_rate, sampler.steps
     if cfg.private:
         rate, compositions = accounted(cfg, sampler, steps)
