@@ -19,8 +19,8 @@ row was used, which bounds the privacy loss towards such a party.
   (the remainder N mod L is skipped that epoch); T = epochs * (N // L). The
   authors' code does this. seqDP-SCD needs it: its sensitivity grows with the
   batch size, which must therefore be fixed. Accounting it as a
-  Poisson-subsampled mechanism with q = L / N is what the paper does; it is
-  an approximation that opacus' analysis does not cover exactly.
+  Poisson-subsampled mechanism with q = L / N (what the paper does) understates
+  epsilon; ``solver.accounted`` claims no amplification for it instead.
 """
 
 from __future__ import annotations

@@ -310,7 +310,8 @@ def fit_glm(fed: Federation, X: torch.Tensor, y: torch.Tensor | None, cfg: DPSCD
     if federated and cfg.protocol == "paper":
         warnings.warn(PAPER_LEAK, UserWarning, stacklevel=2)
     randomness = Randomness(simulation_seed)
-    randomness.warn()
+    if cfg.private:
+        randomness.warn()
 
     link = ActiveLink(fed, secure=secure)
     sqnorms = row_sqnorms(fed, X)
