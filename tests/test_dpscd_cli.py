@@ -25,12 +25,13 @@ def scalars(logdir):
 def test_dpscd_across_two_parties_writes_the_record_and_the_curves(tmp_path):
     out, tb = tmp_path / "dpscd.json", tmp_path / "tb"
     assert main(["dpscd", "--parties", "2", "--task", "logistic", "--epsilon", "2", "--L", "20", "--C", "0.2",
-                 "--lambda", "1e-2", "--epochs", "3", "--key-bits", "512", "--insecure-key", "--output-json", str(out),
+                 "--lambda", "1e-2", "--epochs", "3", "--key-bits", "512", "--insecure-key", "--accountant", "rdp",
+                 "--output-json", str(out),
                  "--logdir", str(tb), "--quiet"]) == 0
     record = json.loads(out.read_text())
     for key in ("sigma", "sample_rate", "steps", "epsilon", "delta"):
         assert isinstance(record[key], (int, float)), key
-    assert 0 < record["epsilon"] <= 2.0 and record["delta"] == 1e-3 and record["accountant"] == "prv"
+    assert 0 < record["epsilon"] <= 2.0 and record["delta"] == 1e-3 and record["accountant"] == "rdp"
     assert record["sample_rate"] == pytest.approx(20 / 427) and record["steps"] == round(3 * 427 / 20)
     assert record["noise_std"] == pytest.approx(record["sigma"] * np.sqrt(2) * 0.2)
     assert record["config"]["scale"] == "maxabs" and record["config"]["normalize_rows"] is True
@@ -122,6 +123,9 @@ def test_help_names_the_models_and_the_paper_options():
         assert option in text, option
     args = parser.parse_args(["dpscd", "--task", "svm"])
     assert args.glm == "svm" and args.task is None and args.scale == "maxabs" and args.normalize_rows
+    # Privacy defaults: PRV, OS entropy (no simulation seed), the encrypted protocol, no objective.
+    assert args.accountant == "prv" and args.simulate_seed is None and args.vertical_protocol == "encrypted"
+    assert not args.monitor_objective
 
 
 @pytest.mark.parametrize("argv,message", [
