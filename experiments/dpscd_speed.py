@@ -60,11 +60,11 @@ def main(argv=None):
         for L in args.batch_sizes:
             scd, sgd = [], []
             for r in range(args.repeats):
-                m = DPSCD(task=task, epsilon=1.0, L=L, C=0.01, lam=split.lam, epochs=args.epochs, seed=r,
+                m = DPSCD(task=task, epsilon=1.0, L=L, C=0.01, lam=split.lam, epochs=args.epochs,
                           monitor_every=0).fit(X, y)
                 scd.append(m.train_seconds_ / args.epochs)
                 g = DPSGD(task=task, epsilon=1.0, batch_size=L, C=1.0, lr=1.0, lam=split.lam, epochs=args.epochs,
-                          seed=r, monitor_every=0).fit(X, y)
+                          monitor_every=0).fit(X, y)
                 sgd.append(g.train_seconds_ / args.epochs)
             row = {"task": task, "dataset": TASKS[task]["dataset"], "rows": len(y), "features": X.shape[1],
                    "batch_size": L, "dpscd_epoch_s": float(np.median(scd)), "dpsgd_epoch_s": float(np.median(sgd)),

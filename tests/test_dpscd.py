@@ -79,20 +79,37 @@ def test_nonprivate_scd_reaches_the_scikit_learn_optimum(paper_data, task):
     np.testing.assert_allclose(model.coef_, v / (lam * len(y)), rtol=1e-9, atol=1e-12)
 
 
-def test_primal_coordinate_descent_reaches_the_ridge_optimum(paper_data):
+def unit_columns(X):
+    return X / np.linalg.norm(X, axis=0, keepdims=True)
+
+
+@pytest.mark.parametrize("variant", ["primal", "primal-rows"])
+def test_primal_coordinate_descent_reaches_the_ridge_optimum(paper_data, variant):
     X, y = paper_data
-    # Full batches (L = N), no noise, no effective clipping: exact primal coordinate descent.
-    model = DPSCD(task="ridge", variant="primal", sigma=0.0, C=1e6, L=len(y), lam=1e-2, epochs=200,
+    # No noise, no effective clipping: exact primal coordinate descent. Algorithm 2 (primal): all examples,
+    # L = d coordinates per step, unit-norm columns (Lemma 4). primal-rows: full batches of examples (L = N).
+    if variant == "primal":
+        X = unit_columns(X)
+    L = X.shape[1] if variant == "primal" else len(y)
+    model = DPSCD(task="ridge", variant=variant, sigma=0.0, C=1e6, L=L, lam=1e-2, epochs=200,
                   monitor_every=0).fit(X, y)
     assert P("ridge", X, y, model.coef_, 1e-2) <= reference_optimum("ridge", X, y, 1e-2) * (1 + 1e-4)
 
 
-@pytest.mark.parametrize("variant", ["dual", "seq", "primal"])
+def test_primal_needs_unit_norm_columns(paper_data):
+    X, y = paper_data
+    with pytest.raises(VFLInputError, match="every feature column to have L2 norm at most 1"):
+        DPSCD(task="logistic", variant="primal", L=5, accountant="rdp").fit(X, y)
+
+
+@pytest.mark.parametrize("variant", ["dual", "seq", "primal", "primal-rows"])
 def test_clipped_steps_never_exceed_C(paper_data, variant):
     X, y = paper_data
+    if variant == "primal":
+        X = unit_columns(X)
     C = 0.02
     seen = []
-    DPSCD(task="svm", variant=variant, epsilon=1.0, C=C, L=25, lam=LAM, epochs=2, noise_seed=3,
+    DPSCD(task="svm", variant=variant, epsilon=1.0, C=C, L=25, lam=LAM, epochs=2, accountant="rdp",
           monitor_every=0).fit(X, y, on_step=lambda t, batch, zeta, state: seen.append(zeta.abs().max().item()
                                                                                        if len(zeta) else 0.0))
     assert max(seen) <= C * (1 + 1e-12)
@@ -115,25 +132,72 @@ def test_noise_added_has_the_calibrated_variance(paper_data, variant):
         prev["v"], prev["alpha"] = state.v.clone(), state.alpha.clone()
 
     model = DPSCD(task="logistic", variant=variant, epsilon=eps, delta=delta, L=L, C=C, lam=LAM, epochs=epochs,
-                  noise_seed=11, monitor_every=0).fit(X, y, on_step=record)
+                  accountant="rdp", monitor_every=0).fit(X, y, on_step=record)
     S = math.sqrt(2) * C if variant == "dual" else 2 * C * math.sqrt(L * (L + 1))
     assert model.sensitivity_ == pytest.approx(S)
-    sigma = calibrate_sigma(eps, delta, model.sample_rate_, model.steps_)
+    # Poisson batches: amplification at q = L / N over T steps. Fixed-size lots (seq): no amplification claimed,
+    # one composition per epoch (each row is in one lot per epoch).
+    q, T = (model.sample_rate_, model.steps_) if variant == "dual" else (1.0, epochs)
+    sigma = calibrate_sigma(eps, delta, q, T, "rdp")
     assert model.sigma_ == sigma and model.noise_std_ == pytest.approx(sigma * S)
-    assert epsilon_spent(sigma, model.sample_rate_, model.steps_, delta) <= eps
+    assert epsilon_spent(sigma, q, T, delta, "rdp") <= eps
     for sample in (torch.cat(noise_v), torch.cat(noise_a)):
-        z = (sample / model.noise_std_).numpy()
-        k = len(z)
-        # Sample variance of k standard normals: mean 1, sd sqrt(2 / k); allow 5 sd.
-        assert abs(z.var() - 1) < 5 * math.sqrt(2 / k), (z.var(), k)
-        assert abs(z.mean()) < 5 / math.sqrt(k)
-        assert stats.kstest(z, "norm").pvalue > 1e-4
+        assert_standard_normal((sample / model.noise_std_).numpy())
+
+
+def assert_standard_normal(z):
+    k = len(z)
+    # Sample variance of k standard normals: mean 1, sd sqrt(2 / k); allow 5 sd.
+    assert abs(z.var() - 1) < 5 * math.sqrt(2 / k), (z.var(), k)
+    assert abs(z.mean()) < 5 / math.sqrt(k)
+    assert stats.kstest(z, "norm").pvalue > 1e-4
+
+
+def test_primal_noise_has_the_calibrated_variance(paper_data):
+    X, y = paper_data
+    X = unit_columns(X)
+    eps, delta, L, C, epochs = 1.0, 1e-3, 5, 0.05, 20
+    noise = []
+    prev = {"theta": torch.zeros(X.shape[1], dtype=torch.float64)}
+
+    def record(t, coords, zeta, state):
+        # Algorithm 2: theta_B' = theta_B + zeta_B + noise on the L chosen coordinates, nothing elsewhere.
+        delta_theta = state.v - prev["theta"]
+        noise.append(delta_theta[coords] - zeta)
+        others = torch.ones(len(delta_theta), dtype=torch.bool)
+        others[coords] = False
+        assert (delta_theta[others] == 0).all()
+        prev["theta"] = state.v.clone()
+
+    model = DPSCD(task="logistic", variant="primal", epsilon=eps, delta=delta, L=L, C=C, lam=LAM, epochs=epochs,
+                  accountant="rdp", monitor_every=0).fit(X, y, on_step=record)
+    S = 2 * C * math.sqrt(L * (L + 1))                       # Lemma 4
+    assert model.sensitivity_ == pytest.approx(S) and model.sample_rate_ == 1.0
+    assert model.steps_ == round(epochs * X.shape[1] / L)
+    sigma = calibrate_sigma(eps, delta, 1.0, model.steps_, "rdp")    # every example in every step
+    assert model.sigma_ == sigma and model.noise_std_ == pytest.approx(sigma * S)
+    assert_standard_normal((torch.cat(noise) / model.noise_std_).numpy())
+
+
+def test_dpsgd_noise_has_the_calibrated_variance():
+    from vfltorch.privacy import DPSGD
+
+    # Zero rows: every per-example gradient is 0, so theta moves by the noise (and the weight decay) alone:
+    # theta_T = -(lr / B) sum_t (1 - lr lam)^(T - 1 - t) noise_t, noise_t ~ N(0, sigma^2 C^2 I_d).
+    n, d, B, lr, lam, C = 200, 4000, 50, 0.5, 1e-3, 2.0
+    X, y = np.zeros((n, d)), np.where(np.arange(n) % 2, 1.0, -1.0)
+    model = DPSGD(task="logistic", epsilon=1.0, delta=1e-3, batch_size=B, C=C, lr=lr, lam=lam, epochs=1,
+                  accountant="rdp", monitor_every=0).fit(X, y)
+    T = model.steps_
+    assert T == n // B and model.sigma_ == calibrate_sigma(1.0, 1e-3, 1 / T, T, "rdp")
+    scale = (lr / B) * model.sigma_ * C * math.sqrt(sum((1 - lr * lam) ** (2 * k) for k in range(T)))
+    assert_standard_normal(model.coef_ / scale)
 
 
 def test_dp_scd_learns_and_reports_its_budget(paper_data):
     X, y = paper_data
     # 569 rows are few for DP: a loose budget, and the mean accuracy of three noise draws (majority: 0.63).
-    models = [DPSCD(task="logistic", epsilon=10.0, L=20, C=0.2, lam=1e-2, epochs=10, noise_seed=s).fit(X, y)
+    models = [DPSCD(task="logistic", epsilon=10.0, L=20, C=0.2, lam=1e-2, epochs=10, accountant="rdp").fit(X, y)
               for s in range(3)]
     assert np.mean([m.score(X, y) for m in models]) > 0.8
     model = models[0]
@@ -141,6 +205,26 @@ def test_dp_scd_learns_and_reports_its_budget(paper_data):
     assert [h["epoch"] for h in model.history_] == list(range(1, 11))
     eps = [h["epsilon"] for h in model.history_]
     assert eps == sorted(eps) and eps[-1] == pytest.approx(model.epsilon_)
+    # Only private outputs: no training objective, no dual variables, unless asked for / not private.
+    assert all("objective" not in h for h in model.history_) and not hasattr(model, "dual_coef_")
+    assert model.guarantee_void_ is False
+    assert model.observers_["outsider"]["epsilon"] == model.epsilon_
+    assert model.observers_["schedule_aware"]["epsilon"] > model.epsilon_     # no amplification for it
+
+
+def test_secret_randomness_differs_between_runs_and_simulation_replays(paper_data):
+    X, y = paper_data
+    kw = dict(task="logistic", epsilon=1.0, L=20, C=0.1, lam=1e-2, epochs=2, accountant="rdp", monitor_every=0)
+    batches = [[], []]
+    a = DPSCD(**kw).fit(X, y, on_step=lambda t, b, z, s: batches[0].append(b.tolist()))
+    b = DPSCD(**kw).fit(X, y, on_step=lambda t, b, z, s: batches[1].append(b.tolist()))
+    assert (a.coef_ != b.coef_).all() and batches[0] != batches[1]          # schedule and noise: fresh
+    with pytest.warns(UserWarning, match="guarantee is VOID"):
+        c = DPSCD(**kw, simulation_seed=5).fit(X, y)
+    with pytest.warns(UserWarning, match="guarantee is VOID"):
+        d = DPSCD(**kw, simulation_seed=5).fit(X, y)
+    np.testing.assert_array_equal(c.coef_, d.coef_)
+    assert c.guarantee_void_ is True
 
 
 @pytest.mark.parametrize("kwargs,message", [
@@ -168,7 +252,7 @@ def test_rows_that_are_not_normalised_are_refused_with_the_fix(paper_data):
     X, y = paper_data
     with pytest.raises(VFLInputError, match=r"norm at most 1.*--normalize-rows.*normalize_rows=True"):
         DPSCD().fit(X * 3, y)
-    assert DPSCD(normalize_rows=True, epochs=1).fit(X * 3, y).epsilon_ <= 1.0
+    assert DPSCD(normalize_rows=True, epochs=1, accountant="rdp").fit(X * 3, y).epsilon_ <= 1.0
     DPSCD(variant="nonprivate", epochs=1).fit(X * 3, y)      # no sensitivity bound, no requirement
 
 

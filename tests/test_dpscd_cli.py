@@ -25,21 +25,53 @@ def scalars(logdir):
 def test_dpscd_across_two_parties_writes_the_record_and_the_curves(tmp_path):
     out, tb = tmp_path / "dpscd.json", tmp_path / "tb"
     assert main(["dpscd", "--parties", "2", "--task", "logistic", "--epsilon", "2", "--L", "20", "--C", "0.2",
-                 "--lambda", "1e-2", "--epochs", "3", "--output-json", str(out), "--logdir", str(tb),
-                 "--quiet"]) == 0
+                 "--lambda", "1e-2", "--epochs", "3", "--key-bits", "512", "--insecure-key", "--accountant", "rdp",
+                 "--output-json", str(out),
+                 "--logdir", str(tb), "--quiet"]) == 0
     record = json.loads(out.read_text())
     for key in ("sigma", "sample_rate", "steps", "epsilon", "delta"):
         assert isinstance(record[key], (int, float)), key
-    assert 0 < record["epsilon"] <= 2.0 and record["delta"] == 1e-3
+    assert 0 < record["epsilon"] <= 2.0 and record["delta"] == 1e-3 and record["accountant"] == "rdp"
     assert record["sample_rate"] == pytest.approx(20 / 427) and record["steps"] == round(3 * 427 / 20)
     assert record["noise_std"] == pytest.approx(record["sigma"] * np.sqrt(2) * 0.2)
     assert record["config"]["scale"] == "maxabs" and record["config"]["normalize_rows"] is True
-    assert set(record["metrics"]) >= {"test_accuracy", "test_auc", "train_objective"}
+    assert set(record["metrics"]) >= {"test_accuracy", "test_auc"}
+    assert not any("objective" in k for k in record["metrics"])          # not private: only when asked for
     assert record["comm"]["1"]["phases"]["dpscd/margins"]["bytes_sent"] > 0
+    assert record["comm"]["1"]["phases"]["dpscd/masked-updates"]["bytes_sent"] > 0
+    # Secret randomness: no seed is the schedule's source; epsilon per observer; the guarantee stands.
+    assert record["vertical_protocol"] == "encrypted" and record["randomness"].startswith("os entropy")
+    assert record["dp_guarantee"].startswith("holds")
+    observers = record["epsilon_by_observer"]
+    assert observers["outsider"]["epsilon"] == record["epsilon"]
+    assert record["epsilon"] < observers["passive_party"]["epsilon"] < float("inf")
     curves = scalars(tb)
-    assert [s for s, _ in curves["objective/primal"]] == [1, 2, 3]
+    assert not any("objective" in tag for tag in curves)
     eps = [v for _, v in curves["privacy/epsilon_spent"]]
+    assert [s for s, _ in curves["privacy/epsilon_spent"]] == [1, 2, 3]
     assert eps == sorted(eps) and eps[-1] == pytest.approx(record["epsilon"], rel=1e-6)
+
+
+def test_default_runs_differ_and_a_simulation_says_its_guarantee_is_void(tmp_path, capsys):
+    common = ["dpscd", "--parties", "1", "--task", "svm", "--epsilon", "1", "--L", "20", "--C", "0.05",
+              "--epochs", "2", "--accountant", "rdp", "--quiet"]
+    runs = []
+    for k in range(2):
+        out = tmp_path / f"run{k}.json"
+        assert main([*common, "--output-json", str(out)]) == 0
+        runs.append(json.loads(out.read_text()))
+    assert runs[0]["metrics"]["test_loss"] != runs[1]["metrics"]["test_loss"]
+    assert runs[0]["config"]["simulate_seed"] is None and "seed" not in runs[0]["randomness"]
+    out, tb = tmp_path / "sim.json", tmp_path / "tb"
+    with pytest.warns(UserWarning, match="VOID"):
+        assert main([*common, "--simulate-seed", "4", "--output-json", str(out), "--logdir", str(tb)]) == 0
+    record = json.loads(out.read_text())
+    assert record["dp_guarantee"].startswith("VOID") and record["randomness"].startswith("simulation seed")
+    assert "guarantee is VOID" in capsys.readouterr().err
+    curves = scalars(tb)
+    ours = [tag for tag in curves if not tag.startswith("comm/")]      # comm/ is the CLI's byte count
+    assert "SIMULATION-DP-VOID/guarantee_void" in ours and "SIMULATION-DP-VOID/privacy/epsilon_spent" in ours
+    assert all(tag.startswith("SIMULATION-DP-VOID/") for tag in ours)
 
 
 def test_dpsgd_baseline_runs_opacus_and_meets_the_budget(tmp_path):
@@ -48,7 +80,7 @@ def test_dpsgd_baseline_runs_opacus_and_meets_the_budget(tmp_path):
                  "--epochs", "2", "--output-json", str(out), "--quiet"]) == 0     # one party by default
     record = json.loads(out.read_text())
     assert record["parties"] == 1 and record["variant"] == "dpsgd"
-    assert 0.9 < record["epsilon"] <= 1.0 and record["sigma"] > 0
+    assert 0.9 < record["epsilon"] <= 1.0 and record["sigma"] > 0 and record["dp_guarantee"].startswith("holds")
     assert record["steps"] == 2 * int(np.ceil(427 / 50)) and record["sample_rate"] == pytest.approx(1 / 9)
 
 
@@ -57,7 +89,16 @@ def test_dpsgd_estimator_matches_sgd_without_noise_and_reports_epsilon():
     X, y = normalize(MaxAbsScaler().fit_transform(bc.data)), np.where(bc.target == 0, 1, -1)
     private = DPSGD(task="logistic", epsilon=0.5, batch_size=40, C=1.0, lr=1.0, lam=1e-3, epochs=3).fit(X, y)
     assert private.epsilon_ <= 0.5 and [h["epoch"] for h in private.history_] == [1, 2, 3]
-    plain = DPSGD(task="logistic", private=False, batch_size=40, lr=20.0, lam=1e-3, epochs=5).fit(X, y)
+    assert all("objective" not in h for h in private.history_)
+    # Secret noise and batches: two runs differ; a simulation replays, and says its guarantee is void.
+    again = DPSGD(task="logistic", epsilon=0.5, batch_size=40, C=1.0, lr=1.0, lam=1e-3, epochs=3).fit(X, y)
+    assert (again.coef_ != private.coef_).all() and not private.guarantee_void_
+    with pytest.warns(UserWarning, match="VOID"):
+        sims = [DPSGD(task="logistic", epsilon=0.5, batch_size=40, C=1.0, lr=1.0, lam=1e-3, epochs=3,
+                      simulation_seed=9).fit(X, y) for _ in range(2)]
+    np.testing.assert_array_equal(sims[0].coef_, sims[1].coef_)
+    assert sims[0].guarantee_void_
+    plain = DPSGD(task="logistic", private=False, batch_size=40, lr=5.0, lam=1e-3, epochs=10).fit(X, y)
     assert plain.epsilon_ is None and plain.score(X, y) > 0.85
 
 
@@ -77,10 +118,14 @@ def test_help_names_the_models_and_the_paper_options():
     sub = parser._subparsers._group_actions[0].choices["dpscd"]
     text = sub.format_help()
     for option in ("--task", "ridge", "logistic", "svm", "--variant", "--epsilon", "--delta", "--L", "--C",
-                   "--lambda", "--epochs", "--accountant", "--normalize-rows", "--noise-seed", "--secure-sum"):
+                   "--lambda", "--epochs", "--accountant", "--normalize-rows", "--simulate-seed", "--secure-sum",
+                   "--vertical-protocol", "--monitor-objective"):
         assert option in text, option
     args = parser.parse_args(["dpscd", "--task", "svm"])
     assert args.glm == "svm" and args.task is None and args.scale == "maxabs" and args.normalize_rows
+    # Privacy defaults: PRV, OS entropy (no simulation seed), the encrypted protocol, no objective.
+    assert args.accountant == "prv" and args.simulate_seed is None and args.vertical_protocol == "encrypted"
+    assert not args.monitor_objective
 
 
 @pytest.mark.parametrize("argv,message", [

@@ -1,12 +1,14 @@
 """Differential privacy: the noise calibration (opacus' accountants), DP-SCD and its variants, DP-SGD.
 
-* ``accountant.py`` - sigma for (epsilon, delta, q, T) and the epsilon a run has spent (opacus RDP / PRV / GDP).
+* ``accountant.py`` - sigma for (epsilon, delta, q, T) and the epsilon a run has spent (opacus PRV / RDP / GDP).
+* ``randomness.py`` - secret randomness from OS entropy, or an explicit simulation seed that voids the guarantee.
 * ``glm.py`` - ridge, logistic regression, L2-SVM: losses, conjugates, the one-dimensional coordinate steps.
 * ``dpscd.py`` (Algorithm 1, DP-SCD), ``seqdpscd.py`` (Algorithm 3, seqDP-SCD, and plain SCD),
-  ``primal.py`` (Algorithm 2, primal DP-SCD): one step generator each, with its sensitivity.
+  ``primal.py`` (Algorithm 2, primal DP-SCD, and the row-batch ``primal-rows``): one step generator each,
+  with its sensitivity.
 * ``solver.py`` - ``fit_glm``: one party's run of any variant; Q = 1 is the centralised algorithm.
-* ``vertical.py`` - the tree messages of the vertical run; ``noise.py`` - private noise streams;
-  ``sampling.py`` - the shared batch schedule.
+* ``vertical.py`` - the messages of the vertical run (the encrypted update protocol, the paper's);
+  ``noise.py`` - private noise streams; ``sampling.py`` - the secret batch schedule.
 * ``estimator.py`` - ``DPSCD``; ``dpsgd.py`` - ``DPSGD`` (opacus); ``cli.py`` - ``vfl dpscd`` / ``vfl dpsgd``.
 """
 

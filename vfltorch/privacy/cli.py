@@ -7,9 +7,13 @@ Both default to the paper's preprocessing: every party scales its columns by
 their maximum absolute value (``--scale maxabs``), then each row is divided
 by its norm over all parties' columns (``--normalize-rows``, a masked sum);
 regression labels are centred at the active party. The JSON record carries
-``sigma``, ``sample_rate``, ``steps``, ``epsilon`` (spent, from opacus) and
-``delta`` at the top level; TensorBoard gets the primal objective and the
-epsilon spent against epochs.
+``sigma``, ``sample_rate``, ``steps``, ``epsilon`` (spent, towards an outsider,
+from opacus), ``delta``, ``epsilon_by_observer``, ``randomness`` (where the
+secret randomness came from - OS entropy, never recorded) and
+``dp_guarantee`` at the top level; TensorBoard gets the epsilon spent against
+epochs. ``--simulate-seed N`` seeds the schedule and the noise: every output
+then says that the guarantee is void. The training objective is not private
+and is computed only with ``--monitor-objective``.
 
 The common ``--task`` option (the data task of your own file) is replaced in
 these two commands by the model: ``ridge``, ``logistic`` or ``svm``; for
@@ -25,10 +29,13 @@ import torch
 
 from ..cli import Command
 from ..data import VFLInputError
-from .accountant import MECHANISMS
+import sys
+
+from .accountant import DEFAULT_MECHANISM, MECHANISMS
 from .glm import TASKS, make_glm
-from .solver import VARIANTS, DPSCDConfig, fit_glm, monitor_objective
-from .vertical import ActiveLink
+from .randomness import VOID_NOTE, VOID_TAG
+from .solver import VARIANTS, DPSCDConfig, fit_glm
+from .vertical import PROTOCOLS, ActiveLink
 
 PAPER_PREPROCESSING = {"scale": "maxabs", "normalize_rows": True}
 
@@ -50,8 +57,13 @@ def _common_model_arguments(g) -> None:
                    help="clipping bound (DP-SCD: of each coordinate step; DP-SGD: of each per-example gradient); "
                         "default 1 for DP-SGD, 0.01 for DP-SCD, inf for non-private SCD")
     g.add_argument("--lambda", dest="lam", type=float, default=1e-4, help="L2 regularisation lambda")
-    g.add_argument("--accountant", choices=MECHANISMS, default="rdp",
-                   help="opacus accountant for the noise calibration and the epsilon spent")
+    g.add_argument("--accountant", choices=MECHANISMS, default=DEFAULT_MECHANISM,
+                   help="opacus accountant for the noise calibration and the epsilon spent (prv: the tightest)")
+    g.add_argument("--simulate-seed", type=int, default=None,
+                   help="seed the batch schedule and the noise (reproducible simulation): the DP guarantee is then "
+                        "VOID, and every output says so. Default: OS entropy, never recorded")
+    g.add_argument("--monitor-objective", action="store_true",
+                   help="log the training objective per epoch (computed from the raw data: NOT private)")
     g.add_argument("--center-labels", action=argparse.BooleanOptionalAction, default=True,
                    help="subtract the training mean from regression labels (the paper's preprocessing)")
     g.add_argument("--label-scale", type=float, default=1.0,
@@ -63,19 +75,23 @@ def _dpscd_arguments(p) -> None:
     g = p.add_argument_group("DP-SCD")
     g.add_argument("--variant", choices=VARIANTS, default="dual",
                    help="dual: DP-SCD (Algorithm 1); seq: seqDP-SCD (Algorithm 3); primal: primal DP-SCD "
-                        "(Algorithm 2, one party only); nonprivate: SCD")
-    g.add_argument("--L", "--batch-size", dest="L", type=int, default=100, help="mini-batch size L")
+                        "(Algorithm 2: L coordinates over all examples, unit-norm columns, one party only); "
+                        "primal-rows: row-batch primal variant (one party); nonprivate: SCD")
+    g.add_argument("--L", "--batch-size", dest="L", type=int, default=100, help="mini-batch size L (primal: coordinates per step)")
     g.add_argument("--epochs", type=float, default=10, help="passes over the training rows")
     g.add_argument("--sampling", choices=["poisson", "shuffle"], default=None,
                    help="batch sampling (default: poisson for dual/primal, shuffle for seq/nonprivate)")
     g.add_argument("--newton-steps", type=int, default=1, help="Newton steps per logistic coordinate step")
-    g.add_argument("--noise-seed", type=int, default=None,
-                   help="seed the noise (reproducible runs; anyone who knows it can remove the noise: tests only)")
+    g.add_argument("--vertical-protocol", choices=PROTOCOLS, default="encrypted",
+                   help="encrypted: passive parties get only noisy updates (Paillier, the active party's key); "
+                        "paper: the paper's protocol, which sends the clipped steps in the clear and leaks labels")
+    g.add_argument("--key-bits", type=int, default=2048, help="the active party's Paillier key size")
+    g.add_argument("--insecure-key", action="store_true", help="allow Paillier keys under 1024 bits (tests only)")
     g.add_argument("--secure-sum", action="store_true",
                    help="sum partial inner products with ring masks instead of the plain tree (no party sees "
                         "another's partial sums)")
     g.add_argument("--monitor-every", type=int, default=1,
-                   help="log the primal objective and epsilon every this many epochs (0: only at the end)")
+                   help="log epsilon (and the objective, if asked) every this many epochs (0: only at the end)")
     _common_model_arguments(g)
 
 
@@ -144,12 +160,27 @@ def test_metrics(glm, margins: torch.Tensor, y: torch.Tensor, label_scale: float
     return out
 
 
-def _epoch_logger(log):
+def _epoch_logger(log, simulated: bool = False):
+    prefix = VOID_TAG if simulated else ""
+
     def on_epoch(record):
-        log.scalar("objective/primal", record["objective"], record["epoch"])
+        if record.get("objective") is not None:
+            log.scalar(prefix + "objective/primal_NOT_PRIVATE", record["objective"], record["epoch"])
         if record.get("epsilon") is not None:
-            log.scalar("privacy/epsilon_spent", record["epsilon"], record["epoch"])
+            log.scalar(prefix + "privacy/epsilon_spent", record["epsilon"], record["epoch"])
     return on_epoch
+
+
+def _guarantee(fed, log, simulated: bool, private: bool) -> dict:
+    """What every output says about the DP guarantee; the console and TensorBoard hear it too."""
+    if not private:
+        return {"dp_guarantee": "none (non-private run)"}
+    if not simulated:
+        return {"dp_guarantee": "holds for the epsilon stated per observer"}
+    if fed.is_active:
+        print(f"WARNING: {VOID_NOTE}", file=sys.stderr, flush=True)
+        log.scalar(VOID_TAG + "guarantee_void", 1.0, 0)
+    return {"dp_guarantee": "VOID: " + VOID_NOTE}
 
 
 def _dpscd(fed, data, args, log):
@@ -157,29 +188,31 @@ def _dpscd(fed, data, args, log):
     C = args.C if args.C is not None else (math.inf if args.variant == "nonprivate" else 0.01)
     cfg = DPSCDConfig(task=task, variant=args.variant, epsilon=args.epsilon, delta=args.delta, L=args.L, C=C,
                       lam=args.lam, epochs=args.epochs, accountant=args.accountant, sampling=args.sampling,
-                      newton_steps=args.newton_steps)
+                      newton_steps=args.newton_steps, protocol=args.vertical_protocol, key_bits=args.key_bits,
+                      insecure_key=args.insecure_key)
+    simulated = args.simulate_seed is not None
     y_train, y_test, label_info = prepare_labels(data, task, args)
     bar = log.progress(total=None, desc=f"dpscd {args.variant}", unit="step")
     try:
-        result = fit_glm(fed, data.X_train, y_train, cfg, seed=args.seed, noise_seed=args.noise_seed,
-                         secure=args.secure_sum, monitor_every=args.monitor_every, on_epoch=_epoch_logger(log),
+        result = fit_glm(fed, data.X_train, y_train, cfg, simulation_seed=args.simulate_seed,
+                         secure=args.secure_sum, monitor_every=args.monitor_every,
+                         monitor_objective=args.monitor_objective, on_epoch=_epoch_logger(log, simulated),
                          progress=bar)
     finally:
         bar.close()
+    guarantee = _guarantee(fed, log, simulated, cfg.private)
     glm = make_glm(task)
     link = ActiveLink(fed, secure=args.secure_sum)
-    if args.monitor_every:
-        # fit_glm monitored the last step too (at the active party, the only one with a history).
-        objective = result.history[-1]["objective"] if fed.is_active else None
-    else:
-        objective = monitor_objective(fed, link, data.X_train, y_train, glm, result.theta, cfg.lam)
+    objective = None
+    if args.monitor_objective and fed.is_active and result.history:
+        objective = result.history[-1].get("objective")
     margins = None
     if data.X_test is not None:
         with fed.phase("dpscd/predict"):
             margins = link.sum_at_active(data.X_test @ result.theta)
     if not fed.is_active:
         return None
-    metrics = {"train_objective": objective}
+    metrics = {} if objective is None else {"train_objective_not_private": objective}
     if margins is not None:
         metrics.update(test_metrics(glm, margins, y_test, label_info.get("label_scale", 1.0)))
     return {
@@ -190,6 +223,10 @@ def _dpscd(fed, data, args, log):
         "steps": result.steps,
         "epsilon": result.epsilon,
         "delta": result.delta,
+        "epsilon_by_observer": result.observers,
+        "randomness": result.randomness,
+        "vertical_protocol": args.vertical_protocol if fed.num_parties > 1 else None,
+        **guarantee,
         "epsilon_target": args.epsilon if cfg.private else None,
         "noise_std": result.noise_std,
         "sensitivity": result.sensitivity,
@@ -225,20 +262,28 @@ def _dpsgd(fed, data, args, log):
     task = resolve_task(args.glm, data.task)
     y_train, y_test, label_info = prepare_labels(data, task, args)
     C = args.C if args.C is not None else 1.0
+    simulated = args.simulate_seed is not None
     model = DPSGD(task=task, private=not args.non_private, epsilon=args.epsilon, delta=args.delta,
                   batch_size=args.batch_size, C=C, lr=args.lr, lam=args.lam, epochs=args.epochs,
-                  accountant=args.accountant, seed=args.seed, device=args.device)
+                  accountant=args.accountant, simulation_seed=args.simulate_seed, device=args.device,
+                  monitor_objective=args.monitor_objective)
     model.fit(data.X_train.cpu().numpy(), y_train.cpu().numpy())
     for record in model.history_:
-        _epoch_logger(log)(record)
+        _epoch_logger(log, simulated)(record)
+    private = not args.non_private
+    guarantee = _guarantee(fed, log, simulated, private)
     glm = make_glm(task)
-    metrics = {"train_objective": model.history_[-1]["objective"] if model.history_ else
-               model.objective(data.X_train.cpu().numpy(), y_train.cpu().numpy())}
+    metrics = {}
+    if args.monitor_objective and model.history_:
+        metrics["train_objective_not_private"] = model.history_[-1]["objective"]
     if data.X_test is not None:
         margins = torch.as_tensor(model.decision_function(data.X_test.cpu().numpy()))
         metrics.update(test_metrics(glm, margins, y_test, label_info.get("label_scale", 1.0)))
-    private = not args.non_private
     return {
+        "epsilon_by_observer": {"outsider": {"epsilon": model.epsilon_, "sees": "the released model"}} if private
+        else None,
+        "randomness": "simulation seed (guarantee void)" if simulated else "os entropy (secret, not recorded)",
+        **guarantee,
         "metrics": metrics,
         "train_seconds": model.train_seconds_,
         "sigma": model.sigma_,

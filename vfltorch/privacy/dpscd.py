@@ -2,7 +2,7 @@
 
 One step t, at every party l (its columns X_l, its block v_l of v = X^T alpha):
 
-  (a) B: a Poisson batch, rate q = L / N (the same at every party, from the shared seed)
+  (a) B: a Poisson batch, rate q = L / N (secret; the same at every party, drawn by the active party)
   (b) zeta_j = argmin_zeta g_j(zeta) for every j in B, *independently*, with the
       L ||x_j||^2 zeta^2 / (2 lambda N) term (eq. 8, ``glm.py``); x_j^T v = sum_l x_{j,l}^T v_l
       arrives at the active party through the tree
@@ -23,11 +23,13 @@ sqrt(C^2 + C^2) = sqrt(2) C, whatever the batch size.
 
 What the parties learn (vertical run): the active party learns x_j^T v for the
 rows of each batch (it needs them for zeta) and keeps alpha and the labels.
-The passive parties learn the batch indices and the clipped steps zeta_B,
-which are functions of the labels (for the SVM and logistic tasks, on an
-example's first visit, when alpha_j = 0, a nonzero zeta_j has the sign of
-y_j; for ridge zeta_j is a damped residual). The DP guarantee covers the
-released model, not these in-federation messages. With the plain tree, a
+The passive parties learn the batch indices and, by default (protocol
+``encrypted``, ``vertical.EncryptedUpdates``), only the noisy updates
+X_{l,B}^T zeta_B + noise of their blocks. Under the paper's protocol
+(``paper``) they receive the clipped steps zeta_B themselves, which are
+functions of the labels (for the SVM and logistic tasks, on an example's
+first visit, when alpha_j = 0, a nonzero zeta_j has the sign of y_j; for
+ridge zeta_j is a damped residual): the labels leak. With the plain tree, a
 parent also sees its subtree's partial sums x_{j,S}^T v_S; ``secure=True``
 removes that.
 """
@@ -74,13 +76,10 @@ def dual_steps(ctx):
                                          ctx.L * ctx.sqnorms[rows] / lam_n)
                 zeta = clip(zeta, ctx.C)
                 st.alpha[rows] += zeta + ctx.alpha_noise(b)
-            with fed.phase("dpscd/steps"):
-                zeta = ctx.link.from_active(zeta, (b,), X.dtype)
-            st.v += XB.T @ zeta
         else:
             # An empty Poisson batch: no update, but the released state still gets its noise.
-            zeta = X.new_zeros(0)
-        st.v += ctx.v_noise()
+            XB, zeta = X[:0], X.new_zeros(0) if fed.is_active else None
+        zeta = ctx.apply_steps(XB, zeta)
         yield t, batch, zeta
 
 

@@ -11,6 +11,12 @@ noise. Sensitivity: C (add or remove one example), so sigma is calibrated
 exactly as for DP-SCD (``accountant.calibrate_sigma``) and the epsilon
 reported comes from opacus' accountant history of the run.
 
+Secret randomness: opacus' Poisson batches and its noise come from torch
+generators seeded from OS entropy (``randomness.py``; torch generators take
+64-bit seeds), never recorded: two runs differ. ``simulation_seed`` seeds them
+for a reproducible simulation, and then the guarantee is void
+(``guarantee_void_``, a ``SimulationWarning``).
+
 ``private=False`` gives plain mini-batch SGD (the paper's SGD baseline).
 Centralised only: opacus needs the whole model and every column in one
 process, so there is no vertical DP-SGD here.
@@ -29,19 +35,23 @@ from ..data import VFLInputError
 from .accountant import PrivacyAccountant, calibrate_sigma, check_budget, check_mechanism
 from .estimator import GLMPredictions, as_matrix, unit_rows
 from .glm import make_glm
+from .randomness import Randomness
 
 
 class DPSGD(GLMPredictions, BaseEstimator):
     """DP-SGD (opacus) or SGD for ridge, logistic regression and the L2-SVM, scikit-learn style.
 
     Learned: ``coef_``, ``sigma_``, ``sample_rate_``, ``steps_``, ``epsilon_``
-    (spent, None when not private), ``history_`` (objective and epsilon per epoch).
+    (spent, None when not private), ``history_`` (epsilon per epoch; the training
+    objective too only with ``monitor_objective=True``, which is not private),
+    ``guarantee_void_``.
     """
 
     def __init__(self, task: str = "logistic", private: bool = True, epsilon: float = 1.0, delta: float = 1e-3,
                  batch_size: int = 100, C: float = 1.0, lr: float = 0.1, lam: float = 1e-4, epochs: int = 10,
-                 accountant: str = "rdp", sigma: float | None = None, normalize_rows: bool = False, seed: int = 0,
-                 device: str = "cpu", monitor_every: int = 1):
+                 accountant: str = "prv", sigma: float | None = None, normalize_rows: bool = False,
+                 simulation_seed: int | None = None, device: str = "cpu", monitor_every: int = 1,
+                 monitor_objective: bool = False):
         self.task = task
         self.private = private
         self.epsilon = epsilon
@@ -54,9 +64,10 @@ class DPSGD(GLMPredictions, BaseEstimator):
         self.accountant = accountant
         self.sigma = sigma
         self.normalize_rows = normalize_rows
-        self.seed = seed
+        self.simulation_seed = simulation_seed
         self.device = device
         self.monitor_every = monitor_every
+        self.monitor_objective = monitor_objective
 
     def _validate(self, n: int) -> None:
         if self.private:
@@ -74,7 +85,8 @@ class DPSGD(GLMPredictions, BaseEstimator):
 
     def fit(self, X, y):
         with warnings.catch_warnings():
-            # opacus: "Secure RNG turned off" (we seed the noise for reproducible baselines);
+            # opacus: "Secure RNG turned off" (torchcsprng is not required: our generators are seeded from OS
+            # entropy, see randomness.py);
             # torch: the full backward hook opacus installs fires although the inputs need no gradient.
             warnings.filterwarnings("ignore", message="Secure RNG turned off")
             warnings.filterwarnings("ignore", message="Full backward hook is firing")
@@ -105,7 +117,11 @@ class DPSGD(GLMPredictions, BaseEstimator):
         torch.nn.init.zeros_(model.weight)
         model = model.to(dev)
         optimizer = torch.optim.SGD(model.parameters(), lr=self.lr, weight_decay=self.lam)
-        loader_gen = torch.Generator().manual_seed(int(self.seed) * 7919 + 11)
+        randomness = Randomness(self.simulation_seed)
+        if self.private:
+            randomness.warn()
+        self.guarantee_void_ = randomness.simulated and self.private
+        loader_gen = randomness.torch("dpsgd/batches")
         loader = DataLoader(TensorDataset(Xt, yt), batch_size=self.batch_size, shuffle=not self.private,
                             generator=loader_gen)
         engine = None
@@ -116,7 +132,7 @@ class DPSGD(GLMPredictions, BaseEstimator):
             model, optimizer, loader = engine.make_private(
                 module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=1.0,
                 max_grad_norm=float(self.C), poisson_sampling=True,
-                noise_generator=torch.Generator(device=dev).manual_seed(int(self.seed) * 104729 + 3))
+                noise_generator=randomness.torch("dpsgd/noise", device=dev))
             # Calibrate for what opacus' accountant will record: q = 1 / len(its Poisson loader) and that many
             # steps per epoch. (opacus' loader makes int(1 / q) steps: for 117 batches of the plain loader
             # float rounding gives 116 steps and the accountant q = 1/116, a hair above the true 1/117.)
@@ -146,11 +162,12 @@ class DPSGD(GLMPredictions, BaseEstimator):
                 optimizer.step()
             self.train_seconds_ += time.perf_counter() - started
             if self.monitor_every and (epoch % self.monitor_every == 0 or epoch == self.epochs):
-                with torch.no_grad():
-                    w = _weight(model)
-                    obj = float(glm.loss(X_dev @ w, y_dev).mean()) + 0.5 * self.lam * float(w @ w)
-                self.history_.append({"epoch": epoch, "step": epoch * len(loader), "objective": obj,
-                                      "epsilon": self._spent(engine)})
+                record = {"epoch": epoch, "step": epoch * len(loader), "epsilon": self._spent(engine)}
+                if self.monitor_objective:      # a function of every training row, without noise: not private
+                    with torch.no_grad():
+                        w = _weight(model)
+                        record["objective"] = float(glm.loss(X_dev @ w, y_dev).mean()) + 0.5 * self.lam * float(w @ w)
+                self.history_.append(record)
         self.coef_ = _weight(model).detach().cpu().numpy()
         self.epsilon_ = self._spent(engine)
         self.delta_ = float(self.delta) if self.private else None

@@ -73,20 +73,26 @@ class DPSCD(GLMPredictions, BaseEstimator):
     the L2 regularisation lambda; ``epochs`` passes over the data.
     ``variant``: ``dual`` (DP-SCD), ``seq`` (seqDP-SCD), ``primal`` (primal
     DP-SCD) or ``nonprivate`` (SCD). ``accountant``: opacus' ``rdp``, ``prv``
-    or ``gdp``. ``noise_seed`` makes the noise reproducible (tests); leave it
-    ``None`` for real use.
+    or ``gdp`` (``prv``, the default, is the tightest). The batch schedule and
+    the noise come from OS entropy; ``simulation_seed`` seeds them for a
+    reproducible simulation, and then the DP guarantee is void
+    (``guarantee_void_`` is True and a ``SimulationWarning`` is raised).
 
-    Learned: ``coef_`` (theta), ``dual_coef_`` (alpha), ``sigma_`` (noise
+    Learned: ``coef_`` (theta, the private release), ``sigma_`` (noise
     multiplier), ``noise_std_`` (sigma times the sensitivity), ``sample_rate_``
-    (q = L / N), ``steps_``, ``epsilon_`` (spent, from opacus), ``history_``
-    (primal objective and epsilon after each epoch), ``classes_``.
+    (q = L / N), ``steps_``, ``epsilon_`` (towards an outsider, from opacus),
+    ``observers_`` (epsilon per observer), ``history_`` (epsilon after each
+    epoch; the training objective too only with ``monitor_objective=True``,
+    which is not private), ``classes_``. ``dual_coef_`` (alpha) exists only for
+    the non-private variant: the dual variables are not noised enough to be
+    released (their support shows which rows were in each batch).
     """
 
     def __init__(self, task: str = "logistic", variant: str = "dual", epsilon: float = 1.0, delta: float = 1e-3,
-                 L: int = 100, C: float = 1.0, lam: float = 1e-4, epochs: float = 10, accountant: str = "rdp",
+                 L: int = 100, C: float = 1.0, lam: float = 1e-4, epochs: float = 10, accountant: str = "prv",
                  sampling: str | None = None, newton_steps: int = 1, sigma: float | None = None,
-                 normalize_rows: bool = False, seed: int = 0, noise_seed: int | None = None, device: str = "cpu",
-                 monitor_every: int = 1):
+                 normalize_rows: bool = False, simulation_seed: int | None = None, device: str = "cpu",
+                 monitor_every: int = 1, monitor_objective: bool = False):
         self.task = task
         self.variant = variant
         self.epsilon = epsilon
@@ -100,10 +106,10 @@ class DPSCD(GLMPredictions, BaseEstimator):
         self.newton_steps = newton_steps
         self.sigma = sigma
         self.normalize_rows = normalize_rows
-        self.seed = seed
-        self.noise_seed = noise_seed
+        self.simulation_seed = simulation_seed
         self.device = device
         self.monitor_every = monitor_every
+        self.monitor_objective = monitor_objective
 
     def _config(self) -> DPSCDConfig:
         return DPSCDConfig(task=self.task, variant=self.variant, epsilon=self.epsilon, delta=self.delta, L=self.L,
@@ -139,11 +145,16 @@ class DPSCD(GLMPredictions, BaseEstimator):
         Xt = torch.as_tensor(X, dtype=torch.float64, device=dev)
         yt = torch.as_tensor(y, dtype=torch.float64, device=dev)
         self.history_ = []
-        result = fit_glm(fed, Xt, yt, self._config(), seed=self.seed, noise_seed=self.noise_seed,
+        result = fit_glm(fed, Xt, yt, self._config(), simulation_seed=self.simulation_seed,
                          noise_blocks=noise_blocks, monitor_every=self.monitor_every,
-                         on_epoch=self.history_.append, on_step=on_step)
+                         monitor_objective=self.monitor_objective, on_epoch=self.history_.append, on_step=on_step)
         self.coef_ = result.theta.cpu().numpy()
-        self.dual_coef_ = None if self.variant == "primal" else result.alpha.cpu().numpy()
+        if self.variant == "nonprivate":
+            self.dual_coef_ = result.alpha.cpu().numpy()
+        elif hasattr(self, "dual_coef_"):
+            del self.dual_coef_
+        self.observers_ = result.observers
+        self.guarantee_void_ = result.simulated
         self.sigma_ = result.sigma
         self.noise_std_ = result.noise_std
         self.sensitivity_ = result.sensitivity

@@ -9,37 +9,29 @@ released model).
 
 Streams are named: ``"v/<b>"`` for the b-th column block (block b = party b
 in a federation) and ``"alpha"`` for the dual variables (the active party).
-With a fixed ``seed`` each stream's generator is seeded from (seed, name),
-so a centralised run given the same column blocks draws exactly the noise
-of the federated run - that is how "federated == centralised" is tested.
-With ``seed=None`` (the default for real runs) every stream is seeded from
-the operating system's entropy: nobody, the party included, can replay it.
+Each stream's generator comes from ``Randomness`` (``randomness.py``): by
+default seeded from 128 bits of OS entropy that nobody, the party included,
+can replay; in simulation mode from (simulation seed, name), so that a
+centralised run given the same column blocks draws exactly the noise of the
+federated run - that is how "federated == centralised" is tested.
 """
 
 from __future__ import annotations
 
-import hashlib
-import secrets
-
 import torch
 
-
-def stream_seed(seed: int, name: str) -> int:
-    """A 63-bit seed for stream ``name`` that does not depend on Python's hash randomisation."""
-    digest = hashlib.sha256(f"vfltorch.privacy/{int(seed)}/{name}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+from .randomness import Randomness
 
 
 class NoiseStream:
     """Standard normal draws from a private generator (always on the CPU, so every device gets the same numbers)."""
 
-    def __init__(self, seed: int | None, name: str):
+    def __init__(self, randomness: Randomness, name: str):
         self.name = name
-        self.generator = torch.Generator(device="cpu")
-        self.generator.manual_seed(secrets.randbits(63) if seed is None else stream_seed(seed, name))
+        self.generator = randomness.numpy(f"noise/{name}")
 
     def normal(self, n: int, std: float, *, device=None, dtype=torch.float64) -> torch.Tensor:
-        z = torch.randn(int(n), generator=self.generator, dtype=torch.float64)
+        z = torch.from_numpy(self.generator.standard_normal(int(n)))
         return (z * float(std)).to(device=device, dtype=dtype)
 
 
@@ -52,9 +44,9 @@ class BlockNoise:
     reproduce a federated run draw for draw.
     """
 
-    def __init__(self, seed: int | None, blocks, n_local: int):
+    def __init__(self, randomness: Randomness, blocks, n_local: int):
         self.n_local = int(n_local)
-        self.blocks = [(NoiseStream(seed, f"v/{int(b)}"), torch.as_tensor(cols, dtype=torch.long))
+        self.blocks = [(NoiseStream(randomness, f"v/{int(b)}"), torch.as_tensor(cols, dtype=torch.long))
                        for b, cols in blocks]
         covered = torch.cat([c for _, c in self.blocks]) if self.blocks else torch.empty(0, dtype=torch.long)
         if sorted(covered.tolist()) != list(range(self.n_local)):

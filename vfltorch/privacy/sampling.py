@@ -1,8 +1,14 @@
-"""Mini-batch sampling, drawn identically at every party from a shared seed.
+"""Mini-batch sampling from a secret generator.
 
-Every party must process the same rows at each step, and the row indices of
-a batch are no secret among the parties (each computes its part for them),
-so each party draws the batches from the same seeded generator: no message.
+Every party must process the same rows at each step, so the row indices of a
+batch are no secret among the parties (each computes its part for them). They
+must be secret from everyone else: amplification by subsampling - the reason a
+small q buys a small epsilon - holds only for an observer who does not know
+which rows each batch holds. The generator is therefore seeded from OS entropy
+(``randomness.py``); in a federation the active party draws that seed and
+sends it to the others (who would learn the batches anyway). A party that
+knows the schedule gets no amplification: ``visits`` counts how often each
+row was used, which bounds the privacy loss towards such a party.
 
 * ``poisson``: every example joins each batch independently with
   probability q = L / N; T = round(epochs * N / L) steps. This is the
@@ -13,12 +19,13 @@ so each party draws the batches from the same seeded generator: no message.
   (the remainder N mod L is skipped that epoch); T = epochs * (N // L). The
   authors' code does this. seqDP-SCD needs it: its sensitivity grows with the
   batch size, which must therefore be fixed. Accounting it as a
-  Poisson-subsampled mechanism with q = L / N is what the paper does; it is
-  an approximation that opacus' analysis does not cover exactly.
+  Poisson-subsampled mechanism with q = L / N (what the paper does) understates
+  epsilon; ``solver.accounted`` claims no amplification for it instead.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..data import VFLInputError
@@ -27,15 +34,15 @@ SAMPLERS = ("poisson", "shuffle")
 
 
 class BatchSampler:
-    def __init__(self, n: int, L: int, epochs: float, *, kind: str = "poisson", seed: int = 0):
+    def __init__(self, n: int, L: int, epochs: float, *, kind: str = "poisson", rng: np.random.Generator):
         if kind not in SAMPLERS:
             raise VFLInputError(f"unknown sampling {kind!r}: choose poisson or shuffle")
         check_batch(L, n)
         if not epochs > 0:
             raise VFLInputError(f"epochs must be positive, got {epochs}")
         self.n, self.L, self.kind, self.epochs = int(n), int(L), kind, float(epochs)
-        self.generator = torch.Generator(device="cpu")
-        self.generator.manual_seed(int(seed) * 7919 + 104729)
+        self.rng = rng
+        self.visits = np.zeros(self.n, dtype=np.int64)
         if kind == "poisson":
             self.steps_per_epoch = self.n / self.L
             self.steps = max(1, round(self.epochs * self.n / self.L))
@@ -60,15 +67,19 @@ class BatchSampler:
         if self.kind == "poisson":
             q = self.sample_rate
             for _ in range(self.steps):
-                yield torch.nonzero(torch.rand(self.n, generator=self.generator) < q).reshape(-1)
+                batch = np.flatnonzero(self.rng.random(self.n) < q)
+                self.visits[batch] += 1
+                yield torch.from_numpy(batch)
             return
         done = 0
         while done < self.steps:
-            perm = torch.randperm(self.n, generator=self.generator)
+            perm = self.rng.permutation(self.n)
             for k in range(self.steps_per_epoch):
                 if done == self.steps:
                     return
-                yield perm[k * self.L:(k + 1) * self.L]
+                batch = perm[k * self.L:(k + 1) * self.L]
+                self.visits[batch] += 1
+                yield torch.from_numpy(batch)
                 done += 1
 
 
@@ -78,3 +89,37 @@ def check_batch(L, n: int) -> None:
     if L > n:
         raise VFLInputError(f"the mini-batch size L={L} exceeds the {n} training rows: pass --L {n} or less "
                             f"(the paper uses L well below N, e.g. 100 to 1000)")
+
+
+class CoordinateSampler:
+    """Primal DP-SCD (Algorithm 2): every step uses all N examples and L of the d coordinates.
+
+    The coordinates are drawn without replacement (in the order they are updated) from the secret
+    generator; one epoch is d / L steps (every coordinate once, in expectation). No example is
+    subsampled, so the accountant gets sampling rate 1 (``solver.accounted``) and every example is
+    "visited" at every step.
+    """
+
+    kind = "all-rows"
+
+    def __init__(self, n: int, d: int, L: int, epochs: float, *, rng: np.random.Generator):
+        if not isinstance(L, int) or isinstance(L, bool) or L < 1:
+            raise VFLInputError(f"the number of coordinates per step L must be a positive integer, got {L!r}")
+        if L > d:
+            raise VFLInputError(f"primal DP-SCD updates L coordinates per step, but L={L} exceeds the {d} features: "
+                                f"pass --L {d} or less")
+        if not epochs > 0:
+            raise VFLInputError(f"epochs must be positive, got {epochs}")
+        self.n, self.d, self.L, self.epochs = int(n), int(d), int(L), float(epochs)
+        self.rng = rng
+        self.steps_per_epoch = self.d / self.L
+        self.steps = max(1, round(self.epochs * self.steps_per_epoch))
+        self.visits = np.zeros(self.n, dtype=np.int64)
+
+    sample_rate = 1.0
+    epoch_ends = BatchSampler.epoch_ends
+
+    def __iter__(self):
+        for _ in range(self.steps):
+            self.visits += 1
+            yield torch.from_numpy(self.rng.choice(self.d, self.L, replace=False))

@@ -10,8 +10,9 @@ columns ``X`` (and the labels ``y`` at the active party only):
    (``accountant.py``); the noise standard deviation is sigma times the
    variant's sensitivity S (next to each algorithm),
 3. runs the variant - ``dual`` (DP-SCD, Algorithm 1), ``seq`` (seqDP-SCD,
-   Algorithm 3), ``primal`` (Algorithm 2), ``nonprivate`` (SCD) - and, after
-   each epoch, the primal objective and the epsilon spent so far (opacus).
+   Algorithm 3), ``primal`` (Algorithm 2), ``primal-rows`` (a row-batch primal
+   variant), ``nonprivate`` (SCD) - and, after each epoch, the epsilon spent so
+   far (opacus; the training objective only when asked for: it is not private).
 
 Every party computes sigma itself from public quantities (epsilon, delta, N,
 L, epochs): the parties agree without a message.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -28,17 +30,18 @@ import torch
 from ..comm import Federation
 from ..data import VFLInputError, federated_row_norms
 from . import dpscd, primal, seqdpscd
-from .accountant import PrivacyAccountant, calibrate_sigma, check_budget, check_mechanism
+from .accountant import DEFAULT_MECHANISM, calibrate_sigma, check_budget, check_mechanism, epsilon_spent
 from .glm import make_glm, primal_objective
 from .noise import BlockNoise, NoiseStream
-from .sampling import BatchSampler, check_batch
-from .vertical import ActiveLink
+from .randomness import VOID_NOTE, Randomness, numpy_from_seed128
+from .sampling import BatchSampler, CoordinateSampler, check_batch
+from .vertical import PAPER_LEAK, PROTOCOLS, ActiveLink, EncryptedUpdates
 
-VARIANTS = ("dual", "seq", "primal", "nonprivate")
-PRIVATE = ("dual", "seq", "primal")
-_TRAINERS = {"dual": dpscd, "seq": seqdpscd, "primal": primal, "nonprivate": seqdpscd}
+VARIANTS = ("dual", "seq", "primal", "primal-rows", "nonprivate")
+PRIVATE = ("dual", "seq", "primal", "primal-rows")
+_TRAINERS = {"dual": dpscd, "seq": seqdpscd, "primal": primal, "primal-rows": primal, "nonprivate": seqdpscd}
 _STEPS = {"dual": dpscd.dual_steps, "seq": seqdpscd.seq_steps, "primal": primal.primal_steps,
-          "nonprivate": seqdpscd.seq_steps}
+          "primal-rows": primal.row_primal_steps, "nonprivate": seqdpscd.seq_steps}
 ROW_NORM_SLACK = 1e-6
 
 
@@ -54,19 +57,24 @@ class DPSCDConfig:
     C: float = 1.0
     lam: float = 1e-4
     epochs: float = 10
-    accountant: str = "rdp"          # rdp | prv | gdp (opacus)
+    accountant: str = DEFAULT_MECHANISM   # prv (default) | rdp | gdp (opacus)
     sampling: str | None = None      # poisson | shuffle; None: poisson for dual/primal, shuffle for seq/nonprivate
     newton_steps: int = 1            # logistic only
     sigma: float | None = None       # a given noise multiplier instead of calibrating to (epsilon, delta)
+    protocol: str = "encrypted"      # vertical runs: encrypted (default) | paper (leaks labels, see vertical.py)
+    key_bits: int = 2048             # the active party's Paillier key (encrypted protocol)
+    insecure_key: bool = False       # allow keys under 1024 bits (tests only)
 
     @property
     def private(self) -> bool:
         return self.variant in PRIVATE
 
     def resolved_sampling(self) -> str:
+        if self.variant == "primal":
+            return "all-rows"            # Algorithm 2 uses every example at every step
         if self.sampling is not None:
             return self.sampling
-        return "poisson" if self.variant in ("dual", "primal") else "shuffle"
+        return "poisson" if self.variant in ("dual", "primal-rows") else "shuffle"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -76,7 +84,7 @@ def validate(cfg: DPSCDConfig) -> None:
     """Every bad hyperparameter is named with its fix; checked identically at every party."""
     if cfg.variant not in VARIANTS:
         raise VFLInputError(f"unknown variant {cfg.variant!r}: choose dual (DP-SCD), seq (seqDP-SCD), "
-                            f"primal (primal DP-SCD) or nonprivate (SCD)")
+                            f"primal (primal DP-SCD, Algorithm 2), primal-rows (row-batch primal) or nonprivate (SCD)")
     make_glm(cfg.task)
     if cfg.private:
         if cfg.sigma is None:
@@ -95,11 +103,14 @@ def validate(cfg: DPSCDConfig) -> None:
         raise VFLInputError(f"epochs must be positive, got {cfg.epochs!r}")
     if not isinstance(cfg.L, int) or isinstance(cfg.L, bool) or cfg.L < 1:
         raise VFLInputError(f"the mini-batch size L must be a positive integer, got {cfg.L!r}")
-    if cfg.resolved_sampling() not in ("poisson", "shuffle"):
+    if cfg.resolved_sampling() not in ("poisson", "shuffle", "all-rows"):
         raise VFLInputError(f"unknown sampling {cfg.sampling!r}: choose poisson or shuffle")
     if cfg.variant == "seq" and cfg.resolved_sampling() != "shuffle":
         raise VFLInputError("seqDP-SCD needs fixed-size lots (--sampling shuffle): its sensitivity "
                             "2 C sqrt(L (L + 1)) holds for lots of exactly L examples")
+    if cfg.protocol not in PROTOCOLS:
+        raise VFLInputError(f"unknown vertical protocol {cfg.protocol!r}: choose encrypted (the default: passive "
+                            f"parties see only noisy updates) or paper (the paper's, which leaks labels)")
     if not isinstance(cfg.newton_steps, int) or cfg.newton_steps < 1:
         raise VFLInputError(f"newton_steps must be a positive integer, got {cfg.newton_steps!r}")
 
@@ -107,11 +118,14 @@ def validate(cfg: DPSCDConfig) -> None:
 def sensitivity(cfg: DPSCDConfig, d: int) -> float:
     """The L2 sensitivity S of one step of ``cfg.variant`` (each constant lives with its algorithm)."""
     if cfg.variant == "dual":
-        return dpscd.sensitivity(cfg.C)
+        # Poisson batches: add/remove one example (Lemma 1). Fixed-size lots: replace one, twice the step change.
+        return dpscd.sensitivity(cfg.C) * (1.0 if cfg.resolved_sampling() == "poisson" else 2.0)
     if cfg.variant == "seq":
         return seqdpscd.sensitivity(cfg.C, cfg.L)
     if cfg.variant == "primal":
-        return primal.sensitivity(cfg.C, d)
+        return primal.sensitivity(cfg.C, cfg.L)
+    if cfg.variant == "primal-rows":
+        return primal.rows_sensitivity(cfg.C, d)
     return 0.0
 
 
@@ -137,10 +151,11 @@ class Context:
     L: int
     C: float
     lam: float
-    seed: int
+    randomness: Randomness
     noise_std: float
     alpha_stream: NoiseStream | None
     v_streams: BlockNoise | None
+    encrypted: EncryptedUpdates | None = None
 
     def alpha_noise(self, count: int) -> torch.Tensor | float:
         if self.noise_std == 0 or self.alpha_stream is None:
@@ -151,6 +166,32 @@ class Context:
         if self.noise_std == 0 or self.v_streams is None:
             return 0.0
         return self.v_streams.normal(self.noise_std, device=self.X.device, dtype=self.X.dtype)
+
+    def apply_steps(self, XB: torch.Tensor, zeta: torch.Tensor | None) -> torch.Tensor | None:
+        """v_l += X_{l,B}^T zeta_B + noise at every party; returns zeta_B as this party knows it (None: not at all).
+
+        ``zeta`` is the active party's clipped steps (None elsewhere). One party: local. Federation, protocol
+        ``paper``: zeta_B goes down the tree in the clear. Protocol ``encrypted``: ``EncryptedUpdates``.
+        """
+        st = self.state
+        if self.encrypted is not None:
+            if self.fed.is_active:
+                self.encrypted.update(XB, zeta, self.C, self.noise_std)
+                st.v += XB.T @ zeta if XB.shape[0] else 0.0
+                st.v += self.v_noise()
+                return zeta
+            st.v += self.encrypted.update(XB, None, self.C, self.noise_std)
+            return None
+        b = XB.shape[0]
+        if b:
+            with self.fed.phase("dpscd/steps"):
+                zeta = self.link.from_active(zeta, (b,), XB.dtype)
+            st.v += XB.T @ zeta
+        else:
+            # An empty Poisson batch: no update, but the released state still gets its noise.
+            zeta = XB.new_zeros(0)
+        st.v += self.v_noise()
+        return zeta
 
 
 @dataclass
@@ -165,11 +206,53 @@ class FitResult:
     noise_std: float
     sample_rate: float
     steps: int
-    epsilon: float | None           # spent, as opacus computes it (None for the non-private variant)
+    epsilon: float | None           # towards an outsider who sees the released model (None for non-private)
     delta: float | None
     sampling: str
     train_seconds: float
-    history: list = field(default_factory=list)   # per epoch: epoch, step, objective, epsilon (active party)
+    history: list = field(default_factory=list)   # per epoch: epoch, step, epsilon (+ objective if asked for)
+    observers: dict | None = None   # epsilon per observer (``observer_epsilons``), at the active party
+    randomness: str = ""            # where the secret randomness came from
+    simulated: bool = False         # seeded secrets: the guarantee is void
+
+
+def accounted(cfg: DPSCDConfig, sampler: BatchSampler, done: int) -> tuple[float, int]:
+    """(sampling rate, compositions) the accountant sees after ``done`` steps.
+
+    Poisson batches: q = L / N per step, amplification by subsampling. Fixed-size lots (shuffle,
+    seqDP-SCD): opacus' analyses are for Poisson sampling only, so no amplification is claimed:
+    each example is in one lot per epoch, i.e. ceil(done / lots per epoch) compositions of a
+    Gaussian mechanism at rate 1 (with the replace-one sensitivity). A valid, loose bound.
+    """
+    if sampler.kind == "poisson":
+        return sampler.sample_rate, done
+    if sampler.kind == "all-rows":        # primal DP-SCD: every example in every step
+        return 1.0, done
+    return 1.0, math.ceil(done / sampler.steps_per_epoch)
+
+
+def observer_epsilons(cfg: DPSCDConfig, fed: Federation, sampler: BatchSampler, sigma: float, outsider: float
+                      ) -> dict:
+    """epsilon for each observer of the run, with what it knows."""
+    delta = float(cfg.delta)
+    # A party that knows the batch schedule: each example's privacy loss is that of its own visits, no
+    # amplification; the busiest example bounds it (the schedule does not depend on the data).
+    visits = int(sampler.visits.max()) if sampler.visits.size else 0
+    known = epsilon_spent(sigma, 1.0, visits, delta, cfg.accountant) if visits else 0.0
+    out = {"outsider": {"epsilon": outsider, "sees": "the released model, not the batch schedule"}}
+    if fed.num_parties > 1:
+        if cfg.protocol == "paper" or not cfg.private:
+            passive = {"epsilon": math.inf, "sees": "the noise-free clipped steps zeta_B (protocol 'paper'): "
+                                                    "no guarantee; labels leak"}
+        else:
+            passive = {"epsilon": known, "sees": f"the batch schedule and noisy updates of its block (no "
+                                                 f"amplification; the busiest row was used {visits} times)"}
+        out["passive_party"] = passive
+        out["active_party"] = {"epsilon": None, "sees": "the labels and the noise it draws: DP is not towards it"}
+    else:
+        out["schedule_aware"] = {"epsilon": known, "sees": f"the batch schedule and every iterate (no "
+                                                           f"amplification; the busiest row was used {visits} times)"}
+    return out
 
 
 def row_sqnorms(fed: Federation, X: torch.Tensor) -> torch.Tensor:
@@ -190,40 +273,68 @@ def check_row_norms(sqnorms: torch.Tensor) -> None:
             f"(with --scale maxabs first, the paper's preprocessing), or normalize_rows=True to the estimator.")
 
 
-def fit_glm(fed: Federation, X: torch.Tensor, y: torch.Tensor | None, cfg: DPSCDConfig, *, seed: int = 0,
-            noise_seed: int | None = None, noise_blocks=None, secure: bool = False, monitor_every: int = 1,
-            on_epoch=None, on_step=None, progress=None) -> FitResult:
+def fit_glm(fed: Federation, X: torch.Tensor, y: torch.Tensor | None, cfg: DPSCDConfig, *,
+            simulation_seed: int | None = None, noise_blocks=None, secure: bool = False,
+            monitor_objective: bool = False, monitor_every: int = 1, on_epoch=None, on_step=None,
+            progress=None) -> FitResult:
     """Train ``cfg.variant`` on this party's columns; every party of ``fed`` calls it (SPMD).
 
-    ``noise_seed`` (None: fresh OS entropy) seeds the private noise streams;
-    ``noise_blocks`` (a list of column-index arrays, centralised runs only)
-    splits the columns into the blocks of a federation so that a centralised
-    run reproduces a federated one draw for draw. ``on_epoch(record)`` gets
-    {epoch, step, objective, epsilon} at the active party after each
-    monitored epoch; ``on_step(t, batch, zeta, state)`` is called after each
-    step at every party (tests use it); ``progress`` is a tqdm-like bar.
+    The batch schedule and the noise come from OS entropy; ``simulation_seed`` seeds them instead
+    (reproducible, and the DP guarantee is void: the result says so). ``noise_blocks`` (a list of
+    column-index arrays, centralised runs only) splits the columns into the blocks of a federation
+    so that a centralised simulation reproduces a federated one draw for draw. ``on_epoch(record)``
+    gets {epoch, step, epsilon} at the active party after each monitored epoch, plus the training
+    objective when ``monitor_objective`` (computed from the data: not private, off by default);
+    ``on_step(t, batch, zeta, state)`` is called after each step at every party (tests use it;
+    ``zeta`` is None where the party does not know it); ``progress`` is a tqdm-like bar.
     """
     validate(cfg)
     glm = make_glm(cfg.task, newton_steps=cfg.newton_steps) if cfg.task == "logistic" else make_glm(cfg.task)
     n, d = X.shape
-    check_batch(cfg.L, n)
+    if cfg.variant != "primal":
+        check_batch(cfg.L, n)
     if fed.is_active:
         _check_labels(glm, y, n)
-    if cfg.variant == "primal":
+    if cfg.variant in ("primal", "primal-rows"):
         primal.check_centralised(fed)
+    if cfg.variant == "primal" and cfg.private:
+        primal.check_columns(X)
     if noise_blocks is not None and fed.num_parties > 1:
         raise ValueError("noise_blocks is for centralised runs; in a federation each party's block is its columns")
+    federated = fed.num_parties > 1
+    encrypted = federated and cfg.protocol == "encrypted"
+    if encrypted and cfg.variant != "dual":
+        raise VFLInputError(f"--variant {cfg.variant} across parties sends every coordinate step to the passive "
+                            f"parties in the clear (and so the labels); only DP-SCD (--variant dual) has the "
+                            f"encrypted protocol. Use --variant dual, or --vertical-protocol paper to accept the leak.")
+    if federated and cfg.protocol == "paper":
+        warnings.warn(PAPER_LEAK, UserWarning, stacklevel=2)
+    randomness = Randomness(simulation_seed)
+    if cfg.private:
+        randomness.warn()
 
     link = ActiveLink(fed, secure=secure)
     sqnorms = row_sqnorms(fed, X)
-    if cfg.private:
+    if cfg.private and cfg.variant != "primal":
         check_row_norms(sqnorms)
 
-    sampler = BatchSampler(n, cfg.L, cfg.epochs, kind=cfg.resolved_sampling(), seed=seed)
+    schedule_seed = randomness.seed128("schedule") if fed.is_active else 0
+    if federated:
+        # The active party draws the schedule; the others must know it (they compute their parts for its rows).
+        with fed.phase("dpscd/schedule"):
+            words = link.from_active(torch.tensor([(schedule_seed >> (32 * k)) & 0xFFFFFFFF for k in range(4)],
+                                                  dtype=torch.int64) if fed.is_active else None, (4,), torch.int64)
+            schedule_seed = sum(int(w) << (32 * k) for k, w in enumerate(words.tolist()))
+    if cfg.variant == "primal":
+        sampler = CoordinateSampler(n, d, cfg.L, cfg.epochs, rng=numpy_from_seed128(schedule_seed))
+    else:
+        sampler = BatchSampler(n, cfg.L, cfg.epochs, kind=cfg.resolved_sampling(),
+                               rng=numpy_from_seed128(schedule_seed))
     q, steps = sampler.sample_rate, sampler.steps
     if cfg.private:
+        rate, compositions = accounted(cfg, sampler, steps)
         sigma = float(cfg.sigma) if cfg.sigma is not None else calibrate_sigma(
-            float(cfg.epsilon), float(cfg.delta), q, steps, cfg.accountant)
+            float(cfg.epsilon), float(cfg.delta), rate, compositions, cfg.accountant)
         S = sensitivity(cfg, d)
         noise_std = sigma * S
         C = float(cfg.C)
@@ -235,12 +346,22 @@ def fit_glm(fed: Federation, X: torch.Tensor, y: torch.Tensor | None, cfg: DPSCD
         [(b, torch.as_tensor(cols, dtype=torch.long)) for b, cols in enumerate(noise_blocks)]
     private_noise = noise_std > 0
     state = State(v=X.new_zeros(d), alpha=X.new_zeros(n) if fed.is_active else None)
+    enc = None
+    if encrypted:
+        streams = {p: NoiseStream(randomness, f"v/{fed.parties.index(p)}") for p in fed.parties if p != fed.active} \
+            if (fed.is_active and private_noise) else None
+        enc = EncryptedUpdates(fed, key_bits=cfg.key_bits, insecure_key=cfg.insecure_key, noise_streams=streams)
+    own_noise = private_noise and (not encrypted or fed.is_active)
     ctx = Context(fed=fed, link=link, X=X, y=y, sqnorms=sqnorms, glm=glm, sampler=sampler, state=state, n=n,
-                  L=cfg.L, C=C, lam=float(cfg.lam), seed=seed, noise_std=noise_std,
-                  alpha_stream=NoiseStream(noise_seed, "alpha") if (private_noise and fed.is_active) else None,
-                  v_streams=BlockNoise(noise_seed, blocks, d) if private_noise else None)
+                  L=cfg.L, C=C, lam=float(cfg.lam), randomness=randomness, noise_std=noise_std,
+                  alpha_stream=NoiseStream(randomness, "alpha") if (private_noise and fed.is_active) else None,
+                  v_streams=BlockNoise(randomness, blocks, d) if own_noise else None, encrypted=enc)
 
-    accountant = PrivacyAccountant(cfg.accountant) if cfg.private else None
+    def spent(done: int) -> float | None:
+        if not cfg.private:
+            return None
+        return epsilon_spent(sigma, *accounted(cfg, sampler, done), float(cfg.delta), cfg.accountant)
+
     ends = set(sampler.epoch_ends()) if monitor_every else set()
     epoch_of = {e: k + 1 for k, e in enumerate(sampler.epoch_ends())}
     history = []
@@ -248,8 +369,6 @@ def fit_glm(fed: Federation, X: torch.Tensor, y: torch.Tensor | None, cfg: DPSCD
     started = time.perf_counter()
     model_block = _TRAINERS[cfg.variant].model_block
     for t, batch, zeta in _STEPS[cfg.variant](ctx):
-        if accountant is not None:
-            accountant.step(sigma, q)
         if on_step is not None:
             on_step(t, batch, zeta, state)
         if progress is not None:
@@ -257,26 +376,29 @@ def fit_glm(fed: Federation, X: torch.Tensor, y: torch.Tensor | None, cfg: DPSCD
         done = t + 1
         if done in ends and (epoch_of[done] % monitor_every == 0 or done == steps):
             train_seconds += time.perf_counter() - started
-            objective = monitor_objective(fed, link, X, y, glm, model_block(ctx), cfg.lam)
+            record = {"epoch": epoch_of[done], "step": done, "epsilon": spent(done)}
+            if monitor_objective:
+                record["objective"] = monitor_objective_value(fed, link, X, y, glm, model_block(ctx), cfg.lam)
             if fed.is_active:
-                record = {"epoch": epoch_of[done], "step": done, "objective": objective,
-                          "epsilon": accountant.epsilon(cfg.delta) if accountant is not None else None}
                 history.append(record)
                 if on_epoch is not None:
                     on_epoch(record)
             started = time.perf_counter()
     train_seconds += time.perf_counter() - started
+    epsilon = spent(steps)
+    observers = observer_epsilons(cfg, fed, sampler, sigma, epsilon) if (cfg.private and fed.is_active) else None
     return FitResult(theta=model_block(ctx), v=state.v, alpha=state.alpha, sigma=sigma, sensitivity=S,
-                     noise_std=noise_std, sample_rate=q, steps=steps,
-                     epsilon=accountant.epsilon(cfg.delta) if accountant is not None else None,
+                     noise_std=noise_std, sample_rate=q, steps=steps, epsilon=epsilon,
                      delta=float(cfg.delta) if cfg.private else None, sampling=sampler.kind,
-                     train_seconds=train_seconds, history=history)
+                     train_seconds=train_seconds, history=history, observers=observers,
+                     randomness=randomness.source, simulated=randomness.simulated)
 
 
-def monitor_objective(fed, link, X, y, glm, theta_block, lam) -> float | None:
+def monitor_objective_value(fed, link, X, y, glm, theta_block, lam) -> float | None:
     """The primal objective P(theta) at the active party (margins of all rows and ||theta||^2 summed up the tree).
 
-    For monitoring only: it is computed on the training data and is not itself differentially private.
+    NOT differentially private: it is a function of every training row and label, released without noise.
+    Off by default (``monitor_objective=True`` / ``--monitor-objective`` to debug; outputs mark it).
     """
     with fed.phase("dpscd/monitor"):
         margins = link.sum_at_active(X @ theta_block)
