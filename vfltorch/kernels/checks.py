@@ -140,7 +140,8 @@ def label_problem(y, task: str, n: int) -> str | None:
 
 
 def agree(fed: Federation, *, rows: int, cols: int, params: dict, problems: list[str],
-          columns: list[int] | None, dealer: int | None = None, monitor_rows: int | None = None) -> dict:
+          columns: list[int] | None, dealer: int | None = None, monitor_rows: int | None = None,
+          step: float | None = None) -> dict:
     """Every party reports; the active party checks and broadcasts the plan; all raise the same error.
 
     Returns ``{"n_features": ..., "columns": [this party's global column indices], "rows": n,
@@ -157,12 +158,13 @@ def agree(fed: Federation, *, rows: int, cols: int, params: dict, problems: list
             plan = _verdict(fed, reports)
             plan["rows"] = int(rows)
             plan["monitor_rows"] = monitor_rows
+            plan["step"] = step
         plan = fed.broadcast_json(plan, fed.active, ranks=ranks)
     if plan["error"]:
         raise VFLInputError(plan["error"])
     mine = plan["columns"][fed.parties.index(fed.rank)] if fed.rank in fed.parties else []
     return {"n_features": plan["n_features"], "columns": mine, "rows": plan["rows"],
-            "monitor_rows": plan["monitor_rows"]}
+            "monitor_rows": plan["monitor_rows"], "step": plan["step"]}
 
 
 def _verdict(fed: Federation, reports: list[dict]) -> dict:

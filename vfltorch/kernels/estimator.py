@@ -214,7 +214,7 @@ class _FDSKLBase(BaseEstimator):
         plan = agree(fed, rows=X.shape[0], cols=X.shape[1], params=self.get_params(), problems=problems,
                      columns=None if columns is None else [int(c) for c in columns],
                      dealer=fed.coordinator if shared else None,
-                     monitor_rows=None if monitor is None else int(len(monitor[0])))
+                     monitor_rows=None if monitor is None else int(len(monitor[0])), step=self._step_size())
         warn_scaling(scaling)
         if self.protocol == "paper" and fed.num_parties > 1 and fed.is_active:
             warnings.warn(PAPER_LEAK, LeakWarning, stacklevel=2)
@@ -256,8 +256,8 @@ class _FDSKLBase(BaseEstimator):
                                progress=progress and fed.is_active)
         return self._finish(fed, result)
 
-    def _config(self, loss, n: int) -> DSGConfig:
-        return DSGConfig(loss=loss, gamma=self._step_size(), lam=float(self.lam), batch_size=self._batch_size(n),
+    def _config(self, loss, n: int, step: float | None = None) -> DSGConfig:
+        return DSGConfig(loss=loss, gamma=self._step_size() if step is None else step, lam=float(self.lam), batch_size=self._batch_size(n),
                          epochs=self.epochs, max_time=self.max_time, schedule=self.schedule,
                          seed=derive_key(self.random_state, 0xBA7C), log_every=self.log_every,
                          prefetch=int(self.prefetch), task=self._task,
@@ -283,7 +283,8 @@ class _FDSKLBase(BaseEstimator):
         mon = None
         if plan.get("monitor_rows") is not None:
             mon = (torch.zeros(plan["monitor_rows"], 0, dtype=torch.float64), None)
-        result = train_shared(fed, self.feature_map_, empty, None, self._config(self._loss(), n),
+        # The step comes from the active party's plan: the dealer does not know the task's default loss.
+        result = train_shared(fed, self.feature_map_, empty, None, self._config(self._loss(), n, plan["step"]),
                               dealer=fed.coordinator, table=self.table_, monitor=mon, log=None)
         return self._finish(fed, result)
 
