@@ -66,7 +66,7 @@ import warnings
 import numpy as np
 import torch
 
-from ..comm import Federation, FixedPoint, MaskStream, broadcast, masked_sum, pairwise_tree, reduce
+from ..comm import Federation, MaskStream, broadcast, masked_sum, pairwise_tree, reduce
 from ..comm.sharing import mul_dealt, open_shares
 from .circle import Circle, KeptPhases
 
@@ -75,7 +75,6 @@ ANGLE_BITS = 16                  # the grid of the dealt masks: the cosine table
 FRAC_BITS = 16                   # fractional bits of each factor; products carry 2 * FRAC_BITS
 PRODUCT_SCALE = 2.0 ** (2 * FRAC_BITS)
 MAX_GROWTH_BITS = 20             # c^{-t} <= 2**20: |f| up to 2**10 then fits 2**63 with 32 fractional bits
-FACTOR = FixedPoint(FRAC_BITS)
 CIRCLE = Circle(ANGLE_BITS)
 SETUP_PHASE = "fdskl/setup"
 
@@ -87,29 +86,49 @@ def cosine_table() -> torch.Tensor:
     return torch.round(torch.cos(k * (2 * math.pi / 2 ** ANGLE_BITS)) * 2 ** FRAC_BITS).to(torch.int32)
 
 
+def pair_table(cosines: torch.Tensor) -> torch.Tensor:
+    """(2**16, 2) rows [cos k, sin k] from a table of cosines (sin x = cos(x - pi/2)): one gather per angle."""
+    k = torch.arange(2 ** ANGLE_BITS)
+    return torch.stack([cosines, cosines[(k - 2 ** (ANGLE_BITS - 2)) % 2 ** ANGLE_BITS]], dim=1).contiguous()
+
+
+REAL_PAIRS = pair_table(torch.cos(torch.arange(2 ** ANGLE_BITS, dtype=torch.float64) * (2 * math.pi / 2 ** ANGLE_BITS)))
+
+
 def share_table(fed: Federation, dealer: int) -> torch.Tensor | None:
-    """The dealer's cosine table at every passive party and the dealer (None at the active party)."""
+    """The dealer's fixed-point [cos, sin] table at every passive party and the dealer (None at the active)."""
     with fed.phase(SETUP_PHASE):
         if fed.rank == dealer:
             table = cosine_table()
             for p in fed.parties:
                 if p != fed.active:
                     fed.send(table, p)
-            return table.to(torch.int64)
+            return pair_table(table.to(torch.int64))
         if fed.rank in fed.parties and not fed.is_active:
-            return fed.recv(dealer, (2 ** ANGLE_BITS,), torch.int32, device="cpu").to(torch.int64)
+            return pair_table(fed.recv(dealer, (2 ** ANGLE_BITS,), torch.int32, device="cpu").to(torch.int64))
     return None
 
 
-def cos_sin(table: torch.Tensor, words: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """[cos beta, sin beta] (concatenated along ``dim``) in fixed point, for 16-bit angle words beta."""
-    k = words.cpu().to(torch.int64) & 0xFFFF
-    return torch.cat([table[k], table[(k - 2 ** (ANGLE_BITS - 2)) & 0xFFFF]], dim=dim)   # sin x = cos(x - pi/2)
+def _index(words: torch.Tensor) -> torch.Tensor:
+    return words.cpu().to(torch.int32) & 0xFFFF                   # the angle's grid index in [0, 2**16)
 
 
-def _cos_sin_real(words: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    theta = CIRCLE.decode(words.cpu(), torch.float64)
-    return torch.cat([torch.cos(theta), torch.sin(theta)], dim=dim)
+def cos_sin(pairs: torch.Tensor, words: torch.Tensor) -> torch.Tensor:
+    """[cos, sin] of 16-bit angle words, interleaved along the last dimension (... x 2k) from a pair table."""
+    out = pairs[_index(words)]
+    return out.reshape(*words.shape[:-1], 2 * words.shape[-1])
+
+
+def encode_factor(x: torch.Tensor) -> torch.Tensor:
+    """Real factors (bounded by construction: |x| <= sqrt2 |coefficient|) -> fixed point with FRAC_BITS."""
+    return torch.round(x * 2.0 ** FRAC_BITS).to(torch.int64)
+
+
+def _coef_check(coef: torch.Tensor) -> None:
+    peak = float(coef.abs().max()) if coef.numel() else 0.0
+    if not math.isfinite(peak) or peak >= 2.0 ** 30:
+        raise OverflowError(f"FDSKL shared protocol: a coefficient reached {peak:.4g}; the fixed-point factors "
+                            f"need |value| < 2**30 (lower gamma or normalise the targets)")
 
 
 # -------------------------------------------------------------------------------------------- phases
@@ -189,12 +208,13 @@ def shared_decision(fed: Federation, ph: DealtPhases, coef: torch.Tensor | None,
         holders = (fed.active, keeper)
         x = y = None
         if fed.is_active:
-            # [coef cos S, coef sin S], laid out like the keeper's [cos beta, sin beta]
-            x = _cos_sin_real(ph.S[:, cols]) * (SQRT2 * coef[cols].cpu().to(torch.float64)).repeat(2)
+            # [coef cos S, coef sin S] interleaved, laid out like the keeper's [cos beta, sin beta]
+            c = SQRT2 * coef[cols].cpu().to(torch.float64)
+            _coef_check(c)
+            x = encode_factor(cos_sin(REAL_PAIRS, ph.S[:, cols]) * c.repeat_interleave(2))
         if fed.rank in (keeper, dealer):
             y = cos_sin(table, beta)
-        z = mul_dealt(fed, x, y, holders=holders, dealer=dealer, kind="rowdot", shape_x=(m, 2 * len(cols)),
-                      fp=FACTOR)
+        z = mul_dealt(fed, x, y, holders=holders, dealer=dealer, kind="rowdot", shape_x=(m, 2 * len(cols)))
         if z is not None:
             mine += z
     return mine
@@ -297,24 +317,27 @@ def train_shared(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                 d_loss = cfg.loss.derivative(f_batch, y_batch)                     # L'(f(x_i), y_i)
                 window_loss += float(cfg.loss.value(f_batch, y_batch).mean())
                 window_count += 1
-                # [L'_i cos S_ik ; L'_i sin S_ik] over the batch rows, one row per new feature k
-                x = (_cos_sin_real(S_round[batch, cols], dim=0) * (SQRT2 * d_loss).repeat(2)[:, None]).T
+                # [L'_i cos S_ik, L'_i sin S_ik] over the batch rows i, one row per new feature k
+                lp = SQRT2 * d_loss.to(torch.float64)
+                _coef_check(lp)
+                x = encode_factor(cos_sin(REAL_PAIRS, S_round[batch, cols].T) * lp.repeat_interleave(2))
             if knows_beta:
-                yk = cos_sin(table, beta_round[batch, cols], dim=0).T.contiguous()
+                yk = cos_sin(table, beta_round[batch, cols].T)
             # Line 8: the r gradient sums g_k as shares, opened to the active party.
-            z = mul_dealt(fed, x, yk, holders=holders, dealer=dealer, kind="rowdot", shape_x=(r, 2 * B),
-                          fp=FACTOR)
+            z = mul_dealt(fed, x, yk, holders=holders, dealer=dealer, kind="rowdot", shape_x=(r, 2 * B))
             g = open_shares(fed, z, holders=holders, to=fed.active, shape=(r,)) if fed.rank in holders else None
             x = yk = None
             if active:
                 a_new = (-cfg.gamma / (B * r)) * (g.to(torch.float64) / PRODUCT_SCALE)
                 alpha = torch.cat([alpha * shrink, a_new])                          # line 9
                 created = torch.cat([created, a_new])
-                x = _cos_sin_real(S_round[:, cols]) * (SQRT2 * a_new * shrink ** (-t)).repeat(2)
+                c = SQRT2 * a_new * shrink ** (-t)
+                _coef_check(c)
+                x = encode_factor(cos_sin(REAL_PAIRS, S_round[:, cols]) * c.repeat_interleave(2))
             if knows_beta:
                 yk = cos_sin(table, beta_round[:, cols])
             # F += c^{-t} h_t on every training row, as shares.
-            z = mul_dealt(fed, x, yk, holders=holders, dealer=dealer, kind="rowdot", shape_x=(n, 2 * r), fp=FACTOR)
+            z = mul_dealt(fed, x, yk, holders=holders, dealer=dealer, kind="rowdot", shape_x=(n, 2 * r))
             if z is not None:
                 F += z
         train_seconds += time.perf_counter() - started
