@@ -169,7 +169,7 @@ def _op(kind: str):
         return torch.matmul
     if kind == "rowdot":
         return _rowdot                      # row-wise inner products: bilinear, so Beaver's identity holds
-    raise ValueError(f"triple kind must be 'mul', 'matmul' or 'rowdot', got {kind!r}")
+    raise ValueError(f"triple kind must be 'mul' or 'matmul' (or 'rowdot': row-wise dot products), got {kind!r}")
 
 
 def _broadcast(a, b) -> tuple:
