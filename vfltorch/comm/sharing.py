@@ -311,7 +311,8 @@ def mul_shared(fed: Federation, x: torch.Tensor | None, y: torch.Tensor | None, 
 
 
 def mul_dealt(fed: Federation, x: torch.Tensor | None, y: torch.Tensor | None, *, holders, dealer: int,
-              kind: str = "mul", shape_x=None, shape_y=None, fp: FixedPoint | None = None) -> torch.Tensor | None:
+              kind: str = "mul", shape_x=None, shape_y=None, fp: FixedPoint | None = None,
+              dealt=None) -> torch.Tensor | None:
     """Shares of x * y (``"mul"``), x @ y (``"matmul"``) or row-wise x . y (``"rowdot"``), x held by h_0
     and y known to h_1 *and the dealer*.
 
@@ -324,9 +325,22 @@ def mul_dealt(fed: Federation, x: torch.Tensor | None, y: torch.Tensor | None, *
     same int64 ring tensor ``y`` and ``shape_x``. With ``fp`` h_0's x is real
     and encoded; the product is *not* truncated (its fractional bits are those
     of x plus those of y), so the shares add up to the exact ring product.
-    Returns this holder's int64 share (CPU), ``None`` at the dealer.
+    Returns this holder's int64 share (CPU), ``None`` at the dealer. With
+    ``dealt`` (this holder's item from ``deal_dealt``; non-holders pass
+    anything but None, e.g. ``True``) the dealing already happened: only
+    e crosses the wire, and the dealer does nothing here.
     """
     h0, h1 = holders
+    if dealt is not None:
+        if fed.rank == h0:
+            a, c0 = dealt
+            xe = fp.encode(x.cpu()) if fp is not None else x.cpu().to(torch.int64)
+            fed.send(xe - a, h1)
+            return c0
+        if fed.rank == h1:
+            e = fed.recv(h0, tuple(shape_x), torch.int64, device="cpu")
+            return _op(kind)(e, y.cpu().to(torch.int64)) + dealt
+        return None                     # the dealer and other ranks
     if fed.rank == h0:
         shape_x = tuple(x.shape)
         shape_y = shape_x if shape_y is None else tuple(shape_y)
@@ -356,3 +370,43 @@ def mul_dealt(fed: Federation, x: torch.Tensor | None, y: torch.Tensor | None, *
     c1 = _uniform(_stream_from(fed.recv(dealer, (_SEED_WORDS,), torch.int64, device="cpu")), out_shape)
     e = fed.recv(h0, shape_x, torch.int64, device="cpu")
     return op(e, y.cpu().to(torch.int64)) + c1
+
+
+def deal_dealt(fed: Federation, ys, *, holders, dealer: int, kind: str, shapes_x, shapes_y=None):
+    """The dealer's part of several ``mul_dealt`` products at once: one message to each holder.
+
+    SPMD like ``mul_dealt``: the dealer and h_1 pass the list ``ys`` (ring
+    tensors they both know), h_0 passes ``shapes_y``. Returns, at h_0, a list
+    of ``(a, c_0)`` and, at h_1, a list of ``c_1``; pass item i as
+    ``dealt=`` to the i-th ``mul_dealt`` (fewer synchronisations: the material
+    of a whole round travels ahead of the data messages).
+    """
+    h0, h1 = holders
+    if fed.rank not in (h0, h1, dealer):
+        return None
+    op = _op(kind)
+    shapes_x = [tuple(s) for s in shapes_x]
+    shapes_y = [tuple(y.shape) for y in ys] if fed.rank != h0 else [tuple(s) for s in shapes_y]
+    outs = [_out_shape(kind, sx, sy) for sx, sy in zip(shapes_x, shapes_y)]
+    if fed.rank == dealer:
+        s0, s1 = _seed_tensor(), _seed_tensor()
+        g0, g1 = _stream_from(s0), _stream_from(s1)
+        c0s = []
+        for sx, out, y in zip(shapes_x, outs, ys):
+            a = _uniform(g0, sx)
+            c0s.append((op(a, y.cpu().to(torch.int64)) - _uniform(g1, out)).reshape(-1))
+        fed.send(torch.cat([s0, *c0s]), h0)
+        fed.send(s1, h1)
+        return None
+    if fed.rank == h0:
+        count = sum(int(np.prod(o)) if o else 1 for o in outs)
+        msg = fed.recv(dealer, (_SEED_WORDS + count,), torch.int64, device="cpu")
+        g0 = _stream_from(msg[:_SEED_WORDS])
+        parts, at = [], _SEED_WORDS
+        for sx, out in zip(shapes_x, outs):
+            size = int(np.prod(out)) if out else 1
+            parts.append((_uniform(g0, sx), msg[at:at + size].reshape(out)))
+            at += size
+        return parts
+    g1 = _stream_from(fed.recv(dealer, (_SEED_WORDS,), torch.int64, device="cpu"))
+    return [_uniform(g1, out) for out in outs]

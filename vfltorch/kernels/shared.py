@@ -67,7 +67,7 @@ import numpy as np
 import torch
 
 from ..comm import Federation, MaskStream, broadcast, masked_sum, pairwise_tree, reduce
-from ..comm.sharing import mul_dealt, open_shares
+from ..comm.sharing import deal_dealt, mul_dealt, open_shares
 from .circle import Circle, KeptPhases
 
 SQRT2 = math.sqrt(2.0)
@@ -308,9 +308,18 @@ def train_shared(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             keeper = fmap.keepers[t]
             holders = (fed.active, keeper)
             knows_beta = fed.rank in (keeper, dealer)
+            y_grad = y_step = None
+            if knows_beta:
+                y_grad = cos_sin(table, beta_round[batch, cols].T)          # (r, 2B): [cos, sin] beta_ik
+                y_step = cos_sin(table, beta_round[:, cols])                # (n, 2r)
+            # Both products' dealer material in one message per holder, ahead of the data messages.
+            dealt = deal_dealt(fed, [y_grad, y_step] if knows_beta else None, holders=holders, dealer=dealer,
+                               kind="rowdot", shapes_x=[(r, 2 * B), (n, 2 * r)],
+                               shapes_y=[(r, 2 * B), (n, 2 * r)])
+            mine = dealt if fed.rank in holders else [True, True]      # elsewhere: nothing left to do
             # Line 6: f on the batch rows, opened to the active party only.
             f_open = open_to_active(fed, F[batch] if is_party else None, B)
-            x = yk = None
+            x = None
             if active:
                 f_batch = f_open * shrink ** (t - 1) if t > 0 else torch.zeros(B, dtype=torch.float64)
                 y_batch = y[batch]
@@ -321,12 +330,11 @@ def train_shared(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                 lp = SQRT2 * d_loss.to(torch.float64)
                 _coef_check(lp)
                 x = encode_factor(cos_sin(REAL_PAIRS, S_round[batch, cols].T) * lp.repeat_interleave(2))
-            if knows_beta:
-                yk = cos_sin(table, beta_round[batch, cols].T)
             # Line 8: the r gradient sums g_k as shares, opened to the active party.
-            z = mul_dealt(fed, x, yk, holders=holders, dealer=dealer, kind="rowdot", shape_x=(r, 2 * B))
+            z = mul_dealt(fed, x, y_grad, holders=holders, dealer=dealer, kind="rowdot", shape_x=(r, 2 * B),
+                          dealt=mine[0])
             g = open_shares(fed, z, holders=holders, to=fed.active, shape=(r,)) if fed.rank in holders else None
-            x = yk = None
+            x = None
             if active:
                 a_new = (-cfg.gamma / (B * r)) * (g.to(torch.float64) / PRODUCT_SCALE)
                 alpha = torch.cat([alpha * shrink, a_new])                          # line 9
@@ -334,10 +342,9 @@ def train_shared(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                 c = SQRT2 * a_new * shrink ** (-t)
                 _coef_check(c)
                 x = encode_factor(cos_sin(REAL_PAIRS, S_round[:, cols]) * c.repeat_interleave(2))
-            if knows_beta:
-                yk = cos_sin(table, beta_round[:, cols])
             # F += c^{-t} h_t on every training row, as shares.
-            z = mul_dealt(fed, x, yk, holders=holders, dealer=dealer, kind="rowdot", shape_x=(n, 2 * r))
+            z = mul_dealt(fed, x, y_step, holders=holders, dealer=dealer, kind="rowdot", shape_x=(n, 2 * r),
+                          dealt=mine[1])
             if z is not None:
                 F += z
         train_seconds += time.perf_counter() - started
