@@ -68,7 +68,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                    help="stop training after this many seconds (with --epochs: whichever comes first)")
     g.add_argument("--schedule", choices=["cached", "paper"], default="cached",
-                   help="(--protocol paper only for 'paper') 'paper': phases of the batch on all features every iteration (O(B t r) values); "
+                   help="'paper' (needs --protocol paper): phases of the batch on all features every iteration "
+                        "(O(B t r) values); "
                         "'cached': phases of all rows on the new features (O(n r)), f kept at the active party")
     g.add_argument("--prefetch", type=int, default=1, metavar="K",
                    help="cached schedule: fetch the new features of K iterations in one round of masked sums "
@@ -149,7 +150,8 @@ def run(fed, data, args, log):
     return {"metrics": metrics, "train_seconds": est.train_seconds_, "task": data.task,
             "privacy_guarantee": _guarantee(args, fed.num_parties),
             "fdskl": {"protocol": args.protocol if fed.num_parties > 1 else "centralised",
-                      "alpha_sha256": hashlib.sha256(alpha.tobytes()).hexdigest(), "sigma": est.sigma_, "sigma_seconds": est.sigma_seconds_, "iterations": est.n_iter_,
+                      "alpha_sha256": hashlib.sha256(alpha.tobytes()).hexdigest(), "sigma": est.sigma_,
+                      "sigma_seconds": est.sigma_seconds_, "iterations": est.n_iter_,
                       "random_features": est.n_random_features_, "gamma": est._step_size(),
                       "loss": est._loss().name, "train_comm": est.comm_, "history": est.history_}}
 

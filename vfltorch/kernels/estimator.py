@@ -257,7 +257,8 @@ class _FDSKLBase(BaseEstimator):
         return self._finish(fed, result)
 
     def _config(self, loss, n: int, step: float | None = None) -> DSGConfig:
-        return DSGConfig(loss=loss, gamma=self._step_size() if step is None else step, lam=float(self.lam), batch_size=self._batch_size(n),
+        return DSGConfig(loss=loss, gamma=self._step_size() if step is None else step, lam=float(self.lam),
+                         batch_size=self._batch_size(n),
                          epochs=self.epochs, max_time=self.max_time, schedule=self.schedule,
                          seed=derive_key(self.random_state, 0xBA7C), log_every=self.log_every,
                          prefetch=int(self.prefetch), task=self._task,

@@ -69,6 +69,7 @@ import torch
 from ..comm import Federation, MaskStream, broadcast, masked_sum, pairwise_tree, reduce
 from ..comm.sharing import deal_dealt, mul_dealt, open_shares
 from .circle import Circle, KeptPhases
+from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainResult, held_out_metrics, phase_totals
 
 SQRT2 = math.sqrt(2.0)
 ANGLE_BITS = 16                  # the grid of the dealt masks: the cosine table has one entry per grid angle
@@ -255,8 +256,6 @@ def train_shared(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     the active party. ``monitor`` is ``(X_monitor, y_monitor)`` or None (the
     same at every rank; (m x 0) at the dealer). Returns a ``TrainResult``.
     """
-    from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainResult, held_out_metrics, phase_totals
-
     n = X.shape[0]
     r = fmap.block_size
     active = fed.is_active
@@ -277,7 +276,7 @@ def train_shared(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
         y = y.to(torch.float64).cpu()
     mon = _SharedMonitor(fed, fmap, monitor, dealer, table) if monitor is not None else None
     bar = log.progress(total=max_iter, desc="fdskl", unit="it") if progress and log is not None else None
-    sent_before = _totals(fed, TRAIN_PHASE, phase_totals)
+    sent_before = phase_totals(fed, TRAIN_PHASE)
     history: list[dict] = []
     window_loss, window_count, last_batch_loss = 0.0, 0, float("nan")
     train_seconds = 0.0
@@ -357,8 +356,7 @@ def train_shared(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             if window_count:
                 last_batch_loss = window_loss / window_count
             point = _shared_log_point(fed, t, fmap, created, shrink, train_seconds, last_batch_loss, cfg,
-                                      mon if (final or epoch_end) else None, log, control_tree, sent_before,
-                                      MONITOR_PHASE, TRAIN_PHASE, held_out_metrics, phase_totals)
+                                      mon if (final or epoch_end) else None, log, control_tree, sent_before)
             window_loss, window_count = 0.0, 0
             if point is not None:
                 history.append(point)
@@ -370,14 +368,10 @@ def train_shared(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                       f"or gamma, or train fewer iterations.", RuntimeWarning, stacklevel=2)
     if window_count:
         last_batch_loss = window_loss / window_count
-    sent = _totals(fed, TRAIN_PHASE, phase_totals)
+    sent = phase_totals(fed, TRAIN_PHASE)
     return TrainResult(alpha.to(dtype) if active else None, t, train_seconds, history, last_batch_loss,
                        float("nan"), sent["bytes_sent"] - sent_before["bytes_sent"],
                        sent["messages_sent"] - sent_before["messages_sent"])
-
-
-def _totals(fed, prefix, phase_totals):
-    return phase_totals(fed, prefix)
 
 
 def _stop_all(fed: Federation, tree, mine: bool) -> bool:
@@ -420,8 +414,7 @@ class _SharedMonitor:
         return None if f is None else f * shrink ** (t - 1)
 
 
-def _shared_log_point(fed, t, fmap, created, shrink, train_seconds, batch_loss, cfg, mon, log, tree, sent_before,
-                      MONITOR_PHASE, TRAIN_PHASE, held_out_metrics, phase_totals):
+def _shared_log_point(fed, t, fmap, created, shrink, train_seconds, batch_loss, cfg, mon, log, tree, sent_before):
     with fed.phase(MONITOR_PHASE):
         f_mon = mon.update(created, shrink, t) if mon is not None else None
         mine = phase_totals(fed, TRAIN_PHASE)["bytes_sent"] - sent_before["bytes_sent"]
