@@ -295,7 +295,7 @@ def test_vfl_fdskl_demo_writes_the_record(tmp_path):
     out = tmp_path / "bc.json"
     r = subprocess.run([sys.executable, "-m", "vfltorch", "fdskl", "--dataset", "breast_cancer", "--parties", "3",
                         "--output-json", str(out), "--logdir", str(tmp_path / "tb")],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr
     assert "test_accuracy=" in r.stdout
     rec = json.loads(out.read_text())
