@@ -21,38 +21,24 @@ global indices), ``n_iter_``, ``n_random_features_``, ``feature_map_`` (this
 party's share of the random features), ``train_seconds_``, ``history_``
 (the learning curve, active party), ``comm_`` (bytes per party and phase).
 
-Privacy (FDSKL Section 4, adapted to labels at one party). What each party
-sends and what it learns:
-
-* Raw columns never leave their party. A party's partial projections
-  (w_j)_l^T (x_i)_l leave it only reduced mod 2*pi and masked by a fresh
-  uniform angle from its private stream (or, at the kept party l', hidden in
-  a sum that carries the others' fresh masks), so each message is exactly
-  uniform on [0, 2*pi) on its own. Masks are removed over a tree T2 totally
-  different from the tree T1 of the masked values, so no party can combine
-  a T1 partial sum with a T2 partial sum into unmasked data of a group of
-  parties (checked by ``vfltorch.comm.masked_sum_leakage``).
-* The active party learns w_j^T x_i + b_j (mod 2*pi) for every row it
-  evaluates, with b_j uniform and known only to l' (never the active party),
-  exactly what FDSKL's output worker learns. As in the paper this is not
-  nothing: differences between rows, w_j^T (x_i - x_k) mod 2*pi, are free of
-  b_j, so with many more features than columns the active party holds
-  wrapped linear equations on the differences of the other parties' rows.
-  The paper's security analysis (semi-honest parties, no exact inference of
-  a single value from one masked message) does not cover this; see
-  docs/fdskl.md.
-* Labels, L'(f(x_i), y_i), the coefficients alpha and the decision values
-  never leave the active party. Passive parties learn the sample indices of
-  each mini-batch (from the shared seed, as the paper broadcasts them), the
-  number of iterations, and sigma; they see no label-dependent value at all
-  (less than the paper, where workers exchange partial decision values).
-* The median heuristic reveals, at the active party, the squared distances of
-  a few hundred disjoint random row pairs over all columns (pass ``sigma`` to
-  avoid it). The set-up exchange reveals row and column counts.
+Privacy. ``protocol='shared'`` (the default with Q > 1; the federation needs
+a coordinator, which deals masks and triples): the active party learns f on
+its mini-batch rows, the r gradient sums per iteration, f on the rows it
+predicts and on the monitor rows once per epoch; passive parties and the
+dealer learn no label-dependent value (``shared.py`` has the protocol and the
+threat model). ``protocol='paper'`` is FDSKL's Algorithm 3 as published,
+kept for reproducing the paper; it warns (``LeakWarning``): the active party
+learns w_j^T x_i + b_j (mod 2*pi) for every row it evaluates, and with the
+public W it rebuilds the passive columns by least squares with phase
+unwrapping (``tests/test_fdskl_attack.py``). Under both, labels, L' and alpha
+stay at the active party, raw columns never leave their party, and the
+median heuristic reveals the distances of a few hundred disjoint random row
+pairs at the active party (pass ``sigma`` to avoid it).
 
 Seeds: ``random_state`` is public (directions w, mini-batches, the kept
-party of each block). ``mask_seed`` seeds each party's private masks and
-phases b_j. The default, ``'random'``, draws them from the operating system
+party of each block, and under the shared protocol the phases b_j).
+``mask_seed`` seeds each party's private masks (and, under the paper's
+protocol, its phases b_j). The default, ``'random'``, draws them from the operating system
 at each party: a deployment's setting, and the only one under which the
 active party cannot recompute b_j and so unmask w_j^T x_i. The masks cancel
 exactly, so this changes nothing but the phases b_j (a fresh draw of the
