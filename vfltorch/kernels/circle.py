@@ -43,6 +43,8 @@ import math
 import numpy as np
 import torch
 
+from ..comm import RingGroup
+
 TWO_PI = 2.0 * math.pi
 
 
@@ -98,6 +100,8 @@ class Circle:
 
     def random(self, shape, generator: np.random.Generator, device) -> torch.Tensor:
         """Uniform words: exactly uniform angles on the grid."""
+        if self.bits == 64:
+            return RingGroup().random(shape, generator, device)      # the same group: one implementation
         shape = tuple(int(s) for s in shape)
         count = int(np.prod(shape)) if shape else 1
         per_raw = 64 // self.bits
