@@ -7,7 +7,8 @@ import pytest
 import torch
 from scipy.stats import kstest
 
-from vfltorch.kernels import Circle, FourierSampler, WordStream, feature_map
+from vfltorch.comm import MaskStream
+from vfltorch.kernels import Circle, FourierSampler, feature_map
 from vfltorch.kernels.random_features import counter_words, splitmix64
 
 
@@ -88,7 +89,7 @@ def test_circle_encoding_adds_angles_mod_two_pi_exactly():
         # Integer addition is angle addition mod 2 pi.
         assert float(wrapped(circle.decode(circle.add(ka, kb)) - (a + b)).abs().max()) <= 2 * tol + 1e-13
         # Masks cancel exactly: (x + m) - m == x, bit for bit, for uniform words m.
-        m = WordStream(7, 0).draw(circle, ka.shape)
+        m = MaskStream(7, 0).draw(circle, ka.shape)
         assert torch.equal(circle.sub(circle.add(ka, m), m), ka)
         # Angles far beyond the int64 range of grid units still reduce correctly.
         huge = torch.tensor([1e10, -1e10, 1e12 + 0.5], dtype=torch.float64)
@@ -98,14 +99,14 @@ def test_circle_encoding_adds_angles_mod_two_pi_exactly():
 def test_masks_are_uniform_words():
     for bits in (16, 32, 64):
         circle = Circle(bits)
-        words = WordStream(3, 1).draw(circle, (100_000,)).to(torch.int64)
+        words = MaskStream(3, 1).draw(circle, (100_000,)).to(torch.int64)
         bit_means = torch.stack([(words >> k) & 1 for k in range(bits)]).double().mean(1)
         assert (bit_means - 0.5).abs().max() < 0.01
-        angles = circle.decode(WordStream(3, 1).draw(circle, (100_000,)))
+        angles = circle.decode(MaskStream(3, 1).draw(circle, (100_000,)))
         assert kstest(angles.numpy() / (2 * math.pi) + 0.5, "uniform").pvalue > 1e-3
     # Streams are private per (seed, rank): different ranks or seeds, different masks.
     c = Circle(32)
-    a, b, a2 = WordStream(3, 1).draw(c, (64,)), WordStream(3, 2).draw(c, (64,)), WordStream(4, 1).draw(c, (64,))
+    a, b, a2 = MaskStream(3, 1).draw(c, (64,)), MaskStream(3, 2).draw(c, (64,)), MaskStream(4, 1).draw(c, (64,))
     assert not torch.equal(a, b) and not torch.equal(a, a2)
 
 

@@ -29,9 +29,17 @@ one message each way: the dealer gives h_0 (a, c_0) and h_1 (b, c_1) with
 c_0 + c_1 = a * b; h_0 sends e = x - a, h_1 sends f = y - b, and
 z_0 = a * f + c_0, z_1 = e * y + c_1.
 
+When y is randomness the dealer itself dealt to h_1 (so the dealer knows it),
+``mul_dealt`` needs one message only, h_0 -> h_1: the dealer gives h_0 a and
+c_0 = a * y - c_1, h_1 a seed for c_1; h_0 sends e = x - a, and
+z_0 = c_0, z_1 = e * y + c_1. FDSKL's phase masks are such randomness.
+
 Dealer bandwidth: the dealer sends seeds (16 bytes) for everything that is
 uniform and one explicit tensor (c_1) per triple, so a triple costs the size
 of its product, not three times that.
+
+``kind`` is ``"mul"`` (elementwise, broadcasting), ``"matmul"`` or ``"rowdot"``
+(row-wise inner products, (a * b).sum(-1): many dot products in one triple).
 
 Truncation. A product of two fixed-point values has 2 * frac_bits fractional
 bits. Each of two holders truncates its own share (SecureML, Mohassel & Zhang
@@ -150,12 +158,36 @@ def truncate(mine: torch.Tensor, index: int, frac_bits: int) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------ dealer
+def _rowdot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a * b).sum(-1)
+
+
 def _op(kind: str):
     if kind == "mul":
         return torch.mul
     if kind == "matmul":
         return torch.matmul
-    raise ValueError(f"triple kind must be 'mul' or 'matmul', got {kind!r}")
+    if kind == "rowdot":
+        return _rowdot                      # row-wise inner products: bilinear, so Beaver's identity holds
+    raise ValueError(f"triple kind must be 'mul' or 'matmul' (or 'rowdot': row-wise dot products), got {kind!r}")
+
+
+def _broadcast(a, b) -> tuple:
+    # Plain Python: torch.broadcast_shapes imports sympy on first use (seconds).
+    a, b = tuple(int(s) for s in a), tuple(int(s) for s in b)
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    if any(x != y and 1 not in (x, y) for x, y in zip(a, b)):
+        raise ValueError(f"shapes {a} and {b} do not broadcast")
+    return tuple(max(x, y) if 1 in (x, y) else x for x, y in zip(a, b))
+
+
+def _out_shape(kind: str, shape_a, shape_b) -> tuple:
+    if kind == "matmul":
+        return tuple((torch.empty(tuple(shape_a), dtype=torch.float32)
+                      @ torch.empty(tuple(shape_b), dtype=torch.float32)).shape)
+    full = _broadcast(shape_a, shape_b)
+    return full[:-1] if kind == "rowdot" else full
 
 
 def deal(fed: Federation, kind: str, shape_a, shape_b, *, holders, dealer: int, private: bool = False):
@@ -168,8 +200,7 @@ def deal(fed: Federation, kind: str, shape_a, shape_b, *, holders, dealer: int, 
     """
     h0, h1 = holders
     op = _op(kind)
-    out_shape = (torch.empty(tuple(shape_a), dtype=torch.float32) @ torch.empty(tuple(shape_b), dtype=torch.float32)
-                 ).shape if kind == "matmul" else torch.broadcast_shapes(tuple(shape_a), tuple(shape_b))
+    out_shape = _out_shape(kind, shape_a, shape_b)
     if fed.rank == dealer:
         s0, s1 = _seed_tensor(), _seed_tensor()
         g0, g1 = _stream_from(s0), _stream_from(s1)
@@ -277,3 +308,105 @@ def mul_shared(fed: Federation, x: torch.Tensor | None, y: torch.Tensor | None, 
     if frac_bits:
         z = truncate(z, index, frac_bits)
     return z
+
+
+def mul_dealt(fed: Federation, x: torch.Tensor | None, y: torch.Tensor | None, *, holders, dealer: int,
+              kind: str = "mul", shape_x=None, shape_y=None, fp: FixedPoint | None = None,
+              dealt=None) -> torch.Tensor | None:
+    """Shares of x * y (``"mul"``), x @ y (``"matmul"``) or row-wise x . y (``"rowdot"``), x held by h_0
+    and y known to h_1 *and the dealer*.
+
+    For y that is randomness the dealer handed to h_1 (a mask it dealt): no
+    triple is needed for y, and the only data message is e = x - a from h_0 to
+    h_1 (uniform, as a is). The dealer sends h_0 one seed (for a) with
+    c_0 = op(a, y) - c_1, and h_1 one seed (for c_1); it receives nothing.
+    Every rank of ``holders`` and the dealer calls this (SPMD): h_0 passes
+    ``x`` and ``shape_y`` (default: x's shape), h_1 and the dealer pass the
+    same int64 ring tensor ``y`` and ``shape_x``. With ``fp`` h_0's x is real
+    and encoded; the product is *not* truncated (its fractional bits are those
+    of x plus those of y), so the shares add up to the exact ring product.
+    Returns this holder's int64 share (CPU), ``None`` at the dealer. With
+    ``dealt`` (this holder's item from ``deal_dealt``; non-holders pass
+    anything but None, e.g. ``True``) the dealing already happened: only
+    e crosses the wire, and the dealer does nothing here.
+    """
+    h0, h1 = holders
+    if dealt is not None:
+        if fed.rank == h0:
+            a, c0 = dealt
+            xe = fp.encode(x.cpu()) if fp is not None else x.cpu().to(torch.int64)
+            fed.send(xe - a, h1)
+            return c0
+        if fed.rank == h1:
+            e = fed.recv(h0, tuple(shape_x), torch.int64, device="cpu")
+            return _op(kind)(e, y.cpu().to(torch.int64)) + dealt
+        return None                     # the dealer and other ranks
+    if fed.rank == h0:
+        shape_x = tuple(x.shape)
+        shape_y = shape_x if shape_y is None else tuple(shape_y)
+    elif fed.rank in (h1, dealer):
+        if shape_x is None:
+            raise ValueError("mul_dealt needs shape_x at the ranks that do not hold x")
+        shape_y = tuple(y.shape)
+    else:
+        return None
+    op = _op(kind)
+    out_shape = _out_shape(kind, shape_x, shape_y)
+    if fed.rank == dealer:
+        s0, s1 = _seed_tensor(), _seed_tensor()
+        a = _uniform(_stream_from(s0), shape_x)
+        c1 = _uniform(_stream_from(s1), out_shape)
+        c0 = op(a, y.cpu().to(torch.int64)) - c1
+        fed.send(torch.cat([s0, c0.reshape(-1)]), h0)
+        fed.send(s1, h1)
+        return None
+    if fed.rank == h0:
+        xe = fp.encode(x.cpu()) if fp is not None else x.cpu().to(torch.int64)
+        count = int(np.prod(out_shape)) if out_shape else 1
+        msg = fed.recv(dealer, (_SEED_WORDS + count,), torch.int64, device="cpu")
+        a = _uniform(_stream_from(msg[:_SEED_WORDS]), shape_x)
+        fed.send(xe - a, h1)
+        return msg[_SEED_WORDS:].reshape(out_shape)
+    c1 = _uniform(_stream_from(fed.recv(dealer, (_SEED_WORDS,), torch.int64, device="cpu")), out_shape)
+    e = fed.recv(h0, shape_x, torch.int64, device="cpu")
+    return op(e, y.cpu().to(torch.int64)) + c1
+
+
+def deal_dealt(fed: Federation, ys, *, holders, dealer: int, kind: str, shapes_x, shapes_y=None):
+    """The dealer's part of several ``mul_dealt`` products at once: one message to each holder.
+
+    SPMD like ``mul_dealt``: the dealer and h_1 pass the list ``ys`` (ring
+    tensors they both know), h_0 passes ``shapes_y``. Returns, at h_0, a list
+    of ``(a, c_0)`` and, at h_1, a list of ``c_1``; pass item i as
+    ``dealt=`` to the i-th ``mul_dealt`` (fewer synchronisations: the material
+    of a whole round travels ahead of the data messages).
+    """
+    h0, h1 = holders
+    if fed.rank not in (h0, h1, dealer):
+        return None
+    op = _op(kind)
+    shapes_x = [tuple(s) for s in shapes_x]
+    shapes_y = [tuple(y.shape) for y in ys] if fed.rank != h0 else [tuple(s) for s in shapes_y]
+    outs = [_out_shape(kind, sx, sy) for sx, sy in zip(shapes_x, shapes_y)]
+    if fed.rank == dealer:
+        s0, s1 = _seed_tensor(), _seed_tensor()
+        g0, g1 = _stream_from(s0), _stream_from(s1)
+        c0s = []
+        for sx, out, y in zip(shapes_x, outs, ys):
+            a = _uniform(g0, sx)
+            c0s.append((op(a, y.cpu().to(torch.int64)) - _uniform(g1, out)).reshape(-1))
+        fed.send(torch.cat([s0, *c0s]), h0)
+        fed.send(s1, h1)
+        return None
+    if fed.rank == h0:
+        count = sum(int(np.prod(o)) if o else 1 for o in outs)
+        msg = fed.recv(dealer, (_SEED_WORDS + count,), torch.int64, device="cpu")
+        g0 = _stream_from(msg[:_SEED_WORDS])
+        parts, at = [], _SEED_WORDS
+        for sx, out in zip(shapes_x, outs):
+            size = int(np.prod(out)) if out else 1
+            parts.append((_uniform(g0, sx), msg[at:at + size].reshape(out)))
+            at += size
+        return parts
+    g1 = _stream_from(fed.recv(dealer, (_SEED_WORDS,), torch.int64, device="cpu"))
+    return [_uniform(g1, out) for out in outs]

@@ -3,7 +3,9 @@
 * ``random_features`` - random Fourier features drawn entry by entry from a
   counter, so each party generates exactly its slice of w (RBF, Laplace).
 * ``circle`` - phases as fixed-point angles mod 2*pi; a party's mask stream.
-* ``protocol`` - Algorithm 3 (masked phases over totally different trees) and
+* ``shared`` - the default protocol: dealt phase masks, f and gradients as
+  additive shares (the active party learns f on its batch rows and g only).
+* ``protocol`` - the paper's Algorithm 3 (masked phases over totally different trees) and
   Algorithm 2 (decision values), batched over rows and features.
 * ``trainer`` - Algorithm 1, batched (B samples, r features per iteration).
 * ``losses`` - square, logistic, smooth hinge (the paper's Table 1).
@@ -14,8 +16,8 @@
 
 from .bandwidth import median_sigma
 from .checks import ScalingWarning
-from .circle import Circle, KeptPhases, WordStream
-from .estimator import FDSKLClassifier, FDSKLRegressor
+from .circle import Circle, KeptPhases
+from .estimator import FDSKLClassifier, FDSKLRegressor, LeakWarning
 from .losses import LOSSES, Loss, LogisticLoss, SmoothHingeLoss, SquareLoss, get_loss
 from .protocol import FederatedFeatureMap
 from .random_features import KERNELS, FourierSampler, feature_map
@@ -23,6 +25,6 @@ from .trainer import DSGConfig, TrainResult, train_dsg
 
 __all__ = [
     "Circle", "DSGConfig", "FDSKLClassifier", "FDSKLRegressor", "FederatedFeatureMap", "FourierSampler",
-    "KERNELS", "KeptPhases", "LOSSES", "LogisticLoss", "Loss", "ScalingWarning", "SmoothHingeLoss", "SquareLoss",
-    "TrainResult", "WordStream", "feature_map", "get_loss", "median_sigma", "train_dsg",
+    "KERNELS", "KeptPhases", "LeakWarning", "LOSSES", "LogisticLoss", "Loss", "ScalingWarning", "SmoothHingeLoss", "SquareLoss",
+    "TrainResult", "feature_map", "get_loss", "median_sigma", "train_dsg",
 ]

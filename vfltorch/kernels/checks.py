@@ -78,11 +78,25 @@ def check_hyperparameters(est) -> None:
         raise VFLInputError(f"schedule must be 'cached' or 'paper', got {est.schedule!r}")
     if est.angle_bits not in (16, 32, 64):
         raise VFLInputError(f"angle_bits must be 16, 32 or 64, got {est.angle_bits!r}")
+    if est.protocol not in ("shared", "paper"):
+        raise VFLInputError(f"protocol must be 'shared' (the default: the active party learns f on its batch rows "
+                            f"and gradient sums only) or 'paper' (Gu et al.'s masked phases, which leak the "
+                            f"passive columns), got {est.protocol!r}")
     if not (est.mask_seed in ("random", "seed") or (isinstance(est.mask_seed, (int, np.integer))
                                                     and not isinstance(est.mask_seed, bool))):
         raise VFLInputError(f"mask_seed must be 'random' (private masks from the OS, the default), 'seed' "
                             f"(derived from random_state: a reproducible simulation) or an integer, "
                             f"got {est.mask_seed!r}")
+
+
+def check_shared(est) -> None:
+    """Options the shared protocol (Q > 1) cannot run with."""
+    if est.protocol == "shared" and est.schedule != "cached":
+        raise VFLInputError("protocol='shared' runs the cached schedule only (f kept as shares for every "
+                            "training row); schedule='paper' needs protocol='paper'")
+    if est.protocol == "shared" and est.angle_bits != 16:
+        raise VFLInputError(f"protocol='shared' uses 16-bit angles (its dealt masks index a 2**16-entry cosine "
+                            f"table), got angle_bits={est.angle_bits}; 32 and 64 are for protocol='paper'")
 
 
 def fingerprint(params: dict) -> str:
@@ -126,22 +140,31 @@ def label_problem(y, task: str, n: int) -> str | None:
 
 
 def agree(fed: Federation, *, rows: int, cols: int, params: dict, problems: list[str],
-          columns: list[int] | None) -> dict:
+          columns: list[int] | None, dealer: int | None = None, monitor_rows: int | None = None,
+          step: float | None = None) -> dict:
     """Every party reports; the active party checks and broadcasts the plan; all raise the same error.
 
-    Returns ``{"n_features": ..., "columns": [this party's global column indices]}``.
+    Returns ``{"n_features": ..., "columns": [this party's global column indices], "rows": n,
+    "monitor_rows": m or None}``. A ``dealer`` (the shared protocol's) reports nothing and gets
+    the plan too (row counts only: it holds no data).
     """
     report = {"rows": int(rows), "cols": int(cols), "params": fingerprint(params), "problems": problems,
               "columns": columns}
+    ranks = fed.parties + ([dealer] if dealer is not None else [])
     with fed.phase("fdskl/setup"):
-        reports = fed.gather_json(report, fed.active, ranks=fed.parties)
+        reports = fed.gather_json(report, fed.active, ranks=fed.parties) if fed.rank in fed.parties else None
         plan = None
         if fed.is_active:
             plan = _verdict(fed, reports)
-        plan = fed.broadcast_json(plan, fed.active, ranks=fed.parties)
+            plan["rows"] = int(rows)
+            plan["monitor_rows"] = monitor_rows
+            plan["step"] = step
+        plan = fed.broadcast_json(plan, fed.active, ranks=ranks)
     if plan["error"]:
         raise VFLInputError(plan["error"])
-    return {"n_features": plan["n_features"], "columns": plan["columns"][fed.parties.index(fed.rank)]}
+    mine = plan["columns"][fed.parties.index(fed.rank)] if fed.rank in fed.parties else []
+    return {"n_features": plan["n_features"], "columns": mine, "rows": plan["rows"],
+            "monitor_rows": plan["monitor_rows"], "step": plan["step"]}
 
 
 def _verdict(fed: Federation, reports: list[dict]) -> dict:

@@ -30,19 +30,20 @@ Q = 4 on two cores, training took 4.2 s with 16-bit angles and 7.5 s with
 32-bit ones (docs/fdskl.md). 32-bit angles are finer than a float32
 projection; 64-bit angles match float64 projections (Lemma 1 to 1e-9).
 
-``WordStream`` is a party's private stream of uniform words (the masks). It
-draws raw 64-bit outputs of numpy's PCG64, about 1 ns per word, where
-``vfltorch.comm.RingGroup.random`` takes about 80 ns (two 32-bit ``randint``
-draws, a shift and an or); masks are the hot path of FDSKL's protocol.
+Masks come from ``vfltorch.comm.MaskStream`` (the one mask stream type):
+``Circle.random`` packs raw 64-bit PCG64 words into 16- or 32-bit angles.
+``Circle(64)`` is the same group as ``vfltorch.comm.RingGroup`` (Z / 2**64)
+plus the angle encoding, and draws its words the same way.
 """
 
 from __future__ import annotations
 
 import math
-import secrets
 
 import numpy as np
 import torch
+
+from ..comm import RingGroup
 
 TWO_PI = 2.0 * math.pi
 
@@ -99,6 +100,8 @@ class Circle:
 
     def random(self, shape, generator: np.random.Generator, device) -> torch.Tensor:
         """Uniform words: exactly uniform angles on the grid."""
+        if self.bits == 64:
+            return RingGroup().random(shape, generator, device)      # the same group: one implementation
         shape = tuple(int(s) for s in shape)
         count = int(np.prod(shape)) if shape else 1
         per_raw = 64 // self.bits
@@ -107,33 +110,12 @@ class Circle:
         return torch.from_numpy(words).to(device)
 
 
-def fresh_seed() -> int:
-    """A seed from the operating system's entropy: known to this party only."""
-    return secrets.randbits(63)
-
-
-class WordStream:
-    """A party's private, seeded stream of uniform masks (FDSKL's b^l of Algorithm 3, line 1).
-
-    Seeded from ``(seed, rank)`` like ``vfltorch.comm.MaskStream``; pass a
-    seed only this party knows (or ``fresh_seed()``) for real deployments.
-    ``draw`` has ``MaskStream.draw``'s signature so that ``masked_sum`` can use it.
-    """
-
-    def __init__(self, seed: int, rank: int):
-        self.generator = np.random.Generator(np.random.PCG64([int(seed) % (2 ** 63), int(rank), 0x5EED]))
-
-    def draw(self, group: Circle, shape, device="cpu") -> torch.Tensor:
-        return group.random(shape, self.generator, device)
-
-
 class KeptPhases:
-    """The kept party's "mask" in Algorithm 3: the fixed phases b_j of the features it keeps.
+    """The kept party's "mask" in Algorithm 3: given words instead of a fresh draw.
 
-    In FDSKL the mask of the party l' that is not removed becomes the random
-    phase b of the feature. It must be the same every time the feature is
-    evaluated (training and prediction), so it is not a fresh draw: ``draw``
-    returns the feature's phase word for every row.
+    Paper protocol: the fixed phases b_j of the features it keeps (one word per
+    feature, the same for every row and every evaluation). Shared protocol:
+    b_j plus the dealer's fresh mask beta_ij (one word per row and feature).
     """
 
     def __init__(self, words: torch.Tensor):

@@ -14,6 +14,8 @@ of random features and the training bytes per party and per iteration.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import os
 
 import numpy as np
 import torch
@@ -44,6 +46,11 @@ def _mask_seed(text: str):
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("FDSKL")
+    g.add_argument("--protocol", choices=["shared", "paper"], default="shared",
+                   help="'shared' (default): phases masked by a dealer's fresh masks, f and gradients as additive "
+                        "shares; the active party learns f on its batch rows and gradient sums only (a dealer "
+                        "process is started). 'paper': Gu et al.'s masked phases, which let the active party "
+                        "rebuild the passive columns (for reproducing the paper only)")
     g.add_argument("--kernel", choices=KERNELS, default="rbf", help="shift-invariant kernel of the random features")
     g.add_argument("--sigma", type=_sigma, default="median",
                    help="kernel width, or 'median': the median heuristic over all parties' columns (a secure sum)")
@@ -61,18 +68,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                    help="stop training after this many seconds (with --epochs: whichever comes first)")
     g.add_argument("--schedule", choices=["cached", "paper"], default="cached",
-                   help="'paper': phases of the batch on all features every iteration (O(B t r) values); "
+                   help="'paper' (needs --protocol paper): phases of the batch on all features every iteration "
+                        "(O(B t r) values); "
                         "'cached': phases of all rows on the new features (O(n r)), f kept at the active party")
     g.add_argument("--prefetch", type=int, default=1, metavar="K",
                    help="cached schedule: fetch the new features of K iterations in one round of masked sums "
                         "(same values and bytes, K times fewer synchronisations; the time budget is checked "
                         "once per round)")
     g.add_argument("--angle-bits", type=int, choices=[16, 32, 64], default=16,
-                   help="fixed-point angle width of the masked phases (16: half the bytes, features within 1e-4)")
+                   help="fixed-point angle width of the masked phases (16: half the bytes, features within 1e-4; "
+                        "--protocol shared uses 16)")
     g.add_argument("--mask-seed", type=_mask_seed, default="random",
-                   help="each party's private masks and phases: 'random' (default: from the OS, per party), "
-                        "'seed' (derived from --seed: a reproducible simulation in which any party could "
-                        "recompute them) or an integer")
+                   help="each party's private masks (and, with --protocol paper, phases): 'random' (default: from "
+                        "the OS, per party), 'seed' (derived from --seed: a reproducible simulation in which any "
+                        "party could recompute them: NO privacy guarantee) or an integer")
     g.add_argument("--precision", choices=["float64", "float32"], default="float64",
                    help="floating-point type of the projections and coefficients")
     g.add_argument("--monitor-rows", type=int, default=2000,
@@ -80,9 +89,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--log-every", type=int, default=None, help="iterations between curve points (default: ~50 points)")
 
 
+def _wants_dealer(args) -> bool:
+    """The shared protocol needs a dealer process, unless there is one party (plain DSG, no protocol)."""
+    parties = args.parties if args.parties is not None else (
+        int(os.environ["WORLD_SIZE"]) - 1 if "WORLD_SIZE" in os.environ else 3)
+    return args.protocol == "shared" and parties > 1
+
+
+def _guarantee(args, parties: int) -> str:
+    if parties == 1:
+        return "centralised: no protocol, nothing crosses a wire"
+    if args.mask_seed != "random":
+        return ("NONE: --mask-seed derives the masks from a seed (reproducible simulation); any party that "
+                "knows it can remove them")
+    if args.protocol == "paper":
+        return ("WEAK: protocol 'paper' gives the active party the phases of every row it evaluates, from which "
+                "it can rebuild the passive columns (docs/fdskl.md)")
+    return ("shared: the active party learns f on its batch rows, gradient sums and f on predicted rows; "
+            "semi-honest parties, a non-colluding dealer (docs/fdskl.md)")
+
+
 def run(fed, data, args, log):
     from .estimator import FDSKLClassifier, FDSKLRegressor
 
+    if fed.is_coordinator:
+        return _run_dealer(fed, args)
     if data.task not in ("binary", "regression"):
         raise VFLInputError(f"FDSKL does binary classification and regression; {data.dataset} is a {data.task} "
                             f"task. Pick a binary or regression dataset (see `vfl datasets`).")
@@ -94,7 +125,7 @@ def run(fed, data, args, log):
                     batch_size=args.batch_size, features_per_step=args.features_per_step, epochs=epochs,
                     max_time=args.time_budget, schedule=args.schedule, random_state=args.seed,
                     mask_seed=args.mask_seed, angle_bits=args.angle_bits, log_every=args.log_every,
-                    prefetch=args.prefetch,
+                    prefetch=args.prefetch, protocol=args.protocol,
                     device=args.device)
     monitor = None
     if X_test is not None and args.monitor_rows != 0:
@@ -103,19 +134,42 @@ def run(fed, data, args, log):
         monitor = (X_test[rows], None if data.y_test is None else data.y_test[rows])
     est.fit(X_train, data.y_train, columns=data.columns, monitor=monitor, log=log, progress=True)
     metrics = {}
+    if fed.coordinator is not None and fed.is_active:
+        fed.send_json(X_test is not None, fed.coordinator)   # the dealer takes part in prediction too
     if X_test is not None:
         f = est.decision_function(X_test)
         if f is not None:
             metrics.update(_test_metrics(f, data.y_test, data.task))
     if not fed.is_active:
         return None
-    metrics["train_loss"] = est.train_loss_
+    if np.isfinite(est.train_loss_):               # the shared protocol never opens f on all training rows
+        metrics["train_loss"] = est.train_loss_
     metrics["batch_loss"] = est.batch_loss_
     metrics["bytes_per_iteration"] = est.comm_["bytes_per_iteration"]
+    alpha = est.alpha_.detach().cpu().to(torch.float64).contiguous().numpy()
     return {"metrics": metrics, "train_seconds": est.train_seconds_, "task": data.task,
-            "fdskl": {"sigma": est.sigma_, "sigma_seconds": est.sigma_seconds_, "iterations": est.n_iter_,
+            "privacy_guarantee": _guarantee(args, fed.num_parties),
+            "fdskl": {"protocol": args.protocol if fed.num_parties > 1 else "centralised",
+                      "alpha_sha256": hashlib.sha256(alpha.tobytes()).hexdigest(), "sigma": est.sigma_,
+                      "sigma_seconds": est.sigma_seconds_, "iterations": est.n_iter_,
                       "random_features": est.n_random_features_, "gamma": est._step_size(),
                       "loss": est._loss().name, "train_comm": est.comm_, "history": est.history_}}
+
+
+def _run_dealer(fed, args):
+    """The coordinator's part of `vfl fdskl --protocol shared`: deal masks and triples; it holds no data."""
+    from .estimator import FDSKLClassifier
+
+    epochs = args.epochs if args.epochs is not None else (None if args.time_budget is not None else 5.0)
+    est = FDSKLClassifier(fed, kernel=args.kernel, sigma=args.sigma, loss=args.loss, lam=args.lam, gamma=args.gamma,
+                          batch_size=args.batch_size, features_per_step=args.features_per_step, epochs=epochs,
+                          max_time=args.time_budget, schedule=args.schedule, random_state=args.seed,
+                          mask_seed=args.mask_seed, angle_bits=args.angle_bits, log_every=args.log_every,
+                          prefetch=args.prefetch, protocol=args.protocol, device=args.device)
+    est.fit(None)
+    if fed.recv_json(fed.active):
+        est.decision_function()
+    return None
 
 
 def _test_metrics(f, y, task) -> dict:
@@ -135,5 +189,6 @@ def _test_metrics(f, y, task) -> dict:
 COMMANDS = [
     Command("fdskl", "FDSKL: kernel classification / regression with doubly stochastic random features "
                      "(Gu et al., KDD 2020)", run, add_arguments=add_arguments,
-            data_defaults={"scale": "minmax", "test_fraction": 0.25}, tasks=("binary", "regression")),
+            coordinator=_wants_dealer, data_defaults={"scale": "minmax", "test_fraction": 0.25},
+            tasks=("binary", "regression")),
 ]

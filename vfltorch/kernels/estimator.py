@@ -21,38 +21,24 @@ global indices), ``n_iter_``, ``n_random_features_``, ``feature_map_`` (this
 party's share of the random features), ``train_seconds_``, ``history_``
 (the learning curve, active party), ``comm_`` (bytes per party and phase).
 
-Privacy (FDSKL Section 4, adapted to labels at one party). What each party
-sends and what it learns:
-
-* Raw columns never leave their party. A party's partial projections
-  (w_j)_l^T (x_i)_l leave it only reduced mod 2*pi and masked by a fresh
-  uniform angle from its private stream (or, at the kept party l', hidden in
-  a sum that carries the others' fresh masks), so each message is exactly
-  uniform on [0, 2*pi) on its own. Masks are removed over a tree T2 totally
-  different from the tree T1 of the masked values, so no party can combine
-  a T1 partial sum with a T2 partial sum into unmasked data of a group of
-  parties (checked by ``vfltorch.comm.masked_sum_leakage``).
-* The active party learns w_j^T x_i + b_j (mod 2*pi) for every row it
-  evaluates, with b_j uniform and known only to l' (never the active party),
-  exactly what FDSKL's output worker learns. As in the paper this is not
-  nothing: differences between rows, w_j^T (x_i - x_k) mod 2*pi, are free of
-  b_j, so with many more features than columns the active party holds
-  wrapped linear equations on the differences of the other parties' rows.
-  The paper's security analysis (semi-honest parties, no exact inference of
-  a single value from one masked message) does not cover this; see
-  docs/fdskl.md.
-* Labels, L'(f(x_i), y_i), the coefficients alpha and the decision values
-  never leave the active party. Passive parties learn the sample indices of
-  each mini-batch (from the shared seed, as the paper broadcasts them), the
-  number of iterations, and sigma; they see no label-dependent value at all
-  (less than the paper, where workers exchange partial decision values).
-* The median heuristic reveals, at the active party, the squared distances of
-  a few hundred disjoint random row pairs over all columns (pass ``sigma`` to
-  avoid it). The set-up exchange reveals row and column counts.
+Privacy. ``protocol='shared'`` (the default with Q > 1; the federation needs
+a coordinator, which deals masks and triples): the active party learns f on
+its mini-batch rows, the r gradient sums per iteration, f on the rows it
+predicts and on the monitor rows once per epoch; passive parties and the
+dealer learn no label-dependent value (``shared.py`` has the protocol and the
+threat model). ``protocol='paper'`` is FDSKL's Algorithm 3 as published,
+kept for reproducing the paper; it warns (``LeakWarning``): the active party
+learns w_j^T x_i + b_j (mod 2*pi) for every row it evaluates, and with the
+public W it rebuilds the passive columns by least squares with phase
+unwrapping (``tests/test_fdskl_attack.py``). Under both, labels, L' and alpha
+stay at the active party, raw columns never leave their party, and the
+median heuristic reveals the distances of a few hundred disjoint random row
+pairs at the active party (pass ``sigma`` to avoid it).
 
 Seeds: ``random_state`` is public (directions w, mini-batches, the kept
-party of each block). ``mask_seed`` seeds each party's private masks and
-phases b_j. The default, ``'random'``, draws them from the operating system
+party of each block, and under the shared protocol the phases b_j).
+``mask_seed`` seeds each party's private masks (and, under the paper's
+protocol, its phases b_j). The default, ``'random'``, draws them from the operating system
 at each party: a deployment's setting, and the only one under which the
 active party cannot recompute b_j and so unmask w_j^T x_i. The masks cancel
 exactly, so this changes nothing but the phases b_j (a fresh draw of the
@@ -64,21 +50,34 @@ seeds them (give each party its own secret integer).
 
 from __future__ import annotations
 
+import secrets
 import time
+import warnings
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator
 
-from ..comm import Federation
+from ..comm import Federation, MaskStream
 from ..data.validation import VFLInputError
 from .bandwidth import median_sigma
-from .checks import agree, check_hyperparameters, label_problem, scaling_problem, warn_scaling
-from .circle import Circle, WordStream, fresh_seed
+from .checks import agree, check_hyperparameters, check_shared, label_problem, scaling_problem, warn_scaling
+from .circle import Circle
 from .losses import get_loss
 from .protocol import FederatedFeatureMap
+from .shared import share_table, shared_decision_values, train_shared
 from .random_features import FourierSampler, derive_key
 from .trainer import DSGConfig, held_out_metrics, train_dsg
+
+
+class LeakWarning(UserWarning):
+    """A protocol chosen for reproducing a paper that leaks more than the default."""
+
+
+PAPER_LEAK = ("protocol='paper' hands the active party the phases w_j^T x_i + b_j (mod 2 pi) of every row it "
+              "evaluates; with the public directions W it can rebuild the passive parties' columns by least "
+              "squares with phase unwrapping (docs/fdskl.md). Use protocol='shared' (the default) unless you "
+              "are reproducing the paper.")
 
 
 class _FDSKLBase(BaseEstimator):
@@ -90,7 +89,7 @@ class _FDSKLBase(BaseEstimator):
                  features_per_step: int = 32, epochs: float | None = 5.0, max_time: float | None = None,
                  schedule: str = "cached", random_state: int = 0, mask_seed="random", angle_bits: int = 16,
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
-                 prefetch: int = 1, device=None):
+                 prefetch: int = 1, device=None, protocol: str = "shared"):
         self.fed = fed
         self.kernel = kernel
         self.sigma = sigma
@@ -110,6 +109,7 @@ class _FDSKLBase(BaseEstimator):
         self.max_elements = max_elements
         self.prefetch = prefetch
         self.device = device
+        self.protocol = protocol
 
     # ------------------------------------------------------------ helpers
     def _loss(self):
@@ -136,6 +136,19 @@ class _FDSKLBase(BaseEstimator):
             raise VFLInputError(f"X must be a 2-d array (rows x this party's columns), got shape {tuple(t.shape)}")
         return t.to(device)
 
+    def _shared(self, fed: Federation) -> bool:
+        """The shared protocol runs between several parties; with one party there is no protocol (plain DSG)."""
+        return self.protocol == "shared" and fed.num_parties > 1
+
+    def _masks(self, fed: Federation) -> tuple[MaskStream, int]:
+        """(this party's fresh-mask stream, the phase key of the blocks it keeps)."""
+        mask_seed, phase_key = self._seeds(fed)
+        if self.protocol == "shared":
+            phase_key = derive_key(self.random_state, 0xB0B)        # b_j from the public seed
+        if isinstance(self.mask_seed, str) and self.mask_seed == "random":
+            return MaskStream.private(fed.rank), phase_key
+        return MaskStream(mask_seed, fed.rank), phase_key        # a seeded simulation: no guarantee
+
     def _seeds(self, fed: Federation) -> tuple[int, int]:
         """(mask stream seed, phase key) of this party."""
         if isinstance(self.mask_seed, str) and self.mask_seed == "seed":
@@ -143,7 +156,7 @@ class _FDSKLBase(BaseEstimator):
             # the features do not depend on which party keeps them (Lemma 1: Q parties == one party).
             return derive_key(self.random_state, 0xA5C), derive_key(self.random_state, 0xB0B)
         # mask_seed was validated by checks.py: 'random' or an integer.
-        secret = fresh_seed() if isinstance(self.mask_seed, str) else int(self.mask_seed)
+        secret = secrets.randbits(63) if isinstance(self.mask_seed, str) else int(self.mask_seed)
         return derive_key(secret, 0xA5C), derive_key(secret, 0xB0B)
 
     # ---------------------------------------------------------------- fit
@@ -155,11 +168,22 @@ class _FDSKLBase(BaseEstimator):
         y_held_out)`` for the learning curve in ``history_`` (labels at the
         active party only). ``log``: a ``vfltorch.runlog.RunLog`` for
         TensorBoard. ``progress``: a progress bar at the active party.
+        Under the shared protocol the dealer (the coordinator) calls ``fit()``
+        with no data.
         """
         check_hyperparameters(self)
         fed = self._federation()
-        if not fed.is_data_party:
+        shared = self._shared(fed)
+        if shared:
+            check_shared(self)
+        if shared and fed.coordinator is None:
+            raise VFLInputError("protocol='shared' needs a dealer: start the federation with a coordinator "
+                                "(vfltorch.comm.launch(..., coordinator=True); `vfl fdskl` does this) or pass "
+                                "protocol='paper'")
+        if not fed.is_data_party and not shared:
             raise VFLInputError("FDSKL runs on the data parties; the coordinator has no part in it")
+        if fed.is_coordinator:
+            return self._fit_dealer(fed, monitor, log)
         device = torch.device(self.device) if self.device is not None else fed.device
         X = self._as_tensor(X, device)
         loss = self._loss()
@@ -174,24 +198,29 @@ class _FDSKLBase(BaseEstimator):
             problems.append("X contains NaN or infinite values: impute them (e.g. --impute median) first")
         scaling = scaling_problem(X, fed.rank)
         plan = agree(fed, rows=X.shape[0], cols=X.shape[1], params=self.get_params(), problems=problems,
-                     columns=None if columns is None else [int(c) for c in columns])
+                     columns=None if columns is None else [int(c) for c in columns],
+                     dealer=fed.coordinator if shared else None,
+                     monitor_rows=None if monitor is None else int(len(monitor[0])), step=self._step_size())
         warn_scaling(scaling)
+        if self.protocol == "paper" and fed.num_parties > 1 and fed.is_active:
+            warnings.warn(PAPER_LEAK, LeakWarning, stacklevel=2)
 
         self.n_features_in_ = X.shape[1]
         self.n_columns_total_ = plan["n_features"]
         self.columns_ = np.asarray(plan["columns"], dtype=np.int64)
-        mask_seed, phase_key = self._seeds(fed)
+        masks, phase_key = self._masks(fed)
         started = time.perf_counter()
         if isinstance(self.sigma, str):
             self.sigma_ = median_sigma(fed, X, seed=derive_key(self.random_state, 0x51), pairs=self.median_pairs,
-                                       mask_seed=derive_key(mask_seed, 0x51), kernel=self.kernel)
+                                       mask_seed=secrets.randbits(63), kernel=self.kernel)
         else:
             self.sigma_ = float(self.sigma)
         self.sigma_seconds_ = time.perf_counter() - started
         self.feature_map_ = FederatedFeatureMap(
             fed, FourierSampler(self.kernel, self.sigma_, self.random_state), self.columns_, self.features_per_step,
-            seed=self.random_state, phase_key=phase_key, masks=WordStream(mask_seed, fed.rank),
-            circle=Circle(self.angle_bits), dtype=X.dtype, device=device, max_elements=self.max_elements)
+            seed=self.random_state, phase_key=phase_key, masks=masks,
+            circle=Circle(self.angle_bits), dtype=X.dtype, device=device, max_elements=self.max_elements,
+            public_phases=self.protocol == "shared")
 
         y_fit = None
         if fed.is_active:
@@ -203,13 +232,50 @@ class _FDSKLBase(BaseEstimator):
                 y_mon = torch.as_tensor(np.asarray(monitor[1]) if not isinstance(monitor[1], torch.Tensor)
                                         else monitor[1])
             monitor = (X_mon, y_mon)
-        cfg = DSGConfig(loss=loss, gamma=self._step_size(), lam=float(self.lam), batch_size=self._batch_size(X.shape[0]),
-                        epochs=self.epochs, max_time=self.max_time, schedule=self.schedule,
-                        seed=derive_key(self.random_state, 0xBA7C), log_every=self.log_every,
-                        prefetch=int(self.prefetch), task=self._task,
-                        y_offset=getattr(self, "y_offset_", 0.0), y_scale=getattr(self, "y_scale_", 1.0))
-        result = train_dsg(fed, self.feature_map_, X, y_fit, cfg, monitor=monitor, log=log,
-                           progress=progress and fed.is_active)
+        cfg = self._config(loss, X.shape[0])
+        if shared:
+            self.table_ = share_table(fed, fed.coordinator)
+            result = train_shared(fed, self.feature_map_, X, y_fit, cfg, dealer=fed.coordinator, table=self.table_,
+                                  monitor=monitor, log=log, progress=progress and fed.is_active)
+        else:
+            result = train_dsg(fed, self.feature_map_, X, y_fit, cfg, monitor=monitor, log=log,
+                               progress=progress and fed.is_active)
+        return self._finish(fed, result)
+
+    def _config(self, loss, n: int, step: float | None = None) -> DSGConfig:
+        return DSGConfig(loss=loss, gamma=self._step_size() if step is None else step, lam=float(self.lam),
+                         batch_size=self._batch_size(n),
+                         epochs=self.epochs, max_time=self.max_time, schedule=self.schedule,
+                         seed=derive_key(self.random_state, 0xBA7C), log_every=self.log_every,
+                         prefetch=int(self.prefetch), task=self._task,
+                         y_offset=getattr(self, "y_offset_", 0.0), y_scale=getattr(self, "y_scale_", 1.0))
+
+    def _fit_dealer(self, fed: Federation, monitor, log):
+        """The dealer's side of fit: it follows the public schedule, deals masks and triples, holds no data."""
+        plan = agree(fed, rows=0, cols=0, params=self.get_params(), problems=[], columns=None,
+                     dealer=fed.coordinator)
+        n = plan["rows"]
+        self.n_features_in_ = 0
+        self.columns_ = np.zeros(0, dtype=np.int64)
+        # The dealer never computes a projection: its share of the feature map has no columns (and no sigma).
+        self.sigma_ = float("nan")
+        self.sigma_seconds_ = 0.0
+        masks, phase_key = self._masks(fed)
+        self.feature_map_ = FederatedFeatureMap(
+            fed, FourierSampler(self.kernel, 1.0, self.random_state), self.columns_, self.features_per_step,
+            seed=self.random_state, phase_key=phase_key, masks=masks, circle=Circle(self.angle_bits),
+            public_phases=True)
+        self.table_ = share_table(fed, fed.coordinator)
+        empty = torch.zeros(n, 0, dtype=torch.float64)
+        mon = None
+        if plan.get("monitor_rows") is not None:
+            mon = (torch.zeros(plan["monitor_rows"], 0, dtype=torch.float64), None)
+        # The step comes from the active party's plan: the dealer does not know the task's default loss.
+        result = train_shared(fed, self.feature_map_, empty, None, self._config(self._loss(), n, plan["step"]),
+                              dealer=fed.coordinator, table=self.table_, monitor=mon, log=None)
+        return self._finish(fed, result)
+
+    def _finish(self, fed: Federation, result):
         self.alpha_ = result.alpha
         self.n_iter_ = result.iterations
         self.n_random_features_ = self.feature_map_.n_features
@@ -223,11 +289,15 @@ class _FDSKLBase(BaseEstimator):
     def _prepare_targets(self, y: torch.Tensor) -> torch.Tensor:
         return y.to(torch.float64)
 
+    def _comm_ranks(self, fed: Federation) -> list[int]:
+        return fed.parties + ([fed.coordinator] if self._shared(fed) else [])
+
     def _gather_comm(self, fed: Federation, result) -> dict | None:
-        """Training bytes and messages of every party, at the active party (one small message each)."""
+        """Training bytes and messages of every party (and the dealer), at the active party."""
         mine = {"bytes_sent": result.bytes_sent, "messages_sent": result.messages_sent}
+        ranks = self._comm_ranks(fed)
         with fed.phase("fdskl/report"):
-            every = fed.gather_json(mine, fed.active, ranks=fed.parties)
+            every = fed.gather_json(mine, fed.active, ranks=ranks)
         if not fed.is_active:
             return None
         sent = sum(e["bytes_sent"] for e in every)
@@ -241,30 +311,48 @@ class _FDSKLBase(BaseEstimator):
         if not hasattr(self, "feature_map_"):
             raise VFLInputError(f"this {type(self).__name__} is not fitted yet: call fit first")
 
-    def decision_function(self, X):
-        """f(x) for the rows of X (this party's columns): values at the active party, None elsewhere."""
+    def decision_function(self, X=None):
+        """f(x) for the rows of X (this party's columns): values at the active party, None elsewhere.
+
+        Under the shared protocol the dealer calls it too, without X.
+        """
         self._check_fitted()
         fed = self.feature_map_.fed
+        shared = self._shared(fed)
         as_numpy = not isinstance(X, torch.Tensor)
-        X = self._as_tensor(X, self.feature_map_.device, self.feature_map_.dtype)
         problems = []
-        if X.shape[1] != self.n_features_in_:
-            problems.append(f"X has {X.shape[1]} columns but this party was fitted with {self.n_features_in_}")
-        elif not torch.isfinite(X).all():
-            problems.append("X contains NaN or infinite values: impute them as for training")
+        if fed.is_coordinator:
+            X = None
+        else:
+            X = self._as_tensor(X, self.feature_map_.device, self.feature_map_.dtype)
+            if X.shape[1] != self.n_features_in_:
+                problems.append(f"X has {X.shape[1]} columns but this party was fitted with {self.n_features_in_}")
+            elif not torch.isfinite(X).all():
+                problems.append("X contains NaN or infinite values: impute them as for training")
+        ranks = self._comm_ranks(fed)
         with fed.phase("fdskl/predict"):
-            reports = fed.gather_json({"rows": X.shape[0], "problems": problems}, fed.active, ranks=fed.parties)
+            reports = None
+            if fed.rank in fed.parties:
+                reports = fed.gather_json({"rows": X.shape[0], "problems": problems}, fed.active, ranks=fed.parties)
             verdict = None
             if fed.is_active:
                 errors = [f"{fed.name(p)}: {e}" for p, r in zip(fed.parties, reports) for e in r["problems"]]
                 if len({r["rows"] for r in reports}) > 1:
                     errors.append("the parties passed different numbers of rows to predict: "
                                   + ", ".join(f"{fed.name(p)}: {r['rows']}" for p, r in zip(fed.parties, reports)))
-                verdict = "; ".join(errors) or None
-            verdict = fed.broadcast_json(verdict, fed.active, ranks=fed.parties)
-            if verdict:
-                raise VFLInputError(verdict)
-            f = self.feature_map_.decision_values(X, self.alpha_)
+                verdict = {"error": "; ".join(errors) or None, "rows": X.shape[0]}
+            verdict = fed.broadcast_json(verdict, fed.active, ranks=ranks)
+            if verdict["error"]:
+                raise VFLInputError(verdict["error"])
+            if shared:
+                if X is None:
+                    X = torch.zeros(verdict["rows"], 0, dtype=torch.float64)
+                f = shared_decision_values(fed, self.feature_map_, X, self.alpha_, dealer=fed.coordinator,
+                                           table=self.table_, max_elements=self.max_elements)
+                if f is not None:
+                    f = f.to(device=self.feature_map_.device, dtype=self.feature_map_.dtype)
+            else:
+                f = self.feature_map_.decision_values(X, self.alpha_)
         if f is None:
             return None
         f = self._untransform(f)
@@ -307,12 +395,12 @@ class FDSKLRegressor(_FDSKLBase):
                  features_per_step: int = 32, epochs: float | None = 5.0, max_time: float | None = None,
                  schedule: str = "cached", random_state: int = 0, mask_seed="random", angle_bits: int = 16,
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
-                 prefetch: int = 1, device=None, normalize_y: bool = True):
+                 prefetch: int = 1, device=None, protocol: str = "shared", normalize_y: bool = True):
         super().__init__(fed, kernel=kernel, sigma=sigma, loss=loss, lam=lam, gamma=gamma, batch_size=batch_size,
                          features_per_step=features_per_step, epochs=epochs, max_time=max_time, schedule=schedule,
                          random_state=random_state, mask_seed=mask_seed, angle_bits=angle_bits,
                          median_pairs=median_pairs, log_every=log_every, max_elements=max_elements,
-                         prefetch=prefetch, device=device)
+                         prefetch=prefetch, device=device, protocol=protocol)
         self.normalize_y = normalize_y
 
     def _prepare_targets(self, y: torch.Tensor) -> torch.Tensor:

@@ -31,8 +31,8 @@ import math
 
 import torch
 
-from ..comm import Federation, masked_sum
-from .circle import Circle, KeptPhases, WordStream
+from ..comm import Federation, MaskStream, masked_sum
+from .circle import Circle, KeptPhases
 from .random_features import FourierSampler, counter_words, derive_key, splitmix64
 
 SQRT2 = math.sqrt(2.0)
@@ -45,12 +45,15 @@ class FederatedFeatureMap:
     party of each block (``keepers``). Private state: this party's rows of W
     (``omega``, its columns only) and, for the blocks it keeps, the phase
     words b_j (``phase_words``; derived from ``phase_key``, which only it
-    should know).
+    should know under the paper's protocol). With ``public_phases`` (the
+    ``shared`` protocol, whose security does not rest on b_j) every party
+    derives every b_j from ``phase_key``, a public key.
     """
 
     def __init__(self, fed: Federation, sampler: FourierSampler, columns, block_size: int, *, seed: int,
-                 phase_key: int, masks: WordStream, circle: Circle | None = None,
-                 dtype: torch.dtype = torch.float64, device="cpu", max_elements: int = 2 ** 22):
+                 phase_key: int, masks: MaskStream, circle: Circle | None = None,
+                 dtype: torch.dtype = torch.float64, device="cpu", max_elements: int = 2 ** 22,
+                 public_phases: bool = False):
         self.fed = fed
         self.sampler = sampler
         self.columns = torch.as_tensor(columns, dtype=torch.int64).reshape(-1)
@@ -62,6 +65,7 @@ class FederatedFeatureMap:
         self.max_elements = int(max_elements)
         self._keeper_key = derive_key(seed, 0x4EE9)
         self._phase_key = int(phase_key)
+        self.public_phases = bool(public_phases)
         self.keepers: list[int] = []
         self._omega = torch.empty(len(self.columns), 0, dtype=dtype, device=self.device)
         self.phase_words: dict[int, torch.Tensor] = {}
@@ -105,7 +109,7 @@ class FederatedFeatureMap:
         self._omega[:, start:start + self.block_size] = w
         keeper = self.keeper_of(t)
         self.keepers.append(keeper)
-        if keeper == self.fed.rank:
+        if keeper == self.fed.rank or self.public_phases:
             self.phase_words[t] = counter_words(self._phase_key, features, self.circle.bits).to(self.device)
         return t
 

@@ -1,0 +1,88 @@
+"""FDSKL: the default ``shared`` protocol against the paper's masked phases, same data, same seed.
+
+For each dataset, ``vfl fdskl`` runs twice with Q parties and the same
+options, ``--protocol paper`` (the baseline, run first) and ``--protocol
+shared`` (plus its dealer process). Reported: test accuracy and AUC, training
+seconds (the active party's clock, set-up and prediction excluded), bytes per
+iteration (all ranks, the dealer included), and the ratios shared / paper.
+
+    python -m benchmarks.fdskl_protocols --datasets phishing credit_default a9a give_me_some_credit \\
+        --parties 4 --output-dir results/fdskl_protocols
+
+writes ``fdskl_protocols.json`` and ``fdskl_protocols.md`` (a Markdown table)
+to ``--output-dir``. Timings on a shared machine are noisy: compare ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def run_one(dataset: str, protocol: str, parties: int, extra: list[str]) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run.json"
+        cmd = [sys.executable, "-m", "vfltorch", "fdskl", "--dataset", dataset, "--parties", str(parties),
+               "--protocol", protocol, "--monitor-rows", "0", "--quiet", "--output-json", str(out), *extra]
+        started = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.perf_counter() - started
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+        rec = json.loads(out.read_text())
+    m = rec["metrics"]
+    return {"dataset": dataset, "protocol": protocol, "parties": parties, "test_accuracy": m["test_accuracy"],
+            "test_auc": m.get("test_auc"), "train_seconds": rec["train_seconds"],
+            "bytes_per_iteration": m["bytes_per_iteration"], "iterations": rec["fdskl"]["iterations"],
+            "random_features": rec["fdskl"]["random_features"], "wall_seconds": wall,
+            "alpha_sha256": rec["fdskl"]["alpha_sha256"], "command": " ".join(cmd[1:])}
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| dataset | Q | acc paper | acc shared | diff (points) | train s paper | train s shared | time x | "
+             "bytes/it paper | bytes/it shared | bytes x |", "|" + "---|" * 11]
+    by = {(r["dataset"], r["protocol"]): r for r in rows}
+    for ds in dict.fromkeys(r["dataset"] for r in rows):
+        p, s = by.get((ds, "paper")), by.get((ds, "shared"))
+        if p is None or s is None:
+            continue
+        lines.append(f"| {ds} | {p['parties']} | {100 * p['test_accuracy']:.2f} | {100 * s['test_accuracy']:.2f} | "
+                     f"{100 * (s['test_accuracy'] - p['test_accuracy']):+.2f} | {p['train_seconds']:.1f} | "
+                     f"{s['train_seconds']:.1f} | {s['train_seconds'] / p['train_seconds']:.2f} | "
+                     f"{p['bytes_per_iteration'] / 1e6:.2f} MB | {s['bytes_per_iteration'] / 1e6:.2f} MB | "
+                     f"{s['bytes_per_iteration'] / p['bytes_per_iteration']:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--datasets", nargs="+", default=["phishing", "credit_default", "a9a", "give_me_some_credit"])
+    ap.add_argument("--parties", type=int, default=4)
+    ap.add_argument("--output-dir", default="results/fdskl_protocols")
+    ap.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options passed to both runs of vfl fdskl")
+    args = ap.parse_args(argv)
+    extra = [a for a in args.extra if a != "--"]
+    out_dir = Path(args.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for ds in args.datasets:
+        for protocol in ("paper", "shared"):
+            row = run_one(ds, protocol, args.parties, extra)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            (out_dir / "fdskl_protocols.json").write_text(json.dumps(rows, indent=2))
+    md = table(rows)
+    (out_dir / "fdskl_protocols.md").write_text(md + "\n")
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("VFLTORCH_TIMEOUT", "600")
+    raise SystemExit(main())

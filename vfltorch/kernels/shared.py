@@ -1,0 +1,456 @@
+"""FDSKL's default protocol, ``shared``: the label holder learns f on its batch rows and gradient sums, no phases.
+
+The paper's protocol (``protocol='paper'``, ``protocol.py``) hands the
+active party the phases theta_ij = w_j^T x_i + b_j (mod 2 pi) of every row it
+evaluates. With W public, those are wrapped linear equations in the other
+parties' columns: differences between rows cancel b_j, and least squares with
+phase unwrapping rebuilds the passive columns (tests/test_fdskl_attack.py).
+Here the active party receives only what the model needs.
+
+Roles: the active party A (labels), passive parties, and a dealer D (the
+coordinator process that ``vfl fdskl`` starts; it holds no data and receives
+nothing but control messages). Per block t of r features a passive *keeper*
+K_t is drawn from the public seed.
+
+1. Phases with a dealt mask. D draws a fresh uniform angle beta_ij for every
+   (row, feature) of the block and gives K_t its seed. In Algorithm 3's masked
+   sum K_t adds delta_ij = beta_ij + b_j (b_j now comes from the public seed)
+   and never removes it, so A receives S_ij = theta_ij + beta_ij: exactly
+   uniform on the angle grid and independent of the data, since beta is
+   fresh, uniform and unknown to A.
+2. Features as products. cos(theta) = cos(S - beta), so
+
+       phi_j(x_i) = sqrt(2) (cos S_ij cos beta_ij + sin S_ij sin beta_ij),
+
+   a sum of products of an A-held number and a number known to K_t and D.
+   ``vfltorch.comm.sharing.mul_dealt`` gives A and K_t additive shares on
+   Z_2^64 of row-wise sums of such products with one message, A -> K_t, of
+   e = x - a (uniform); D sends A a seed and the correction c_0. The cosines
+   of beta come from a fixed-point table (16 fractional bits) that D sends
+   once, so D's and K_t's operands are the same integers bit for bit.
+3. Decision values as shares. Old coefficients only shrink, so with
+   c = 1 - gamma lambda, f after iteration t is c^t F_t with
+   F_t = sum_{s <= t} c^{-s} h_s and h_s(x_i) = sum_{j in block s} alpha_j phi_j(x_i).
+   A folds c^{-s} alpha_j into its operand; every iteration adds the shares
+   of h_t for all n training rows to the holders' shares of F. Products are
+   not truncated (16 + 16 fractional bits, exact in the ring), so the shares
+   of F open to the exact fixed-point value: the model does not depend on the
+   masks at all, and the same public seed gives the same model bit for bit.
+4. Iteration t: the parties open F on the B batch rows to A only (A learns
+   f(x_i), i in I_t), A computes L'(f(x_i), y_i), the gradient sums
+   g_k = sum_i L'_i phi_k(x_i) are computed as shares (A's operand
+   sqrt2 L'_i cos S_ik ...) and opened to A, A sets alpha_k = -gamma g_k /(B r),
+   and h_t is added to the shares of F.
+
+What each role learns (semi-honest parties, a dealer that colludes with no
+party): A learns f(x_i) on its batch rows, the r sums g_k per iteration, f on
+the rows it asks to predict and on the monitor rows at most once per epoch,
+and uniform values (S, c_0). A passive party learns the batch indices (public
+seed) and uniform values (its shares, e, the masked partial sums of
+Algorithm 3): no label, alpha or f. D learns nothing (it receives only the
+row counts and the stop flag). A colluding with D (or with K_t) recovers the
+phases of block t, i.e. falls back to the paper's leak.
+
+Bytes per iteration, on top of the paper's cached schedule (2Q - 2 messages of
+n r angles): A -> K_t n x 2r ring words (16 n r bytes), D -> A n words, the
+batch shares (Q - 1) B words, and 2B r + 2r words for the gradient.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+import warnings
+
+import numpy as np
+import torch
+
+from ..comm import Federation, MaskStream, broadcast, masked_sum, pairwise_tree, reduce
+from ..comm.sharing import deal_dealt, mul_dealt, open_shares
+from .circle import Circle, KeptPhases
+from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainResult, held_out_metrics, phase_totals
+
+SQRT2 = math.sqrt(2.0)
+ANGLE_BITS = 16                  # the grid of the dealt masks: the cosine table has one entry per grid angle
+FRAC_BITS = 16                   # fractional bits of each factor; products carry 2 * FRAC_BITS
+PRODUCT_SCALE = 2.0 ** (2 * FRAC_BITS)
+MAX_GROWTH_BITS = 20             # c^{-t} <= 2**20: |f| up to 2**10 then fits 2**63 with 32 fractional bits
+CIRCLE = Circle(ANGLE_BITS)
+SETUP_PHASE = "fdskl/setup"
+
+
+# ------------------------------------------------------------------------------------------- cosines
+def cosine_table() -> torch.Tensor:
+    """round(cos(2 pi k / 2**16) * 2**16) for k = 0 .. 2**16 - 1, as int32 (the dealer's; sent once)."""
+    k = torch.arange(2 ** ANGLE_BITS, dtype=torch.float64)
+    return torch.round(torch.cos(k * (2 * math.pi / 2 ** ANGLE_BITS)) * 2 ** FRAC_BITS).to(torch.int32)
+
+
+def pair_table(cosines: torch.Tensor) -> torch.Tensor:
+    """(2**16, 2) rows [cos k, sin k] from a table of cosines (sin x = cos(x - pi/2)): one gather per angle."""
+    k = torch.arange(2 ** ANGLE_BITS)
+    return torch.stack([cosines, cosines[(k - 2 ** (ANGLE_BITS - 2)) % 2 ** ANGLE_BITS]], dim=1).contiguous()
+
+
+REAL_PAIRS = pair_table(torch.cos(torch.arange(2 ** ANGLE_BITS, dtype=torch.float64) * (2 * math.pi / 2 ** ANGLE_BITS)))
+
+
+def share_table(fed: Federation, dealer: int) -> torch.Tensor | None:
+    """The dealer's fixed-point [cos, sin] table at every passive party and the dealer (None at the active)."""
+    with fed.phase(SETUP_PHASE):
+        if fed.rank == dealer:
+            table = cosine_table()
+            for p in fed.parties:
+                if p != fed.active:
+                    fed.send(table, p)
+            return pair_table(table.to(torch.int64))
+        if fed.rank in fed.parties and not fed.is_active:
+            return pair_table(fed.recv(dealer, (2 ** ANGLE_BITS,), torch.int32, device="cpu").to(torch.int64))
+    return None
+
+
+def _index(words: torch.Tensor) -> torch.Tensor:
+    return words.cpu().to(torch.int32) & 0xFFFF                   # the angle's grid index in [0, 2**16)
+
+
+def cos_sin(pairs: torch.Tensor, words: torch.Tensor) -> torch.Tensor:
+    """[cos, sin] of 16-bit angle words, interleaved along the last dimension (... x 2k) from a pair table."""
+    out = pairs[_index(words)]
+    return out.reshape(*words.shape[:-1], 2 * words.shape[-1])
+
+
+def encode_factor(x: torch.Tensor) -> torch.Tensor:
+    """Real factors (bounded by construction: |x| <= sqrt2 |coefficient|) -> fixed point with FRAC_BITS."""
+    return torch.round(x * 2.0 ** FRAC_BITS).to(torch.int64)
+
+
+def _coef_check(coef: torch.Tensor) -> None:
+    peak = float(coef.abs().max()) if coef.numel() else 0.0
+    if not math.isfinite(peak) or peak >= 2.0 ** 30:
+        raise OverflowError(f"FDSKL shared protocol: a coefficient reached {peak:.4g}; the fixed-point factors "
+                            f"need |value| < 2**30 (lower gamma or normalise the targets)")
+
+
+# -------------------------------------------------------------------------------------------- phases
+class DealtPhases:
+    """What one evaluation of the feature map leaves at each role.
+
+    ``S`` (active party): the masked phases, rows x (features of ``blocks``).
+    ``groups``: for each keeper, the positions (in ``blocks``) of its blocks
+    and, at that keeper and at the dealer, its masks beta for those features.
+    """
+
+    def __init__(self, S, groups):
+        self.S = S
+        self.groups = groups            # list of (keeper, feature columns (LongTensor), beta or None)
+
+
+def dealt_phases(fmap, X: torch.Tensor, blocks, dealer: int) -> DealtPhases:
+    """Algorithm 3 with the kept mask dealt by ``dealer`` (module docstring, step 1); SPMD incl. the dealer.
+
+    The dealer passes an (m x 0) ``X`` (it knows the row count only).
+    """
+    fed = fmap.fed
+    blocks = list(blocks)
+    r = fmap.block_size
+    m = X.shape[0]
+    by_keeper: dict[int, list[int]] = {}
+    for pos, t in enumerate(blocks):
+        by_keeper.setdefault(fmap.keepers[t], []).append(pos)
+    S = torch.empty(m, len(blocks) * r, dtype=CIRCLE.dtype) if fed.is_active else None
+    groups = []
+    for keeper in sorted(by_keeper):
+        positions = by_keeper[keeper]
+        cols = torch.cat([torch.arange(p * r, (p + 1) * r) for p in positions])
+        shape = (m, len(cols))
+        beta = None
+        with fed.phase(f"{fed.current_phase}/deal"):
+            if fed.rank == dealer:
+                seed = torch.tensor(np.frombuffer(secrets.token_bytes(16), dtype=np.int64).copy())
+                fed.send(seed, keeper)
+                beta = _masks(seed, shape)
+            elif fed.rank == keeper:
+                beta = _masks(fed.recv(dealer, (2,), torch.int64, device="cpu"), shape)
+        if fed.rank in fed.parties:
+            part = CIRCLE.encode(X @ fmap.omega[:, _feature_index(fmap, [blocks[p] for p in positions])])
+            if fed.rank == keeper:
+                b = torch.cat([fmap.phase_words[blocks[p]] for p in positions]).cpu()
+                stream = KeptPhases((beta + b).to(part.device))
+            else:
+                stream = fmap.masks
+            total = masked_sum(fed, part, keep=keeper, out=fed.active, stream=stream, group=CIRCLE)
+            if fed.is_active:
+                S[:, cols] = total.cpu()
+        groups.append((keeper, cols, beta))
+    return DealtPhases(S, groups)
+
+
+def _masks(seed: torch.Tensor, shape) -> torch.Tensor:
+    words = [int(w) % (2 ** 64) for w in seed.tolist()]
+    return MaskStream.from_entropy(words[0] << 64 | words[1]).draw(CIRCLE, shape)
+
+
+def _feature_index(fmap, blocks) -> torch.Tensor:
+    return torch.cat([fmap.block_features(t) for t in blocks]).to(fmap.omega.device)
+
+
+# ------------------------------------------------------------------------------------------ products
+def shared_decision(fed: Federation, ph: DealtPhases, coef: torch.Tensor | None, table, dealer: int,
+                    m: int) -> torch.Tensor | None:
+    """Shares of sum_j coef_j phi_j(x_i) over the features of ``ph`` (this party's share, (m,) int64).
+
+    ``coef`` (active party only) has one real coefficient per feature column of
+    ``ph``; shares carry 2 * FRAC_BITS fractional bits. Returns a zero share at
+    parties that keep none of these blocks, None at the dealer.
+    """
+    mine = torch.zeros(m, dtype=torch.int64) if fed.rank in fed.parties else None
+    for keeper, cols, beta in ph.groups:
+        holders = (fed.active, keeper)
+        x = y = None
+        if fed.is_active:
+            # [coef cos S, coef sin S] interleaved, laid out like the keeper's [cos beta, sin beta]
+            c = SQRT2 * coef[cols].cpu().to(torch.float64)
+            _coef_check(c)
+            x = encode_factor(cos_sin(REAL_PAIRS, ph.S[:, cols]) * c.repeat_interleave(2))
+        if fed.rank in (keeper, dealer):
+            y = cos_sin(table, beta)
+        z = mul_dealt(fed, x, y, holders=holders, dealer=dealer, kind="rowdot", shape_x=(m, 2 * len(cols)))
+        if z is not None:
+            mine += z
+    return mine
+
+
+def open_to_active(fed: Federation, share: torch.Tensor | None, m: int) -> torch.Tensor | None:
+    """Sum the data parties' shares at the active party: real values (float64) there, None elsewhere."""
+    if fed.rank not in fed.parties:
+        return None
+    total = open_shares(fed, share, holders=fed.parties, to=fed.active, shape=(m,))
+    return None if total is None else total.to(torch.float64) / PRODUCT_SCALE
+
+
+def _beta_for_round(fed: Federation, ph: DealtPhases, m: int, width: int) -> torch.Tensor | None:
+    """The masks of a round's features as one (m x width) tensor at the keepers (their blocks) and the dealer."""
+    out = None
+    for _, cols, beta in ph.groups:
+        if beta is not None:
+            if out is None:
+                out = torch.zeros(m, width, dtype=CIRCLE.dtype)
+            out[:, cols] = beta
+    return out
+
+
+# ------------------------------------------------------------------------------------------- training
+def growth_limit(shrink: float) -> int | None:
+    """Iterations before c^{-t} exceeds 2**MAX_GROWTH_BITS (None: no shrinkage, no limit)."""
+    if shrink >= 1.0:
+        return None
+    return int(MAX_GROWTH_BITS / -math.log2(shrink))
+
+
+def train_shared(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None, cfg, *, dealer: int, table,
+                 monitor=None, log=None, progress: bool = False):
+    """Algorithm 1 (batched, cached schedule) under the ``shared`` protocol; SPMD over the parties and the dealer.
+
+    ``X`` is this party's columns ((n x 0) at the dealer), ``y`` the labels at
+    the active party. ``monitor`` is ``(X_monitor, y_monitor)`` or None (the
+    same at every rank; (m x 0) at the dealer). Returns a ``TrainResult``.
+    """
+    n = X.shape[0]
+    r = fmap.block_size
+    active = fed.is_active
+    is_party = fed.rank in fed.parties
+    sampler = BatchSampler(n, cfg.batch_size, cfg.seed)
+    max_iter = max(1, math.ceil(cfg.epochs * sampler.per_epoch - 1e-9)) if cfg.epochs is not None else None
+    log_every = cfg.log_every or (max(1, max_iter // 50) if max_iter else 10)
+    shrink = 1.0 - cfg.gamma * cfg.lam
+    limit = growth_limit(shrink)
+    everyone = [fed.active] + [p for p in fed.parties if p != fed.active] + [dealer]
+    control_tree = pairwise_tree(everyone)
+    prefetch = max(1, int(cfg.prefetch))
+    dtype = X.dtype
+    F = torch.zeros(n, dtype=torch.int64) if is_party else None
+    alpha = torch.zeros(0, dtype=torch.float64) if active else None        # current coefficients
+    created = torch.zeros(0, dtype=torch.float64) if active else None      # alpha_s at creation (for monitoring)
+    if active:
+        y = y.to(torch.float64).cpu()
+    mon = _SharedMonitor(fed, fmap, monitor, dealer, table) if monitor is not None else None
+    bar = log.progress(total=max_iter, desc="fdskl", unit="it") if progress and log is not None else None
+    sent_before = phase_totals(fed, TRAIN_PHASE)
+    history: list[dict] = []
+    window_loss, window_count, last_batch_loss = 0.0, 0, float("nan")
+    train_seconds = 0.0
+    fetched_until, round_start, ph, S_round, beta_round = 0, 0, None, None, None
+    t = 0
+    stopped_by_growth = False
+    while True:
+        started = time.perf_counter()
+        with fed.phase(TRAIN_PHASE):
+            if max_iter is not None and t >= max_iter:
+                break
+            if limit is not None and t >= limit:
+                stopped_by_growth = True
+                break
+            if t == fetched_until:
+                if cfg.max_time is not None and _stop_all(fed, control_tree, train_seconds >= cfg.max_time):
+                    break
+                k = prefetch if max_iter is None else min(prefetch, max_iter - t)
+                for _ in range(k):
+                    fmap.add_block()
+                ph = dealt_phases(fmap, X, range(t, t + k), dealer)            # step 1 for k blocks, all rows
+                S_round = ph.S
+                beta_round = _beta_for_round(fed, ph, n, k * r)
+                round_start, fetched_until = t, t + k
+            batch = sampler.next()
+            B = len(batch)
+            cols = slice((t - round_start) * r, (t - round_start + 1) * r)
+            keeper = fmap.keepers[t]
+            holders = (fed.active, keeper)
+            knows_beta = fed.rank in (keeper, dealer)
+            y_grad = y_step = None
+            if knows_beta:
+                y_grad = cos_sin(table, beta_round[batch, cols].T)          # (r, 2B): [cos, sin] beta_ik
+                y_step = cos_sin(table, beta_round[:, cols])                # (n, 2r)
+            # Both products' dealer material in one message per holder, ahead of the data messages.
+            dealt = deal_dealt(fed, [y_grad, y_step] if knows_beta else None, holders=holders, dealer=dealer,
+                               kind="rowdot", shapes_x=[(r, 2 * B), (n, 2 * r)],
+                               shapes_y=[(r, 2 * B), (n, 2 * r)])
+            mine = dealt if fed.rank in holders else [True, True]      # elsewhere: nothing left to do
+            # Line 6: f on the batch rows, opened to the active party only.
+            f_open = open_to_active(fed, F[batch] if is_party else None, B)
+            x = None
+            if active:
+                f_batch = f_open * shrink ** (t - 1) if t > 0 else torch.zeros(B, dtype=torch.float64)
+                y_batch = y[batch]
+                d_loss = cfg.loss.derivative(f_batch, y_batch)                     # L'(f(x_i), y_i)
+                window_loss += float(cfg.loss.value(f_batch, y_batch).mean())
+                window_count += 1
+                # [L'_i cos S_ik, L'_i sin S_ik] over the batch rows i, one row per new feature k
+                lp = SQRT2 * d_loss.to(torch.float64)
+                _coef_check(lp)
+                x = encode_factor(cos_sin(REAL_PAIRS, S_round[batch, cols].T) * lp.repeat_interleave(2))
+            # Line 8: the r gradient sums g_k as shares, opened to the active party.
+            z = mul_dealt(fed, x, y_grad, holders=holders, dealer=dealer, kind="rowdot", shape_x=(r, 2 * B),
+                          dealt=mine[0])
+            g = open_shares(fed, z, holders=holders, to=fed.active, shape=(r,)) if fed.rank in holders else None
+            x = None
+            if active:
+                a_new = (-cfg.gamma / (B * r)) * (g.to(torch.float64) / PRODUCT_SCALE)
+                alpha = torch.cat([alpha * shrink, a_new])                          # line 9
+                created = torch.cat([created, a_new])
+                c = SQRT2 * a_new * shrink ** (-t)
+                _coef_check(c)
+                x = encode_factor(cos_sin(REAL_PAIRS, S_round[:, cols]) * c.repeat_interleave(2))
+            # F += c^{-t} h_t on every training row, as shares.
+            z = mul_dealt(fed, x, y_step, holders=holders, dealer=dealer, kind="rowdot", shape_x=(n, 2 * r),
+                          dealt=mine[1])
+            if z is not None:
+                F += z
+        train_seconds += time.perf_counter() - started
+        t += 1
+        if bar is not None:
+            bar.update(1)
+        final = max_iter is not None and t == max_iter
+        epoch_end = math.floor(t / sampler.per_epoch + 1e-9) > math.floor((t - 1) / sampler.per_epoch + 1e-9)
+        if t % log_every == 0 or final or epoch_end:
+            if window_count:
+                last_batch_loss = window_loss / window_count
+            point = _shared_log_point(fed, t, fmap, created, shrink, train_seconds, last_batch_loss, cfg,
+                                      mon if (final or epoch_end) else None, log, control_tree, sent_before)
+            window_loss, window_count = 0.0, 0
+            if point is not None:
+                history.append(point)
+    if bar is not None:
+        bar.close()
+    if stopped_by_growth and active:
+        warnings.warn(f"FDSKL (shared protocol) stopped after {t} iterations: the coefficients' shrink factor "
+                      f"(1 - gamma lambda)^-t reached 2**{MAX_GROWTH_BITS}, the fixed-point headroom. Lower lambda "
+                      f"or gamma, or train fewer iterations.", RuntimeWarning, stacklevel=2)
+    if window_count:
+        last_batch_loss = window_loss / window_count
+    sent = phase_totals(fed, TRAIN_PHASE)
+    return TrainResult(alpha.to(dtype) if active else None, t, train_seconds, history, last_batch_loss,
+                       float("nan"), sent["bytes_sent"] - sent_before["bytes_sent"],
+                       sent["messages_sent"] - sent_before["messages_sent"])
+
+
+def _stop_all(fed: Federation, tree, mine: bool) -> bool:
+    """The active party's stop decision for every party and the dealer: one flag down a tree."""
+    flag = torch.tensor([1 if mine else 0], dtype=torch.int64) if fed.is_active else None
+    flag = broadcast(fed, flag, tree, shape=(1,), dtype=torch.int64)
+    return bool(int(flag[0]))
+
+
+class _SharedMonitor:
+    """Shares of f on held-out rows, brought up to date and opened to the active party at epoch ends only.
+
+    Opening f on the same rows at every log step would let the active party
+    difference consecutive values into per-block sums h_s(x_i); once per epoch
+    it learns what it learns about each training row (one f value per epoch).
+    """
+
+    def __init__(self, fed, fmap, monitor, dealer, table):
+        self.fed, self.fmap, self.dealer, self.table = fed, fmap, dealer, table
+        self.X = monitor[0]
+        self.y = None if monitor[1] is None else monitor[1].to(torch.float64).cpu()
+        self.m = self.X.shape[0]
+        self.F = torch.zeros(self.m, dtype=torch.int64) if fed.rank in fed.parties else None
+        self.blocks_done = 0
+
+    def update(self, created, shrink: float, t: int):
+        fed, r = self.fed, self.fmap.block_size
+        blocks = range(self.blocks_done, t)
+        if len(blocks):
+            ph = dealt_phases(self.fmap, self.X, blocks, self.dealer)
+            coef = None
+            if fed.is_active:
+                s = torch.arange(self.blocks_done, t, dtype=torch.float64).repeat_interleave(r)
+                coef = created[self.blocks_done * r:t * r] * shrink ** (-s)
+            z = shared_decision(fed, ph, coef, self.table, self.dealer, self.m)
+            if z is not None:
+                self.F += z
+        self.blocks_done = t
+        f = open_to_active(fed, self.F, self.m)
+        return None if f is None else f * shrink ** (t - 1)
+
+
+def _shared_log_point(fed, t, fmap, created, shrink, train_seconds, batch_loss, cfg, mon, log, tree, sent_before):
+    with fed.phase(MONITOR_PHASE):
+        f_mon = mon.update(created, shrink, t) if mon is not None else None
+        mine = phase_totals(fed, TRAIN_PHASE)["bytes_sent"] - sent_before["bytes_sent"]
+        total = reduce(fed, torch.tensor([mine], dtype=torch.int64), tree)
+    if not fed.is_active:
+        return None
+    point = {"iteration": t, "features": t * fmap.block_size, "train_seconds": train_seconds,
+             "bytes": int(total[0]), "batch_loss": batch_loss}
+    if f_mon is not None and mon.y is not None:
+        f_orig = cfg.y_offset + cfg.y_scale * f_mon if cfg.task == "regression" else f_mon
+        point.update(held_out_metrics(f_orig, mon.y, cfg.task, prefix="test_"))
+    if log is not None:
+        ms, kb = int(train_seconds * 1000), point["bytes"] // 1024
+        for key in ("batch_loss", "test_error", "test_mse"):
+            if key in point:
+                log.scalar(f"fdskl/{key}", point[key], t)
+                log.scalar(f"fdskl_vs_time_ms/{key}", point[key], ms)
+                log.scalar(f"fdskl_vs_kbytes/{key}", point[key], kb)
+    return point
+
+
+# ----------------------------------------------------------------------------------------- prediction
+def shared_decision_values(fed: Federation, fmap, X: torch.Tensor, alpha, *, dealer: int, table,
+                           max_elements: int) -> torch.Tensor | None:
+    """Algorithm 2 under the shared protocol: f on the rows of X, opened to the active party only."""
+    m = X.shape[0]
+    f = torch.zeros(m, dtype=torch.float64) if fed.is_active else None
+    if not fmap.n_blocks:
+        return f
+    step = max(1, max_elements // max(1, fmap.n_features))
+    for start in range(0, m, step):
+        rows = slice(start, min(m, start + step))
+        count = rows.stop - rows.start
+        ph = dealt_phases(fmap, X[rows], range(fmap.n_blocks), dealer)
+        z = shared_decision(fed, ph, None if alpha is None else alpha.to(torch.float64).cpu(), table, dealer, count)
+        part = open_to_active(fed, z, count)
+        if fed.is_active:
+            f[rows] = part
+    return f
