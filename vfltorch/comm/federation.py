@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import hashlib
+import hmac
 import json
 import os
 import time
@@ -68,8 +70,11 @@ class Federation:
     def __init__(self, rank: int, roles: Roles, *, store=None, backend: str | None = "gloo",
                  device: str | torch.device = "cpu", timeout: float | None = None,
                  transcript: Transcript | None = None, transport=None,
-                 max_message_bytes: int | None = None):
+                 max_message_bytes: int | None = None, store_secret: bytes | None = None):
         self.rank = rank
+        # With ``store_secret`` (the launcher hands one to its children, never over the network) every
+        # diagnosis note in the store carries an HMAC; notes planted by anyone else are ignored.
+        self._store_secret = store_secret
         # ``transport``: the TLS mesh between organisations (link.py); None means torch.distributed.
         self.transport = transport
         self.max_message_bytes = default_max_message_bytes() if max_message_bytes is None else int(max_message_bytes)
@@ -92,7 +97,8 @@ class Federation:
     @classmethod
     def connect(cls, store, rank: int, roles: Roles, *, backend: str = "gloo",
                 device: str | torch.device = "cpu", timeout: float | None = None,
-                join_timeout: float | None = None, transcript: Transcript | None = None) -> "Federation":
+                join_timeout: float | None = None, transcript: Transcript | None = None,
+                store_secret: bytes | None = None) -> "Federation":
         """Join the federation through ``store`` and initialise the process group.
 
         Every party first announces itself in the store and waits (at most
@@ -101,7 +107,7 @@ class Federation:
         rendezvous timeout.
         """
         fed = cls(rank, roles, store=store, backend=backend, device=device, timeout=timeout,
-                  transcript=transcript)
+                  transcript=transcript, store_secret=store_secret)
         if roles.world_size == 1:
             return fed
         check_backend(backend)
@@ -386,17 +392,28 @@ class Federation:
         if self.store is not None and not isinstance(exc, PartyFailure):
             self._store_set(f"vfl/error/{self.rank}", f"{type(exc).__name__}: {exc}"[:2000])
 
+    def _store_mac(self, key: str, value: str) -> str:
+        return hmac.new(self._store_secret, f"{key}\0{value}".encode(), hashlib.sha256).hexdigest()
+
     def _store_get(self, key: str) -> str | None:
         try:
             if not self.store.check([key]):
                 return None
-            return self.store.get(key).decode()
+            value = self.store.get(key).decode(errors="replace")
         except Exception:  # the store itself may be gone (e.g. under MPI, or its host died)
             return None
+        if self._store_secret is None:
+            return value
+        mac, sep, text = value.partition(":")
+        if not sep or not hmac.compare_digest(mac, self._store_mac(key, text)):
+            return None   # not written by a party of this run: ignore it
+        return text
 
     def _store_set(self, key: str, value: str) -> None:
         if self.store is None:
             return
+        if self._store_secret is not None:
+            value = f"{self._store_mac(key, value)}:{value}"
         try:
             self.store.set(key, value)
         except Exception:

@@ -104,11 +104,12 @@ def check_not_wildcard(host: str, what: str = "address") -> None:
     if host in ("", "*"):
         raise FederationFileError(f"{what} has no host: name the interface to listen on, never a wildcard")
     try:
-        if ipaddress.ip_address(host).is_unspecified:
-            raise FederationFileError(f"{what} {host!r} is a wildcard (all interfaces): give the address "
-                                      f"of the one interface the other organisations reach")
+        ip = ipaddress.ip_address(host)
     except ValueError:
-        pass  # a host name: resolved when binding
+        return  # a host name: resolved when binding
+    if ip.is_unspecified:
+        raise FederationFileError(f"{what} {host!r} is a wildcard (all interfaces): give the address "
+                                  f"of the one interface the other organisations reach")
 
 
 def load(path) -> FederationSpec:

@@ -33,11 +33,14 @@ catches any frame that is out of protocol. Every such failure raises
 from __future__ import annotations
 
 import logging
+import os
+import pickle
 import socket
 import ssl
 import struct
 import threading
 import time
+import traceback
 
 import torch
 
@@ -309,7 +312,7 @@ class TLSMesh:
             numel = 1
             for s in shape:
                 numel *= int(s)
-            want = numel * torch.empty((), dtype=dtype).element_size()
+            want = numel * dtype.itemsize
             if nbytes > self.max_message_bytes:
                 raise self._err(f"{name}: a message of {nbytes} bytes exceeds max_message_bytes "
                                 f"({self.max_message_bytes}); refused before allocating", src)
@@ -392,3 +395,80 @@ def connect_federation(path, party, identity, *, device="cpu", timeout: float | 
                       transcript=Transcript() if record_transcript else None, transport=mesh,
                       max_message_bytes=spec.max_message_bytes)
 
+
+
+def _local_party(path, name, key, fn, args, options, results):
+    torch.set_num_threads(options["threads"])
+    rank = load_federation_file(path).party(name).rank
+    try:
+        fed = connect_federation(path, name, key, timeout=options["timeout"])
+        try:
+            out = fn(fed, *args)
+            fed.close()
+        finally:
+            fed.transport.close()
+        results.put((rank, "ok", pickle.dumps(out)))
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent
+        kind = "failure" if isinstance(exc, PartyFailure) else "error"
+        named = exc.party if isinstance(exc, PartyFailure) else None
+        results.put((rank, kind, (f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", named)))
+
+
+def launch_local(fn, path, identities: dict, args: tuple = (), *, timeout: float | None = None,
+                 threads: int | None = None, start_delay: dict | None = None) -> list:
+    """Run every party of federation file ``path`` as a local process over the TLS mesh (tests, benchmarks).
+
+    ``identities`` maps party name to key file. Like ``launch``: ``fn(fed, *args)`` per party, results by
+    rank, ``FederationError`` naming every failed party. ``start_delay`` (name -> seconds) starts some
+    parties late (tests of what a listener does meanwhile).
+    """
+    import multiprocessing as mp
+    import queue as queue_mod
+
+    from .errors import FederationError
+    from .federation import default_timeout
+    from .launcher import _federation_error
+
+    spec = load_federation_file(path)
+    timeout = default_timeout() if timeout is None else float(timeout)
+    options = dict(timeout=timeout, threads=threads or max(1, (os.cpu_count() or 1) // len(spec.parties)))
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = {p.rank: ctx.Process(target=_local_party, name=f"vfl-tls-{p.name}",
+                                 args=(str(path), p.name, str(identities[p.name]), fn, args, options, results))
+             for p in spec.parties}
+    delays = start_delay or {}
+    for p in sorted(spec.parties, key=lambda p: delays.get(p.name, 0.0)):
+        wait = delays.get(p.name, 0.0)
+        if wait:
+            time.sleep(wait)
+        procs[p.rank].start()
+    outcome: dict[int, tuple] = {}
+    deadline = time.monotonic() + 3 * timeout + 30
+    try:
+        while len(outcome) < len(procs) and time.monotonic() < deadline:
+            try:
+                rank, kind, value = results.get(timeout=0.2)
+                outcome[rank] = (kind, value)
+                continue
+            except queue_mod.Empty:
+                pass
+            for r, p in procs.items():
+                if r not in outcome and not p.is_alive() and p.exitcode is not None:
+                    try:
+                        rank, kind, value = results.get(timeout=0.5)
+                        outcome[rank] = (kind, value)
+                    except queue_mod.Empty:
+                        outcome[r] = ("died", (f"the process exited with code {p.exitcode} without reporting",
+                                               None))
+    finally:
+        for r, p in procs.items():
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join()
+                outcome.setdefault(r, ("died", ("killed by the launcher after its deadline", None)))
+    failed = {r: v for r, v in outcome.items() if v[0] != "ok"}
+    if failed:
+        raise _federation_error(spec.roles, failed)
+    return [pickle.loads(outcome[r][1]) for r in sorted(outcome)]
