@@ -42,9 +42,11 @@ def _federation(tmp_path, hosts, names, port=29418):
     return ff.write(tmp_path / "fed.json", parties, federation="netns-test"), keys
 
 
-def _run_parties(hosts, path, keys, names, argv, out_json):
+def _run_parties(hosts, path, keys, names, argv, out_json, after_first=None):
     procs = []
     for i, name in enumerate(names):
+        if i == 1 and after_first is not None:
+            after_first()   # party 0 is starting; the others wait until this returns
         extra = ["--output-json", str(out_json)] if i == 0 else []
         cmd = hosts.exec_prefix(i) + [sys.executable, "-m", "vfltorch", *argv, "--federation", str(path),
                                       "--party", name, "--identity", str(keys[name]), *extra]
@@ -80,17 +82,23 @@ def test_three_hosts_at_100mbit_and_a_stranger_on_the_switch(tmp_path):
         script = ("import socket, ssl, time, sys\n"
                   "ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT); ctx.check_hostname = False\n"
                   "ctx.verify_mode = ssl.CERT_NONE; ctx.load_cert_chain(sys.argv[2])\n"
-                  "for _ in range(400):\n"
+                  "for _ in range(2400):\n"
                   "    try:\n"
                   "        s = socket.create_connection((sys.argv[1], 29418), timeout=5); break\n"
                   "    except OSError: time.sleep(0.05)\n"
                   "try:\n"
                   "    t = ctx.wrap_socket(s); t.sendall(b'x' * 64); print('read', t.recv(64))\n"
                   "except (ssl.SSLError, OSError) as e: print('refused', e)\n")
-        stranger = subprocess.Popen(hosts.exec_prefix(3) + [sys.executable, "-c", script, hosts.addresses[0],
-                                                            str(stranger_key)], stdout=subprocess.PIPE, text=True)
-        runs = _run_parties(hosts, tmp_path / "fed.json", keys, names, FDSKL, tmp_path / "hosts.json")
-        said = stranger.communicate(timeout=60)[0]
+        said = []
+
+        def stranger():   # dials the bank while it still waits for its peers
+            said.append(subprocess.run(hosts.exec_prefix(3) + [sys.executable, "-c", script, hosts.addresses[0],
+                                                               str(stranger_key)], capture_output=True, text=True,
+                                       timeout=300).stdout)
+
+        runs = _run_parties(hosts, tmp_path / "fed.json", keys, names, FDSKL, tmp_path / "hosts.json",
+                            after_first=stranger)
+        said = said[0]
     for rc, out, err in runs:
         assert rc == 0, err[-2000:]
     assert "refused" in said or "read b''" in said, said
