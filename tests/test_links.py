@@ -401,3 +401,28 @@ def test_planted_store_notes_are_ignored():
     plain = Federation(0, Roles(3), store=store, backend="gloo", timeout=1.0)
     store.set("vfl/lost/1", "junk")
     assert plain._root_cause(1)[0] == 1
+
+
+def test_parties_holding_different_federation_files_stop(tmp_path):
+    """Same keys and addresses, a different limit: the digest in the hello frame differs; both stop."""
+    path, keys = make_federation(tmp_path, 2)
+    doc = json.loads(path.read_text())
+    doc["max_message_bytes"] = 4096
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(doc))
+    errors = {}
+
+    def party(name, file):
+        try:
+            connect_federation(file, name, keys[name], timeout=15).transport.close()
+        except PartyFailure as exc:
+            errors[name] = exc
+
+    threads = [threading.Thread(target=party, args=("bank", path)), threading.Thread(target=party, args=("shop", other))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert set(errors) == {"bank", "shop"}
+    assert all(isinstance(e, LinkError) for e in errors.values()), errors
+    assert any("holds a different federation file" in str(e) for e in errors.values()), errors

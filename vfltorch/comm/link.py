@@ -198,6 +198,9 @@ class TLSMesh:
                             f"certificate ({exc.verify_message}); refusing to talk to it", peer.rank) from None
         except (ssl.SSLError, OSError) as exc:
             raw.close()
+            with self._lock:
+                if self._fatal is not None:   # our listener already knows the real cause
+                    raise self._fatal from None
             raise self._err(f"{name}: TLS handshake failed ({exc}); {peer.name} refused this party's certificate "
                             "or the connection was tampered with", peer.rank) from None
         tls.settimeout(self.timeout)
@@ -252,8 +255,9 @@ class TLSMesh:
                 if rank in self.inc:
                     raise ssl.SSLError(f"rank {rank} has already dialled in")
             name = self.link_name(rank, self.me.rank)
-            self._read_hello(tls, rank, name)
+            # Hello first, both ways: a dialler holding another file learns it from our digest too.
             tls.sendall(_FRAME.pack(_MAGIC, 0, KIND_HELLO, 0, _HELLO.size) + _HELLO.pack(self._digest, self.me.rank))
+            self._read_hello(tls, rank, name)
         except LinkError as exc:
             tls.close()
             with self._lock:   # an authenticated peer with another file: a real misconfiguration, stop
