@@ -426,3 +426,13 @@ def test_parties_holding_different_federation_files_stop(tmp_path):
     assert set(errors) == {"bank", "shop"}
     assert all(isinstance(e, LinkError) for e in errors.values()), errors
     assert any("holds a different federation file" in str(e) for e in errors.values()), errors
+
+
+def test_cli_federation_options_are_checked(tmp_path, capsys):
+    from vfltorch.cli import main
+
+    path, keys = make_federation(tmp_path, 2)
+    assert main(["fdskl", "--federation", str(path)]) == 2
+    assert "--federation needs --party NAME and --identity KEYFILE" in capsys.readouterr().err
+    assert main(["fdskl", "--federation", str(path), "--party", "nobody", "--identity", str(keys["bank"])]) == 2
+    assert "no party 'nobody'" in capsys.readouterr().err

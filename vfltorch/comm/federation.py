@@ -1,7 +1,9 @@
 """The federation handle: one per party process.
 
-A ``Federation`` wraps an initialised ``torch.distributed`` process group and is
-the only object algorithm code talks to. It offers point-to-point ``send`` /
+A ``Federation`` wraps an initialised ``torch.distributed`` process group (one
+organisation: the launcher, torchrun, mpirun) or a TLS mesh between
+organisations (``transport``, see ``link.py``) and is the only object algorithm
+code talks to: the methods run unchanged on either. It offers point-to-point ``send`` /
 ``recv`` (the papers' trees, stars and rings are built on these in
 ``reduce.py``), a communication meter, an optional transcript of everything
 sent, and failure handling: when a peer dies, never joins, or stops answering,
