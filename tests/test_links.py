@@ -436,3 +436,14 @@ def test_cli_federation_options_are_checked(tmp_path, capsys):
     assert "--federation needs --party NAME and --identity KEYFILE" in capsys.readouterr().err
     assert main(["fdskl", "--federation", str(path), "--party", "nobody", "--identity", str(keys["bank"])]) == 2
     assert "no party 'nobody'" in capsys.readouterr().err
+
+
+def test_federation_file_in_toml(tmp_path):
+    path, keys = make_federation(tmp_path, 2)
+    doc = json.loads(path.read_text())
+    lines = [f'federation = "{doc["federation"]}"', ""]
+    for p in doc["parties"]:
+        lines.append("[[parties]]")
+        lines += [f"{k} = {json.dumps(v)}" for k, v in p.items()]
+    (tmp_path / "fed.toml").write_text("\n".join(lines) + "\n")
+    assert ff.load(tmp_path / "fed.toml").digest == ff.load(path).digest
