@@ -176,8 +176,11 @@ def run_hosts(rows_list, parties_list, repeats, dataset, rates, workdir):
                 if any(codes):
                     raise SystemExit(f"a party failed at Q={q}, {rate}: exit codes {codes}")
                 per_party = [json.loads((tmp / f"r{r}.json").read_text()) for r in range(q)]
-            table += _assemble(per_party, q, repeats, _rate_gbps(rate), link=rate)
-            print(f"  done: Q={q} at {rate}", flush=True)
+            rows = _assemble(per_party, q, repeats, _rate_gbps(rate), link=rate)
+            table += rows
+            for r in rows:   # as it goes: a long run that is cut off still says what it measured
+                print(f"  {rate} Q={q} rows={r['rows']} {r['structure']} {r['op']}: {r['seconds']:.3f} s"
+                      + ("" if r["model_seconds"] is None else f" (model {r['model_seconds']:.3f} s)"), flush=True)
     return table
 
 
