@@ -11,7 +11,7 @@ with the same torch threads per process, and reports the active party's ``train_
 
     python -m benchmarks.link_overhead --repeats 3
 
-Workloads: FDSKL (a9a if found, else breast_cancer; one epoch) and one epoch of the Paillier
+Workloads: FDSKL (a9a if found, else breast_cancer; 0.2 epoch) and one epoch of the Paillier
 hetero-LR (2 data parties + coordinator). Loopback has no bandwidth limit, so the ratio is an
 upper bound on what TLS adds on a real 1 Gbit/s link, where the wire time grows and the
 encryption cost does not.
@@ -36,7 +36,7 @@ from vfltorch.data import available
 
 def workloads(dataset_fdskl: str) -> dict:
     return {
-        "fdskl": (["fdskl", "--dataset", dataset_fdskl, "--epochs", "1", "--quiet"], 2, False),
+        "fdskl": (["fdskl", "--dataset", dataset_fdskl, "--epochs", "0.2", "--quiet"], 2, False),
         "hetero-lr epoch": (["hetero-lr", "--dataset", "breast_cancer", "--max-epochs", "1", "--batch-size", "100",
                                             "--quiet"], 2, True),
     }
