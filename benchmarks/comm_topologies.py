@@ -17,6 +17,14 @@ the busiest party.
 
 writes ``comm_topologies.json``, ``comm_topologies.csv`` and
 ``comm_topologies.png`` to ``--output-dir`` (default ``results/comm``).
+
+Across simulated hosts (root only): ``--hosts 100mbit 1gbit`` runs every
+party in its own network namespace, behind a veth link rate-limited to that
+rate in each direction (``tc ... tbf``), over the deployment transport (the
+federation file, TLS 1.3 with pinned certificates), and puts the link model
+at that rate next to each measured all-reduce::
+
+    python -m benchmarks.comm_topologies --hosts 100mbit 1gbit --rows 1000 --parties 2 4 8 --repeats 2
 """
 
 from __future__ import annotations
@@ -91,16 +99,88 @@ def run(rows_list, parties_list, repeats, dataset):
     table = []
     for q in parties_list:
         per_party = launch(_party, q, args=(rows_list, repeats, dataset))
-        for i, entry in enumerate(per_party[0]):
-            # One operation's time is that of its slowest party, repeat by repeat.
-            slowest = [max(p[i]["seconds"][k] for p in per_party) for k in range(repeats)]
-            sent = [p[i]["bytes_sent"] for p in per_party]
-            table.append(dict(parties=q, rows=entry["rows"], structure=entry["structure"], op=entry["op"],
-                              seconds=statistics.median(slowest), bytes_total=int(sum(sent)),
-                              bytes_max_party=int(max(sent)),
-                              matrix_bytes=entry["rows"] ** 2 * 4,
-                              model_seconds_1gbps=(link_model_seconds(entry["structure"], q, entry["rows"] ** 2 * 4)
-                                                   if entry["op"] == "allreduce" else None)))
+        table += _assemble(per_party, q, repeats, 1.0)
+    return table
+
+
+def _rate_gbps(rate: str) -> float:
+    units = {"kbit": 1e-6, "mbit": 1e-3, "gbit": 1.0}
+    for u, f in units.items():
+        if rate.lower().endswith(u):
+            return float(rate[:-len(u)]) * f
+    raise ValueError(f"rate {rate!r}: give e.g. 100mbit or 1gbit")
+
+
+def _assemble(per_party, q, repeats, gbps, link=None):
+    table = []
+    for i, entry in enumerate(per_party[0]):
+        # One operation's time is that of its slowest party, repeat by repeat.
+        slowest = [max(p[i]["seconds"][k] for p in per_party) for k in range(repeats)]
+        sent = [p[i]["bytes_sent"] for p in per_party]
+        nbytes = entry["rows"] ** 2 * 4
+        row = dict(parties=q, rows=entry["rows"], structure=entry["structure"], op=entry["op"],
+                   seconds=statistics.median(slowest), bytes_total=int(sum(sent)), bytes_max_party=int(max(sent)),
+                   matrix_bytes=nbytes)
+        model = link_model_seconds(entry["structure"], q, nbytes, gbps) if entry["op"] == "allreduce" else None
+        if link is None:
+            row["model_seconds_1gbps"] = model
+        else:
+            row.update(link=link, model_seconds=model)
+        table.append(row)
+    return table
+
+
+def _worker(args):
+    """One party inside its namespace: join the federation file, measure, write JSON (never a pickle)."""
+    from vfltorch.comm import connect_federation
+
+    fed = connect_federation(args.federation, args.party, args.identity, timeout=600)
+    out = _party(fed, args.rows, args.repeats, args.dataset)
+    fed.close()
+    Path(args.result).write_text(json.dumps(out))
+
+
+def run_hosts(rows_list, parties_list, repeats, dataset, rates, workdir):
+    """The same measurement with every party on its own simulated host (namespaces + tbf links + TLS)."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from vfltorch.comm import federation_file as ff, netns
+    from vfltorch.comm.identity import generate
+
+    ok, why = netns.available()
+    if not ok:
+        raise SystemExit(f"--hosts: {why}")
+    table = []
+    for rate in rates:
+        for q in parties_list:
+            with tempfile.TemporaryDirectory(dir=workdir) as tmp, netns.SimulatedHosts(q, rate=rate) as hosts:
+                tmp = Path(tmp)
+                parties, keys = [], {}
+                for r in range(q):
+                    ident = generate(f"p{r}", tmp / f"p{r}.pem")
+                    keys[r] = ident.path
+                    parties.append(dict(name=f"p{r}", rank=r, role="active" if r == 0 else "passive",
+                                        address=f"{hosts.addresses[r]}:29418", fingerprint=ident.fingerprint,
+                                        certificate=f"p{r}.crt"))
+                ff.write(tmp / "fed.json", parties, federation="bench", max_message_bytes=1 << 31)
+                env = {**os.environ, "OMP_NUM_THREADS": "1"}
+                procs = [subprocess.Popen(hosts.exec_prefix(r) + [
+                    sys.executable, "-m", "benchmarks.comm_topologies", "--worker", "--federation", str(tmp / "fed.json"),
+                    "--party", f"p{r}", "--identity", str(keys[r]), "--result", str(tmp / f"r{r}.json"),
+                    "--rows", *map(str, rows_list), "--repeats", str(repeats), "--dataset", dataset], env=env)
+                    for r in range(q)]
+                codes = [p.wait() for p in procs]
+                if any(codes):
+                    raise SystemExit(f"a party failed at Q={q}, {rate}: exit codes {codes}")
+                per_party = [json.loads((tmp / f"r{r}.json").read_text()) for r in range(q)]
+            rows = _assemble(per_party, q, repeats, _rate_gbps(rate), link=rate)
+            table += rows
+            for r in rows:   # as it goes: a long run that is cut off still says what it measured
+                print(f"  {rate} Q={q} rows={r['rows']} {r['structure']} {r['op']}: {r['seconds']:.3f} s"
+                      + ("" if r["model_seconds"] is None else f" (model {r['model_seconds']:.3f} s)"), flush=True)
     return table
 
 
@@ -133,13 +213,39 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--dataset", default=None, help="default: a9a if found, else breast_cancer (rows capped)")
     p.add_argument("--output-dir", default="results/comm")
+    p.add_argument("--hosts", nargs="+", metavar="RATE",
+                   help="run on simulated hosts (network namespaces, root) with links of these rates, e.g. 1gbit")
+    w = p.add_argument_group("worker (internal: one party inside its namespace)")
+    w.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    w.add_argument("--federation", help=argparse.SUPPRESS)
+    w.add_argument("--party", help=argparse.SUPPRESS)
+    w.add_argument("--identity", help=argparse.SUPPRESS)
+    w.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.worker:
+        return _worker(args)
     dataset = args.dataset or ("a9a" if available("a9a") else "breast_cancer")
     n_max = load_dataset(dataset).X.shape[0]
     rows_list = [min(r, n_max) for r in args.rows]
-    table = run(rows_list, args.parties, args.repeats, dataset)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if args.hosts:
+        table = run_hosts(rows_list, args.parties, args.repeats, dataset, args.hosts, out)
+        stem = "comm_topologies_hosts"
+        (out / f"{stem}.json").write_text(json.dumps({"dataset": dataset, "repeats": args.repeats,
+                                                      "transport": "tls (federation file)", "table": table},
+                                                     indent=2))
+        print(f"dataset {dataset}; float32 matrices; median of {args.repeats}; time = slowest party; "
+              "one namespace per party, tbf-limited links, TLS 1.3")
+        print(f"{'link':>7} {'Q':>3} {'rows':>6} {'structure':<6} {'op':<10} {'seconds':>9} {'MB busiest':>11} "
+              f"{'model':>8}")
+        for r in table:
+            model = "" if r["model_seconds"] is None else f"{r['model_seconds']:.3f}"
+            print(f"{r['link']:>7} {r['parties']:>3} {r['rows']:>6} {r['structure']:<6} {r['op']:<10} "
+                  f"{r['seconds']:>9.3f} {r['bytes_max_party'] / 1e6:>11.1f} {model:>8}")
+        print(f"wrote {out}/{stem}.json")
+        return None
+    table = run(rows_list, args.parties, args.repeats, dataset)
     (out / "comm_topologies.json").write_text(json.dumps({"dataset": dataset, "repeats": args.repeats,
                                                           "table": table}, indent=2))
     with open(out / "comm_topologies.csv", "w", newline="") as f:

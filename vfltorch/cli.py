@@ -32,7 +32,7 @@ from typing import Callable
 
 from . import __version__
 
-COMMAND_MODULES = ["vfltorch.kernels.cli", "vfltorch.pca.cli", "vfltorch.privacy.cli", "vfltorch.linear.cli"]
+COMMAND_MODULES = ["vfltorch.comm.cli", "vfltorch.kernels.cli", "vfltorch.pca.cli", "vfltorch.privacy.cli", "vfltorch.linear.cli"]
 
 # name -> (module, one-line help): what `vfl --help` lists without importing any method.
 COMMAND_INDEX = {
@@ -43,6 +43,7 @@ COMMAND_INDEX = {
     "dpscd": ("vfltorch.privacy.cli", "DP-SCD: differentially private coordinate descent for linear models"),
     "dpsgd": ("vfltorch.privacy.cli", "the DP-SGD baseline (opacus), centralised"),
     "hetero-lr": ("vfltorch.linear.cli", "encrypted vertical logistic regression (Paillier coordinator)"),
+    "keygen": ("vfltorch.comm.cli", "write this organisation's TLS identity (key + self-signed certificate)"),
 }
 
 
@@ -138,6 +139,10 @@ def add_common_arguments(p: argparse.ArgumentParser, defaults: dict | None = Non
     f.add_argument("--timeout", type=float, default=None,
                    help="seconds to wait for a silent or missing party before stopping with an error (default 60)")
     f.add_argument("--seed", type=int, default=0, help="shared seed: partition, split, random features")
+    f.add_argument("--federation", metavar="FILE", help="across organisations: the federation file (JSON/TOML); "
+                   "this process is one party, every link TLS 1.3 with pinned certificates (docs/deployment.md)")
+    f.add_argument("--party", help="with --federation: this organisation's party name (or rank) in the file")
+    f.add_argument("--identity", metavar="KEYFILE", help="with --federation: this party's key file (vfl keygen)")
     o = p.add_argument_group("output")
     o.add_argument("--output-json", metavar="PATH", help="write metrics, timing, bytes per party and config here")
     o.add_argument("--logdir", metavar="DIR", help="TensorBoard scalars (loss, metrics, bytes) go here")
@@ -155,12 +160,14 @@ options common to every method (see `vfl METHOD --help` for the method's own):
   --impute, --scale, --clip-values, --normalize-rows   per-party preprocessing (row norms by a masked sum)
   --parties Q           data parties; spawns Q local processes unless under torchrun/mpirun
   --backend gloo|mpi    --device cpu|cuda    --seed N    --timeout SECONDS (default 60)
+  --federation FILE --party NAME --identity KEY   one organisation's party over TLS (docs/deployment.md)
   --output-json PATH    metrics, timing, bytes per party, configuration
   --logdir DIR          TensorBoard scalars;  --quiet;  -v/--verbose
 
 examples:
   vfl fdskl --dataset breast_cancer --parties 3
-  torchrun --nproc_per_node 4 -m vfltorch fdskl --dataset a9a
+  torchrun --nproc_per_node 4 -m vfltorch fdskl --dataset a9a      (inside one organisation)
+  vfl fdskl --federation fed.json --party bank --identity bank.pem  (across organisations)
 """
 
 
@@ -339,7 +346,15 @@ def _main(argv, args, command) -> int:
             check_backend(args.backend)
         except RuntimeError as exc:
             raise VFLInputError(str(exc)) from None
-        if distributed:
+        if args.federation:
+            fed = _join_federation(args, coordinator)
+            try:
+                records = [run_party(fed, argv)]
+            except BaseException as exc:
+                fed.report_error(exc)
+                raise
+            fed.close()
+        elif distributed:
             fed = init_from_env(coordinator=coordinator, backend=args.backend, device=args.device,
                                 timeout=args.timeout)
             expected = fed.num_parties
@@ -377,6 +392,29 @@ def _main(argv, args, command) -> int:
     if any(isinstance(r, dict) and r.get("output_fallback") for r in records):
         return 1
     return 0
+
+
+def _join_federation(args, coordinator: bool):
+    """One party of a federation file (docs/deployment.md): no spawning, no torchrun, no store."""
+    from .comm import connect_federation
+    from .comm.federation_file import FederationFileError
+    from .data import VFLInputError
+
+    if not args.party or not args.identity:
+        raise VFLInputError("--federation needs --party NAME and --identity KEYFILE (written by `vfl keygen`)")
+    try:
+        fed = connect_federation(args.federation, args.party, args.identity, device=args.device,
+                                 timeout=args.timeout)
+    except (FederationFileError, ValueError) as exc:
+        raise VFLInputError(str(exc)) from None
+    if (fed.coordinator is not None) != coordinator:
+        fed.transport.close()
+        raise VFLInputError(f"this method {'needs' if coordinator else 'takes no'} coordinator, but the federation "
+                            f"file {'lists none' if coordinator else 'lists one'}")
+    if args.parties is not None and args.parties != fed.num_parties:
+        fed.transport.close()
+        raise VFLInputError(f"--parties {args.parties} but the federation file lists {fed.num_parties} data parties")
+    return fed
 
 
 def _under_launcher() -> bool:

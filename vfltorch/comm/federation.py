@@ -1,7 +1,9 @@
 """The federation handle: one per party process.
 
-A ``Federation`` wraps an initialised ``torch.distributed`` process group and is
-the only object algorithm code talks to. It offers point-to-point ``send`` /
+A ``Federation`` wraps an initialised ``torch.distributed`` process group (one
+organisation: the launcher, torchrun, mpirun) or a TLS mesh between
+organisations (``transport``, see ``link.py``) and is the only object algorithm
+code talks to: the methods run unchanged on either. It offers point-to-point ``send`` /
 ``recv`` (the papers' trees, stars and rings are built on these in
 ``reduce.py``), a communication meter, an optional transcript of everything
 sent, and failure handling: when a peer dies, never joins, or stops answering,
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import hashlib
+import hmac
 import json
 import os
 import time
@@ -46,6 +50,11 @@ _CLOSED_MARKERS = ("Connection closed", "Connection reset", "Broken pipe", "ECON
                    "Socket closed", "Connection refused")
 
 
+def default_max_message_bytes() -> int:
+    """Largest message a party accepts from a peer (VFLTORCH_MAX_MESSAGE_BYTES, default 1 GiB)."""
+    return int(os.environ.get("VFLTORCH_MAX_MESSAGE_BYTES", 1 << 30))
+
+
 def default_timeout() -> float:
     """Seconds a party waits for a peer before declaring it gone (VFLTORCH_TIMEOUT, default 60)."""
     return float(os.environ.get("VFLTORCH_TIMEOUT", DEFAULT_TIMEOUT))
@@ -62,8 +71,15 @@ class Federation:
 
     def __init__(self, rank: int, roles: Roles, *, store=None, backend: str | None = "gloo",
                  device: str | torch.device = "cpu", timeout: float | None = None,
-                 transcript: Transcript | None = None):
+                 transcript: Transcript | None = None, transport=None,
+                 max_message_bytes: int | None = None, store_secret: bytes | None = None):
         self.rank = rank
+        # With ``store_secret`` (the launcher hands one to its children, never over the network) every
+        # diagnosis note in the store carries an HMAC; notes planted by anyone else are ignored.
+        self._store_secret = store_secret
+        # ``transport``: the TLS mesh between organisations (link.py); None means torch.distributed.
+        self.transport = transport
+        self.max_message_bytes = default_max_message_bytes() if max_message_bytes is None else int(max_message_bytes)
         self.roles = roles
         self.store = store
         self.backend = backend
@@ -83,7 +99,8 @@ class Federation:
     @classmethod
     def connect(cls, store, rank: int, roles: Roles, *, backend: str = "gloo",
                 device: str | torch.device = "cpu", timeout: float | None = None,
-                join_timeout: float | None = None, transcript: Transcript | None = None) -> "Federation":
+                join_timeout: float | None = None, transcript: Transcript | None = None,
+                store_secret: bytes | None = None) -> "Federation":
         """Join the federation through ``store`` and initialise the process group.
 
         Every party first announces itself in the store and waits (at most
@@ -92,7 +109,7 @@ class Federation:
         rendezvous timeout.
         """
         fed = cls(rank, roles, store=store, backend=backend, device=device, timeout=timeout,
-                  transcript=transcript)
+                  transcript=transcript, store_secret=store_secret)
         if roles.world_size == 1:
             return fed
         check_backend(backend)
@@ -127,7 +144,12 @@ class Federation:
         if self._closed:
             return
         self._closed = True
-        if self.world_size > 1 and dist.is_initialized():
+        if self.transport is not None:
+            try:
+                self.barrier()
+            finally:
+                self.transport.close()
+        elif self.world_size > 1 and dist.is_initialized():
             try:
                 self.barrier()
             finally:
@@ -200,27 +222,38 @@ class Federation:
     def send(self, tensor: torch.Tensor, dst: int) -> None:
         """Send a tensor whose shape and dtype the receiver knows (see ``recv``)."""
         t = self._outgoing(tensor, dst)
-        self._guard(lambda: dist.send(t, dst), dst, "sending to")
+        if self.transport is not None:
+            self._guard(lambda: self.transport.send(t, dst), dst, "sending to")
+        else:
+            self._guard(lambda: dist.send(t, dst), dst, "sending to")
 
     def recv(self, src: int, shape, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
         """Receive a tensor of known shape and dtype from ``src``; returned on ``device`` (default: the party's)."""
         self._check_peer(src)
-        buf = torch.empty(tuple(shape), dtype=dtype)
-        self._guard(lambda: dist.recv(buf, src), src, "receiving from")
+        if self.transport is not None:
+            buf = self._guard(lambda: self.transport.recv(src, shape, dtype), src, "receiving from")
+        else:
+            buf = torch.empty(tuple(shape), dtype=dtype)
+            self._guard(lambda: dist.recv(buf, src), src, "receiving from")
         self.meter.record_recv(self.current_phase, buf.numel() * buf.element_size())
         return buf.to(self.device if device is None else device)
 
     def sendrecv(self, tensor: torch.Tensor, dst: int, src: int, shape=None, dtype=None) -> torch.Tensor:
         """Send to ``dst`` while receiving from ``src`` (rings would deadlock on blocking sends)."""
         t = self._outgoing(tensor, dst)
-        buf = torch.empty(tuple(t.shape if shape is None else shape), dtype=t.dtype if dtype is None else dtype)
+        shape = tuple(t.shape if shape is None else shape)
+        dtype = t.dtype if dtype is None else dtype
+        if self.transport is not None:
+            buf = self._guard(lambda: self.transport.sendrecv(t, dst, src, shape, dtype), src, "exchanging with")
+        else:
+            buf = torch.empty(shape, dtype=dtype)
 
-        def both():
-            req = dist.isend(t, dst)
-            dist.recv(buf, src)
-            req.wait()
+            def both():
+                req = dist.isend(t, dst)
+                dist.recv(buf, src)
+                req.wait()
 
-        self._guard(both, src, "exchanging with")
+            self._guard(both, src, "exchanging with")
         self.meter.record_recv(self.current_phase, buf.numel() * buf.element_size())
         return buf.to(self.device)
 
@@ -239,9 +272,31 @@ class Federation:
 
     def recv_tensor(self, src: int, device=None) -> torch.Tensor:
         header = self.recv(src, (2 + _MAX_DIMS,), torch.int64, device="cpu")
-        dtype = _DTYPES[int(header[0])]
-        shape = [int(s) for s in header[2:2 + int(header[1])]]
+        dtype, shape = self._check_header(header, src)
         return self.recv(src, shape, dtype, device=device)
+
+    def _check_header(self, header: torch.Tensor, src: int) -> tuple[torch.dtype, list[int]]:
+        """A peer's header decides nothing before it is checked: dtype known, rank and size within limits."""
+        code, ndim = int(header[0]), int(header[1])
+        where = f"{self.name()} received from {self.name(src)} a tensor header"
+        if not 0 <= code < len(_DTYPES):
+            raise PartyFailure(f"{where} with unknown dtype code {code}; refused", party=src, reporter=self.rank,
+                               phase=self.current_phase)
+        if not 0 <= ndim <= _MAX_DIMS:
+            raise PartyFailure(f"{where} with {ndim} dimensions (at most {_MAX_DIMS}); refused", party=src,
+                               reporter=self.rank, phase=self.current_phase)
+        shape = [int(s) for s in header[2:2 + ndim]]
+        nbytes = _DTYPES[code].itemsize
+        for s in shape:
+            if s < 0:
+                raise PartyFailure(f"{where} with a negative size {shape}; refused", party=src, reporter=self.rank,
+                                   phase=self.current_phase)
+            nbytes *= s   # Python integers: no overflow to hide a huge product
+        if nbytes > self.max_message_bytes:
+            raise PartyFailure(f"{where} announcing {nbytes} bytes (shape {shape}), over the limit of "
+                               f"{self.max_message_bytes} (VFLTORCH_MAX_MESSAGE_BYTES / max_message_bytes); "
+                               "refused before allocating", party=src, reporter=self.rank, phase=self.current_phase)
+        return _DTYPES[code], shape
 
     def send_json(self, obj, dst: int) -> None:
         """Send a JSON-serialisable object. JSON, not pickle: unpickling a peer's bytes would let it run code."""
@@ -271,7 +326,8 @@ class Federation:
 
     def barrier(self) -> None:
         if self.world_size > 1:
-            self._guard(lambda: dist.barrier(), None, "waiting at a barrier with")
+            op = self.transport.barrier if self.transport is not None else dist.barrier
+            self._guard(op, None, "waiting at a barrier with")
 
     # ---------------------------------------------------------------- failures
     def _check_peer(self, peer: int) -> None:
@@ -321,7 +377,10 @@ class Federation:
             seen, node = set(), peer
             while True:
                 nxt = self._store_get(f"vfl/lost/{node}")
-                if nxt is None or node in seen or int(nxt) == self.rank:
+                # What the store holds is a hint for diagnosis only: ignore anything that is not a rank.
+                if nxt is None or not nxt.isdigit() or not 0 <= int(nxt) < self.world_size:
+                    break
+                if node in seen or int(nxt) == self.rank:
                     break
                 seen.add(node)
                 node = int(nxt)
@@ -335,17 +394,28 @@ class Federation:
         if self.store is not None and not isinstance(exc, PartyFailure):
             self._store_set(f"vfl/error/{self.rank}", f"{type(exc).__name__}: {exc}"[:2000])
 
+    def _store_mac(self, key: str, value: str) -> str:
+        return hmac.new(self._store_secret, f"{key}\0{value}".encode(), hashlib.sha256).hexdigest()
+
     def _store_get(self, key: str) -> str | None:
         try:
             if not self.store.check([key]):
                 return None
-            return self.store.get(key).decode()
+            value = self.store.get(key).decode(errors="replace")
         except Exception:  # the store itself may be gone (e.g. under MPI, or its host died)
             return None
+        if self._store_secret is None:
+            return value
+        mac, sep, text = value.partition(":")
+        if not sep or not hmac.compare_digest(mac, self._store_mac(key, text)):
+            return None   # not written by a party of this run: ignore it
+        return text
 
     def _store_set(self, key: str, value: str) -> None:
         if self.store is None:
             return
+        if self._store_secret is not None:
+            value = f"{self._store_mac(key, value)}:{value}"
         try:
             self.store.set(key, value)
         except Exception:

@@ -20,7 +20,9 @@ import multiprocessing as mp
 import os
 import pickle
 import queue as queue_mod
+import secrets
 import signal
+import socket
 import traceback
 
 import torch
@@ -87,7 +89,7 @@ def _party_main(rank, roles, port, options, fn, args, kwargs, results):
         transcript = Transcript() if options["record_transcript"] else None
         fed = Federation.connect(store, rank, roles, backend=options["backend"], device=options["device"],
                                  timeout=options["timeout"], join_timeout=options["join_timeout"],
-                                 transcript=transcript)
+                                 transcript=transcript, store_secret=options["store_secret"])
         out = fn(fed, *args, **kwargs)
         fed.close()
         # Plain pickle bytes: torch's queue pickler would share tensors through file
@@ -128,10 +130,14 @@ def launch(fn, parties: int, args: tuple = (), kwargs: dict | None = None, *, co
     options = dict(backend=backend, device=device, timeout=timeout,
                    join_timeout=timeout if join_timeout is None else float(join_timeout),
                    record_transcript=record_transcript,
-                   threads=threads or max(1, (os.cpu_count() or 1) // world))
+                   threads=threads or max(1, (os.cpu_count() or 1) // world),
+                   store_secret=secrets.token_bytes(32))   # reaches the children by spawn, never the network
     # The parent hosts the store: it survives any party, so failures can be traced to their root.
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                          timeout=datetime.timedelta(seconds=options["join_timeout"]))
+    # TCPStore alone listens on every interface whatever host it is given: hand it a loopback-bound socket.
+    listen = socket.create_server(("127.0.0.1", 0))
+    store = dist.TCPStore("127.0.0.1", listen.getsockname()[1], is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=options["join_timeout"]),
+                          master_listen_fd=listen.detach())
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     procs = [ctx.Process(target=_party_main, name=f"vfl-party-{r}",

@@ -1,0 +1,478 @@
+"""Links between organisations: mutually authenticated TLS 1.3 with pinned certificates.
+
+``connect_federation(file, party, identity)`` turns a federation file (see
+``federation_file.py``) and this organisation's identity (``identity.py``) into
+the same ``Federation`` handle the gloo path gives, so every method runs on it
+unchanged: ``send`` / ``recv`` / ``sendrecv`` / ``barrier`` go through a
+``TLSMesh`` instead of ``torch.distributed``.
+
+The mesh. Each party listens on the address the file gives it (a concrete
+interface, never a wildcard) and dials every other party. Each ordered pair
+(i -> j) has its own connection, which i only writes and j only reads, so no
+TLS object is ever used by two threads and ``sendrecv`` (rings) cannot
+deadlock. Both ends present their certificate (TLS 1.3, no session tickets,
+no resumption); a dialling party trusts only the certificate pinned for the
+party it dials, a listening party only certificates listed in the file, and
+both then compare the SHA-256 fingerprint with the file's pin for that exact
+rank. A hello frame carries the digest of the federation file, so two
+organisations holding different files stop at once instead of computing
+garbage. An outsider who dials a listener is refused and logged; the run goes
+on (it can cost availability, nothing else). When every peer has dialled in
+the listener closes.
+
+Frames. Every message is ``magic | sequence number | kind | dtype | byte
+count`` followed by the raw tensor bytes (nothing is ever unpickled). The
+receiver checks magic, kind, dtype and byte count against what it expects
+(and the byte count against ``max_message_bytes``) *before* allocating, and
+the sequence number against its own count: TLS already rejects tampered,
+replayed, reordered or truncated records within a connection; the number
+catches any frame that is out of protocol. Every such failure raises
+``LinkError`` naming the link and stops the run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import socket
+import ssl
+import struct
+import threading
+import time
+import traceback
+
+import torch
+
+from .errors import PartyFailure
+from .federation_file import FederationSpec, PartyEntry, load as load_federation_file
+from .identity import Identity, fingerprint_der
+
+log = logging.getLogger(__name__)
+
+_FRAME = struct.Struct("!4sQBBxxQ")   # magic, sequence, kind, dtype code, byte count
+_MAGIC = b"VFL1"
+_HELLO = struct.Struct("!32sI")       # federation digest, rank
+KIND_DATA, KIND_BARRIER, KIND_HELLO = 1, 2, 3
+_KIND_NAMES = {KIND_DATA: "data", KIND_BARRIER: "barrier", KIND_HELLO: "hello"}
+_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+           torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128]
+_DTYPE_CODE = {d: i for i, d in enumerate(_DTYPES)}
+_HANDSHAKE_SECONDS = 10.0
+_SMALL = 1 << 16
+
+
+class LinkError(PartyFailure):
+    """A link failed its security checks (handshake, pin, integrity, order, limits): the run stops."""
+
+
+def _dtype_code(dtype: torch.dtype) -> int:
+    return _DTYPE_CODE.get(dtype, 255)
+
+
+def _server_context(identity: Identity, spec: FederationSpec) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    ctx.load_cert_chain(str(identity.path))
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.load_verify_locations(cadata="".join(p.certificate for p in spec.parties))
+    ctx.num_tickets = 0   # no resumption: every connection proves its key afresh
+    return ctx
+
+
+def _client_context(identity: Identity, peer: PartyEntry) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    ctx.check_hostname = False   # we pin the certificate itself, not a name
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.load_verify_locations(cadata=peer.certificate)
+    ctx.load_cert_chain(str(identity.path))
+    return ctx
+
+
+def _recv_exact(sock, view: memoryview) -> None:
+    got, n = 0, len(view)
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if k == 0:
+            raise ConnectionResetError("Connection closed by the peer")
+        got += k
+
+
+def _byte_view(t: torch.Tensor) -> memoryview:
+    if t.numel() == 0:
+        return memoryview(b"")
+    return memoryview(t.reshape(-1).view(torch.uint8).numpy())
+
+
+class TLSMesh:
+    """One party's TLS links to every other party of a federation file."""
+
+    def __init__(self, spec: FederationSpec, me: PartyEntry, identity: Identity, *, timeout: float,
+                 join_timeout: float | None = None):
+        if identity.fingerprint != me.fingerprint:
+            raise LinkError(f"the identity {identity.path} (fingerprint {identity.fingerprint}) is not the one the "
+                            f"federation file pins for party {me.name!r} ({me.fingerprint}): pass that party's "
+                            f"own key file, or fix the file", reporter=me.rank, phase="join")
+        self.spec, self.me, self.identity = spec, me, identity
+        self.timeout = float(timeout)
+        self.join_timeout = self.timeout if join_timeout is None else float(join_timeout)
+        self.max_message_bytes = spec.max_message_bytes
+        self.out: dict[int, ssl.SSLSocket] = {}
+        self.inc: dict[int, ssl.SSLSocket] = {}
+        self.sent_seq: dict[int, int] = {}
+        self.recv_seq: dict[int, int] = {}
+        self.refused: list[str] = []
+        self._fatal: LinkError | None = None
+        self._lock = threading.Lock()
+        self._listener: socket.socket | None = None
+        self._digest = bytes.fromhex(spec.digest)
+
+    # ---------------------------------------------------------------- naming
+    def link_name(self, src: int, dst: int) -> str:
+        a, b = self.spec.parties[src], self.spec.parties[dst]
+        return f"link {a.name} (rank {src}) -> {b.name} (rank {dst}, {b.address})"
+
+    def _err(self, text: str, peer: int | None) -> LinkError:
+        return LinkError(text, party=peer, reporter=self.me.rank, phase="link")
+
+    # ------------------------------------------------------------------ set-up
+    def connect(self) -> None:
+        peers = [p for p in self.spec.parties if p.rank != self.me.rank]
+        if not peers:
+            return
+        self._listener = socket.create_server((self.me.listen_host, self.me.listen_port), backlog=64)
+        acceptor = threading.Thread(target=self._accept_loop, name="vfl-tls-accept", daemon=True)
+        acceptor.start()
+        deadline = time.monotonic() + self.join_timeout
+        try:
+            for peer in peers:
+                self._dial(peer, deadline)
+            while True:
+                with self._lock:
+                    if self._fatal is not None:
+                        raise self._fatal
+                    missing = [p for p in peers if p.rank not in self.inc]
+                if not missing:
+                    break
+                if time.monotonic() > deadline:
+                    names = ", ".join(f"{p.name} (rank {p.rank})" for p in missing)
+                    why = f"; refused meanwhile: {'; '.join(self.refused[-3:])}" if self.refused else ""
+                    raise PartyFailure(f"{names} never dialled {self.me.name} within {self.join_timeout:g} s{why}",
+                                       party=missing[0].rank, reporter=self.me.rank, phase="join")
+                time.sleep(0.02)
+        finally:
+            self._close_listener()
+
+    def _close_listener(self):
+        if self._listener is not None:
+            try:
+                self._listener.close()
+            except OSError:
+                pass
+            self._listener = None
+
+    def _dial(self, peer: PartyEntry, deadline: float) -> None:
+        ctx = _client_context(self.identity, peer)
+        name = self.link_name(self.me.rank, peer.rank)
+        while True:
+            try:
+                raw = socket.create_connection((peer.host, peer.port), timeout=_HANDSHAKE_SECONDS)
+                raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)   # small protocol messages: no Nagle
+                break
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise PartyFailure(f"{name}: {peer.name} is not reachable within {self.join_timeout:g} s "
+                                       f"({exc})", party=peer.rank, reporter=self.me.rank, phase="join") from None
+                time.sleep(0.1)
+        try:
+            tls = ctx.wrap_socket(raw, server_side=False)
+            fp = fingerprint_der(tls.getpeercert(binary_form=True))
+            if fp != peer.fingerprint:   # cannot happen with the context above; checked anyway
+                raise ssl.SSLError(f"certificate {fp} is not the pinned {peer.fingerprint}")
+            tls.sendall(_FRAME.pack(_MAGIC, 0, KIND_HELLO, 0, _HELLO.size) + _HELLO.pack(self._digest, self.me.rank))
+            self._read_hello(tls, peer.rank, name)
+        except ssl.SSLCertVerificationError as exc:
+            raw.close()
+            raise self._err(f"{name}: the process at {peer.address} did not present {peer.name}'s pinned "
+                            f"certificate ({exc.verify_message}); refusing to talk to it", peer.rank) from None
+        except (ssl.SSLError, OSError) as exc:
+            raw.close()
+            with self._lock:
+                if self._fatal is not None:   # our listener already knows the real cause
+                    raise self._fatal from None
+            raise self._err(f"{name}: TLS handshake failed ({exc}); {peer.name} refused this party's certificate "
+                            "or the connection was tampered with", peer.rank) from None
+        tls.settimeout(self.timeout)
+        self.out[peer.rank] = tls
+        self.sent_seq[peer.rank] = 1
+
+    def _read_hello(self, tls, peer_rank: int, name: str) -> None:
+        head = bytearray(_FRAME.size + _HELLO.size)
+        _recv_exact(tls, memoryview(head))
+        magic, seq, kind, _, nbytes = _FRAME.unpack_from(head)
+        if magic != _MAGIC or kind != KIND_HELLO or seq != 0 or nbytes != _HELLO.size:
+            raise self._err(f"{name}: the peer's first frame is not a hello", peer_rank)
+        digest, rank = _HELLO.unpack_from(head, _FRAME.size)
+        if rank != peer_rank:
+            raise self._err(f"{name}: the peer claims rank {rank} but holds the certificate of rank {peer_rank}",
+                            peer_rank)
+        if digest != self._digest:
+            raise self._err(f"{name}: {self.spec.parties[peer_rank].name} holds a different federation file "
+                            "(addresses, roles, pins or limits differ): every party must use the same file",
+                            peer_rank)
+
+    def _accept_loop(self) -> None:
+        ctx = _server_context(self.identity, self.spec)
+        listener = self._listener
+        while True:
+            try:
+                raw, addr = listener.accept()
+            except OSError:
+                return   # closed: every peer has dialled in, or the run stopped
+            threading.Thread(target=self._handshake_incoming, args=(ctx, raw, addr), daemon=True).start()
+
+    def _refuse(self, addr, why: str) -> None:
+        note = f"{addr[0]}:{addr[1]} ({why})"
+        log.warning("%s refused a connection from %s", self.me.name, note)
+        with self._lock:
+            self.refused.append(note)
+
+    def _handshake_incoming(self, ctx, raw, addr) -> None:
+        raw.settimeout(_HANDSHAKE_SECONDS)
+        try:
+            tls = ctx.wrap_socket(raw, server_side=True)
+        except (ssl.SSLError, OSError) as exc:
+            raw.close()
+            self._refuse(addr, f"TLS handshake failed: {exc}")
+            return
+        try:
+            fp = fingerprint_der(tls.getpeercert(binary_form=True))
+            rank = self.spec.rank_of_fingerprint(fp)
+            if rank is None or rank == self.me.rank:
+                raise ssl.SSLError(f"certificate {fp} is pinned for no peer")
+            with self._lock:
+                if rank in self.inc:
+                    raise ssl.SSLError(f"rank {rank} has already dialled in")
+            name = self.link_name(rank, self.me.rank)
+            # Hello first, both ways: a dialler holding another file learns it from our digest too.
+            tls.sendall(_FRAME.pack(_MAGIC, 0, KIND_HELLO, 0, _HELLO.size) + _HELLO.pack(self._digest, self.me.rank))
+            self._read_hello(tls, rank, name)
+        except LinkError as exc:
+            tls.close()
+            with self._lock:   # an authenticated peer with another file: a real misconfiguration, stop
+                self._fatal = exc
+            return
+        except (ssl.SSLError, OSError, ConnectionError) as exc:
+            tls.close()
+            self._refuse(addr, str(exc))
+            return
+        tls.settimeout(self.timeout)
+        with self._lock:
+            self.inc[rank] = tls
+            self.recv_seq[rank] = 1
+
+    # --------------------------------------------------------------- messages
+    def _send_frame(self, dst: int, kind: int, t: torch.Tensor | None) -> None:
+        sock = self.out[dst]
+        view = _byte_view(t) if t is not None else memoryview(b"")
+        seq = self.sent_seq[dst]
+        self.sent_seq[dst] = seq + 1
+        code = _dtype_code(t.dtype) if t is not None else 0
+        head = _FRAME.pack(_MAGIC, seq, kind, code, len(view))
+        try:
+            if len(view) <= _SMALL:   # one TLS record for header + payload of small messages
+                sock.sendall(head + view.tobytes())
+            else:
+                sock.sendall(head)
+                sock.sendall(view)
+        except ssl.SSLError as exc:
+            raise self._err(f"{self.link_name(self.me.rank, dst)}: TLS failure while sending ({exc})", dst) from None
+        except socket.timeout:
+            raise RuntimeError(f"Timed out sending on {self.link_name(self.me.rank, dst)}") from None
+        except OSError as exc:
+            raise RuntimeError(f"Connection reset on {self.link_name(self.me.rank, dst)}: {exc}") from None
+
+    def _recv_frame(self, src: int, kind: int, dtype: torch.dtype | None, shape) -> torch.Tensor | None:
+        sock = self.inc[src]
+        name = self.link_name(src, self.me.rank)
+        head = bytearray(_FRAME.size)
+        try:
+            _recv_exact(sock, memoryview(head))
+            magic, seq, got_kind, code, nbytes = _FRAME.unpack(head)
+            if magic != _MAGIC:
+                raise self._err(f"{name}: malformed frame header", src)
+            if seq != self.recv_seq[src]:
+                raise self._err(f"{name}: message {seq} arrived where {self.recv_seq[src]} was due "
+                                "(replayed, dropped or reordered)", src)
+            self.recv_seq[src] = seq + 1
+            if got_kind != kind:
+                raise self._err(f"{name}: expected a {_KIND_NAMES.get(kind)} frame, got "
+                                f"{_KIND_NAMES.get(got_kind, got_kind)}: the parties are out of step", src)
+            if dtype is None:
+                if nbytes:
+                    raise self._err(f"{name}: a {_KIND_NAMES[kind]} frame carries {nbytes} bytes", src)
+                return None
+            numel = 1
+            for s in shape:
+                numel *= int(s)
+            want = numel * dtype.itemsize
+            if nbytes > self.max_message_bytes:
+                raise self._err(f"{name}: a message of {nbytes} bytes exceeds max_message_bytes "
+                                f"({self.max_message_bytes}); refused before allocating", src)
+            if code != _dtype_code(dtype) or nbytes != want:
+                raise self._err(f"{name}: expected {want} bytes of {dtype}, the header announces {nbytes} bytes "
+                                f"of dtype code {code}; refused before allocating", src)
+            buf = torch.empty(tuple(int(s) for s in shape), dtype=dtype)
+            if want:
+                _recv_exact(sock, _byte_view(buf))
+            return buf
+        except ssl.SSLError as exc:
+            raise self._err(f"{name}: TLS integrity check failed ({exc.reason or exc}): the stream was tampered "
+                            "with, replayed or truncated; stopping", src) from None
+        except socket.timeout:
+            raise RuntimeError(f"Timed out receiving on {name}") from None
+        except OSError as exc:
+            raise RuntimeError(f"Connection closed on {name}: {exc}") from None
+
+    def send(self, t: torch.Tensor, dst: int) -> None:
+        self._send_frame(dst, KIND_DATA, t)
+
+    def recv(self, src: int, shape, dtype: torch.dtype) -> torch.Tensor:
+        return self._recv_frame(src, KIND_DATA, dtype, shape)
+
+    def sendrecv(self, t: torch.Tensor, dst: int, src: int, shape, dtype) -> torch.Tensor:
+        error: list[BaseException] = []
+
+        def send():
+            try:
+                self.send(t, dst)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                error.append(exc)
+
+        th = threading.Thread(target=send, daemon=True)
+        th.start()
+        try:
+            buf = self.recv(src, shape, dtype)
+        finally:
+            th.join()
+        if error:
+            raise error[0]
+        return buf
+
+    def barrier(self) -> None:
+        """A star through rank 0: everyone checks in, rank 0 releases everyone."""
+        others = [p.rank for p in self.spec.parties if p.rank != self.me.rank]
+        if self.me.rank == 0:
+            for r in others:
+                self._recv_frame(r, KIND_BARRIER, None, None)
+            for r in others:
+                self._send_frame(r, KIND_BARRIER, None)
+        else:
+            self._send_frame(0, KIND_BARRIER, None)
+            self._recv_frame(0, KIND_BARRIER, None, None)
+
+    def close(self) -> None:
+        self._close_listener()
+        for sock in list(self.out.values()) + list(self.inc.values()):
+            try:
+                sock.close()
+            except OSError:
+                pass
+        self.out.clear()
+        self.inc.clear()
+
+
+def connect_federation(path, party, identity, *, device="cpu", timeout: float | None = None,
+                       join_timeout: float | None = None, record_transcript: bool = False):
+    """Join the federation of file ``path`` as ``party`` (name or rank) with ``identity`` (key file)."""
+    from .federation import Federation, default_timeout
+    from .transcript import Transcript
+
+    spec = load_federation_file(path)
+    me = spec.party(party)
+    ident = identity if isinstance(identity, Identity) else Identity.load(identity)
+    timeout = default_timeout() if timeout is None else float(timeout)
+    mesh = TLSMesh(spec, me, ident, timeout=timeout, join_timeout=join_timeout)
+    mesh.connect()
+    return Federation(me.rank, spec.roles, store=None, backend="tls", device=device, timeout=timeout,
+                      transcript=Transcript() if record_transcript else None, transport=mesh,
+                      max_message_bytes=spec.max_message_bytes)
+
+
+
+def _local_party(path, name, key, fn, args, options, results):
+    torch.set_num_threads(options["threads"])
+    rank = load_federation_file(path).party(name).rank
+    try:
+        fed = connect_federation(path, name, key, timeout=options["timeout"])
+        try:
+            out = fn(fed, *args)
+            fed.close()
+        finally:
+            fed.transport.close()
+        results.put((rank, "ok", pickle.dumps(out)))
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent
+        kind = "failure" if isinstance(exc, PartyFailure) else "error"
+        named = exc.party if isinstance(exc, PartyFailure) else None
+        results.put((rank, kind, (f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", named)))
+
+
+def launch_local(fn, path, identities: dict, args: tuple = (), *, timeout: float | None = None,
+                 threads: int | None = None, start_delay: dict | None = None) -> list:
+    """Run every party of federation file ``path`` as a local process over the TLS mesh (tests, benchmarks).
+
+    ``identities`` maps party name to key file. Like ``launch``: ``fn(fed, *args)`` per party, results by
+    rank, ``FederationError`` naming every failed party. ``start_delay`` (name -> seconds) starts some
+    parties late (tests of what a listener does meanwhile).
+    """
+    import multiprocessing as mp
+    import queue as queue_mod
+
+    from .errors import FederationError
+    from .federation import default_timeout
+    from .launcher import _federation_error
+
+    spec = load_federation_file(path)
+    timeout = default_timeout() if timeout is None else float(timeout)
+    options = dict(timeout=timeout, threads=threads or max(1, (os.cpu_count() or 1) // len(spec.parties)))
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = {p.rank: ctx.Process(target=_local_party, name=f"vfl-tls-{p.name}",
+                                 args=(str(path), p.name, str(identities[p.name]), fn, args, options, results))
+             for p in spec.parties}
+    delays = start_delay or {}
+    for p in sorted(spec.parties, key=lambda p: delays.get(p.name, 0.0)):
+        wait = delays.get(p.name, 0.0)
+        if wait:
+            time.sleep(wait)
+        procs[p.rank].start()
+    outcome: dict[int, tuple] = {}
+    deadline = time.monotonic() + 3 * timeout + 30
+    try:
+        while len(outcome) < len(procs) and time.monotonic() < deadline:
+            try:
+                rank, kind, value = results.get(timeout=0.2)
+                outcome[rank] = (kind, value)
+                continue
+            except queue_mod.Empty:
+                pass
+            for r, p in procs.items():
+                if r not in outcome and not p.is_alive() and p.exitcode is not None:
+                    try:
+                        rank, kind, value = results.get(timeout=0.5)
+                        outcome[rank] = (kind, value)
+                    except queue_mod.Empty:
+                        outcome[r] = ("died", (f"the process exited with code {p.exitcode} without reporting",
+                                               None))
+    finally:
+        for r, p in procs.items():
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join()
+                outcome.setdefault(r, ("died", ("killed by the launcher after its deadline", None)))
+    failed = {r: v for r, v in outcome.items() if v[0] != "ok"}
+    if failed:
+        raise _federation_error(spec.roles, failed)
+    return [pickle.loads(outcome[r][1]) for r in sorted(outcome)]
