@@ -85,7 +85,7 @@ class FederatedPCABase:
         with fed.phase("pca/setup"):
             info = [int(X.shape[0]), int(X.shape[1])] if client else None
             if len(parties) == 1 and fed.world_size == 1:
-                plan = {"n": info[0], "features": info[1], "error": None}
+                plan = {"n": info[0], "features": info[1], "widths": [info[1]], "error": None}
             else:
                 hub = parties[0]
                 gathered = fed.gather_json(info, hub, ranks=parties) if client else None
@@ -97,7 +97,8 @@ class FederatedPCABase:
                         error = ("the parties hold different numbers of samples ("
                                  + ", ".join(f"party {p}: {r}" for p, r in rows.items())
                                  + "); every party must hold the same rows in the same order")
-                    plan = {"n": gathered[0][0], "features": sum(g[1] for g in gathered), "error": error}
+                    plan = {"n": gathered[0][0], "features": sum(g[1] for g in gathered),
+                            "widths": [g[1] for g in gathered], "error": error}
                 ranks = parties + ([fed.coordinator] if fed.coordinator is not None else [])
                 if fed.rank in ranks:
                     plan = fed.broadcast_json(plan, hub, ranks=ranks)
@@ -110,6 +111,7 @@ class FederatedPCABase:
             raise VFLInputError(f"n_components={k} but there are only {n} samples: ask for at most {n}")
         self.n_samples_ = n
         self.n_features_total_ = plan["features"]
+        self.party_widths_ = list(plan["widths"])     # f_i of each party of ``parties``, in order (public)
         self.parties_ = parties
         return fed, parties, X, n
 

@@ -49,13 +49,15 @@ import warnings
 
 import torch
 
-from ..comm import Federation, MaskStream, allreduce, broadcast, secure_allreduce, secure_sum, star
+from ..comm import (FixedPoint, Federation, MaskStream, RingGroup, allreduce, broadcast, masked_sum, secure_allreduce,
+                    secure_sum, sharing, star)
 from ..data import VFLInputError
 from .base import FederatedPCABase
 from .linalg import align_signs, center_columns, orthonormalize, rayleigh_ritz, shared_start, top_eigenpairs
 
 SUM_TOPOLOGIES = ("tree", "star", "ring")
-PROTOCOLS = ("rotated", "krylov")
+PROTOCOLS = ("auto", "covariance", "rotated", "krylov")
+COVARIANCE_FRAC_BITS = 30       # fixed-point bits of the normalised rotated data; products carry 60 (see _fit_covariance)
 MAX_ROTATED_SAMPLES = 8000      # n x n float64 matrices (P, the Gram part, the sum) must fit in memory
 
 KRYLOV_LEAK = ("protocol='krylov': every party learns every block Q_t and every product A Q_t of the pooled "
@@ -104,7 +106,7 @@ class ExactFederatedPCA(FederatedPCABase):
 
     method = "exact"
 
-    def __init__(self, n_components: int = 1, *, protocol: str = "rotated", oversample: int | None = None,
+    def __init__(self, n_components: int = 1, *, protocol: str = "auto", oversample: int | None = None,
                  tol: float = 1e-10, max_rounds: int = 1000, secure: bool = True, sum_topology: str = "tree",
                  center: bool = True, seed: int = 0, mask_seed: int | None = None):
         self.n_components = n_components
@@ -125,9 +127,25 @@ class ExactFederatedPCA(FederatedPCABase):
         if not isinstance(self.max_rounds, int) or self.max_rounds < 1:
             raise VFLInputError(f"max_rounds must be a positive integer, got {self.max_rounds!r}")
         if self.protocol not in PROTOCOLS:
-            raise VFLInputError(f"unknown protocol {self.protocol!r}: choose 'rotated' (default) or 'krylov'")
-        rotated = self.protocol == "rotated"
+            raise VFLInputError(f"unknown protocol {self.protocol!r}: choose 'auto' (default), 'covariance', "
+                                f"'rotated' or 'krylov'")
         fed, parties, X, n = self._setup(X, fed, parties)
+        protocol = self.protocol
+        if protocol == "auto":          # the cheaper exact protocol: d x d (covariance) or n x n (rotated)
+            protocol = "covariance" if self.n_features_total_ <= n else "rotated"
+        self.protocol_ = protocol
+        rotated = protocol == "rotated"
+        if protocol == "covariance":
+            if len(parties) > 1 and not self.secure:
+                raise VFLInputError("secure=False (plain sums, --no-secure-sum) applies to protocol='krylov' only; "
+                                    "protocol='covariance' always uses secret sharing and masked sums")
+            if len(parties) > 1 and fed.coordinator is None:
+                raise VFLInputError("protocol='covariance' needs a coordinator rank (the dealer of Beaver triples and "
+                                    "the eigensolver: launch(..., coordinator=True), or `vfl pca --method exact` "
+                                    "which starts one)")
+            if self.mask_seed is not None and len(parties) > 1:
+                warnings.warn(SIMULATION, stacklevel=2)
+            return self._fit_covariance(X, fed, parties, n)
         if self.mask_seed is not None and len(parties) > 1:
             warnings.warn(SIMULATION, stacklevel=2)
         if rotated and len(parties) > 1:
@@ -243,5 +261,115 @@ class ExactFederatedPCA(FederatedPCABase):
                                                                                     device=Xc.device))
         del P
         self.history_ = [U]
+        self._finish(fed, parties, Xc, U)
+        return self
+
+    def _fit_covariance(self, X, fed: Federation, parties, n: int) -> "ExactFederatedPCA":
+        """protocol='covariance' (see the module docstring); every data party and the coordinator call it.
+
+        Party l's rotated columns Y_l = X_l P_l^T / s (n x d: P_l is the d x f_l block of the secret Haar
+        rotation P that belongs to its columns, s^2 = ||X||_F^2 from a masked sum) make ||Y||_F = 1, so every
+        entry of Y and of the d x d products Y_l^T Y_m lies in [-1, 1]. Fixed point with F = 30 bits puts the
+        products at 60 fractional bits, below 2**63, with no truncation (truncating two-holder shares fails
+        with probability ~ |value| 2**-4 at this size); the rotation is applied in floating point before
+        encoding, so the ring never multiplies by P and the result is exact to ~2**-30 per entry.
+        """
+        started = time.perf_counter()
+        k, d = self.n_components, self.n_features_total_
+        coordinator, client = fed.coordinator, fed.rank in parties
+        Xc = None
+        if client:
+            Xc, self.mean_ = self._center(X)
+        if len(parties) == 1:
+            if not client:
+                return self._empty()
+            theta, V = torch.linalg.eigh(Xc.T @ Xc)
+            theta, V = theta.flip(0)[:k], V.flip(1)[:, :k]
+            self.bytes_, self.messages_ = 0, 0
+            return self._covariance_output(fed, parties, Xc, V, theta, started)
+        if fed.rank not in parties and fed.rank != coordinator:
+            return self._empty()
+        offsets = [0]
+        for w in self.party_widths_:
+            offsets.append(offsets[-1] + w)
+        F = COVARIANCE_FRAC_BITS
+        fp, fp2 = FixedPoint(F), FixedPoint(2 * F)
+        block = None
+        with fed.phase(f"pca/{self.method}"):
+            if client:
+                me = parties.index(fed.rank)
+                with fed.phase(f"pca/{self.method}/seed"):
+                    if fed.rank == parties[0]:
+                        secret = secrets.randbits(62) if self.mask_seed is None else int(self.mask_seed) + 1
+                        for p in parties[1:]:
+                            fed.send(torch.tensor([secret], dtype=torch.int64), p)
+                    else:
+                        secret = int(fed.recv(parties[0], (1,), torch.int64, device="cpu")[0])
+                P = haar_rotation(d, secret, device=Xc.device)
+                Pl = P[:, offsets[me]:offsets[me + 1]]
+                norm2 = float(secure_allreduce(fed, (Xc ** 2).sum().reshape(1), parties=parties)[0])
+                scale2 = norm2 if norm2 > 0 else 1.0
+                Y = (Xc @ Pl.T / scale2 ** 0.5).cpu()            # n x d, ||Y||_F <= 1 over all parties
+                share = fp2.encode(Y.T @ Y)                      # the own diagonal term, 60 fractional bits
+            # Cross terms Y_l^T Y_m: one Beaver product per pair, shares to l and m, the coordinator deals.
+            with fed.phase(f"pca/{self.method}/products"):
+                for i, l in enumerate(parties):
+                    for m in parties[i + 1:]:
+                        if fed.rank not in (l, m, coordinator):
+                            continue
+                        z = sharing.mul_private(fed, Y.T if fed.rank == l else None, Y if fed.rank == m else None,
+                                                holders=(l, m), dealer=coordinator, kind="matmul", shape_x=(d, n),
+                                                shape_y=(n, d), fp=fp, truncate_result=False)
+                        if z is not None:
+                            share = share + z + z.T
+            if not client:
+                share = torch.zeros(d, d, dtype=torch.int64)
+            # One ring-masked sum of the shares: only the coordinator gets P C P^T / s^2, and no share.
+            stream = MaskStream.private(fed.rank) if self.mask_seed is None else MaskStream(self.mask_seed, fed.rank)
+            total = masked_sum(fed, share, keep=parties[0], out=coordinator, stream=stream, group=RingGroup(),
+                               reveal=True, parties=[*parties, coordinator])
+            del share
+            if fed.rank == coordinator:
+                M = fp2.decode(total)
+                M = (M + M.T) / 2
+                theta, W = torch.linalg.eigh(M)
+                block = torch.cat([W.flip(1)[:, :k], theta.flip(0)[None, :k]])
+                del M, W, theta
+            block = broadcast(fed, block, star([coordinator, *parties], center=coordinator), shape=(d + 1, k),
+                              dtype=torch.float64)
+        if not client:
+            self.eigenvalues_ = block[d].to(self._device).contiguous()     # of P C P^T / s^2: ratios only
+            self.rounds_, self.converged_, self.residuals_, self.history_ = 1, True, [], []
+            self.sample_components_, self.loadings_ = None, None
+            self.fit_seconds_ = time.perf_counter() - started
+            self._count_bytes(fed)
+            return self
+        block = block.to(Xc.device)
+        V = P.T @ block[:d]                                       # eigenvectors of C = X^T X, d x k
+        theta = block[d] * scale2
+        del P
+        self._count_bytes(fed)
+        return self._covariance_output(fed, parties, Xc, V[offsets[me]:offsets[me + 1]], theta, started)
+
+    def _empty(self) -> "ExactFederatedPCA":
+        self.sample_components_, self.loadings_, self.bytes_, self.messages_, self.rounds_ = None, None, 0, 0, 0
+        self.converged_, self.eigenvalues_, self.history_, self.residuals_ = None, None, [], []
+        return self
+
+    def _covariance_output(self, fed, parties, Xc, V_own, theta, started) -> "ExactFederatedPCA":
+        """Sample-space vectors U = X V / sqrt(theta) from a masked sum of X_l V_l (n x k), then the usual outputs."""
+        with fed.phase(f"pca/{self.method}/scores"):
+            part = Xc @ V_own
+            XV = secure_allreduce(fed, part, parties=parties) if len(parties) > 1 else part
+        s = theta.clamp_min(0).sqrt()
+        U = XV / torch.where(s > 0, s, torch.ones_like(s))
+        n = Xc.shape[0]
+        U = align_signs(U.contiguous(), shared_start(n, U.shape[1], self.seed, 1, device=Xc.device))
+        self.eigenvalues_ = theta.contiguous()
+        self.rounds_, self.converged_, self.residuals_ = 1, True, []
+        self.history_ = [U]
+        self.fit_seconds_ = time.perf_counter() - started
+        if len(parties) > 1:
+            self._count_bytes(fed)
         self._finish(fed, parties, Xc, U)
         return self
