@@ -108,7 +108,7 @@ class ExactFederatedPCA(FederatedPCABase):
 
     def __init__(self, n_components: int = 1, *, protocol: str = "auto", oversample: int | None = None,
                  tol: float = 1e-10, max_rounds: int = 1000, secure: bool = True, sum_topology: str = "tree",
-                 center: bool = True, seed: int = 0, mask_seed: int | None = None):
+                 center: bool = True, seed: int = 0, mask_seed: int | None = None, whiten: bool = False):
         self.n_components = n_components
         self.protocol = protocol
         self.oversample = oversample
@@ -118,6 +118,7 @@ class ExactFederatedPCA(FederatedPCABase):
         self.sum_topology = sum_topology
         self.center = center
         self.seed = seed
+        self.whiten = whiten
         self.mask_seed = mask_seed
 
     def fit(self, X: torch.Tensor | None = None, fed: Federation | None = None, parties=None) -> "ExactFederatedPCA":
