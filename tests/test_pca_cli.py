@@ -58,3 +58,18 @@ def test_exact_method_on_the_papers_structured_datasets(dataset, tmp_path):
                  "--output-json", str(path), "--quiet"]) == 0
     m = json.loads(path.read_text())["metrics"]
     assert m["distance"] < 1e-6 and m["rounds"] > 0 and m["bytes"] > 0
+
+
+@pytest.mark.slow
+@needs_dataset("a9a")
+def test_exact_covariance_protocol_on_a9a_sends_at_most_three_times_the_data(tmp_path):
+    # 32561 x 123: too many rows for the n x n rotation; 'auto' picks the covariance protocol.
+    path = tmp_path / "a9a.json"
+    assert main(["pca", "--dataset", "a9a", "--method", "exact", "--parties", "2", "--components", "5",
+                 "--output-json", str(path), "--quiet"]) == 0
+    record = json.loads(path.read_text())
+    m = record["metrics"]
+    assert record["protocol"] == "covariance"
+    assert m["distance"] < 1e-6
+    data_bytes = 32561 * 123 * 8
+    assert data_bytes < m["bytes"] <= 3 * data_bytes, m["bytes"] / data_bytes
