@@ -61,7 +61,10 @@ def make_jobs(datasets, periods: int, quick: bool, scale: str) -> list[Job]:
                             scale, {"figure": "fig6", "label": f"p={p}, subspace merge"}))
             for k in ([1] if quick else [1, 3]):
                 jobs.append(Job(f"{ds}/exact/p={p}/k={k}", ds, p, ExactFederatedPCA, dict(n_components=k), scale,
-                                {"figure": "exact", "label": f"p={p}", "k": k, "sum": "rotated (default)"}))
+                                {"figure": "exact", "label": f"p={p}", "k": k, "sum": "auto (default)"}))
+                jobs.append(Job(f"{ds}/exact-rotated/p={p}/k={k}", ds, p, ExactFederatedPCA,
+                                dict(n_components=k, protocol="rotated"), scale,
+                                {"figure": "exact", "label": f"p={p}", "k": k, "sum": "rotated"}))
                 jobs.append(Job(f"{ds}/exact-krylov/p={p}/k={k}", ds, p, ExactFederatedPCA,
                                 dict(n_components=k, protocol="krylov"), scale,
                                 {"figure": "exact", "label": f"p={p}", "k": k, "sum": "krylov, masked"}))

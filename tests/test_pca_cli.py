@@ -19,7 +19,7 @@ def test_exact_method_record_has_distance_rounds_and_bytes(tmp_path):
     assert m["distance"] < 1e-6 and m["principal_angle_deg"] < 1e-4
     assert m["rounds"] == 1 and record["converged"] is True and m["bytes"] > 0 and m["fit_seconds"] > 0
     assert abs(m["explained_variance_ratio"] - m["pooled_explained_variance_ratio"]) < 1e-9
-    # protocol 'rotated' (default) runs with a coordinator rank, which receives the masked sum
+    # protocol 'auto' (default: covariance here) runs with a coordinator rank, which receives the masked sum
     assert len(record["history"]) == m["rounds"] and record["config"]["coordinator"] == 2
     assert record["comm"]["2"]["phases"]["pca/exact"]["bytes_sent"] > 0
     assert record["history"][-1]["distance"] == m["distance"]
@@ -37,7 +37,8 @@ def test_options_build_the_right_estimator():
     est = build_estimator(_args("--method", "akpca", "--topology", "ring", "--kernel", "poly"))
     assert isinstance(est, VFedAKPCA) and est.kernel == "poly" and est.topology == "ring" and est.local_iters is None
     assert isinstance(build_estimator(_args("--method", "exact")), ExactFederatedPCA)
-    assert build_estimator(_args("--method", "exact")).protocol == "rotated"
+    assert build_estimator(_args("--method", "exact")).protocol == "auto"
+    assert build_estimator(_args("--method", "exact", "--protocol", "covariance")).protocol == "covariance"
     assert build_estimator(_args("--method", "exact", "--protocol", "krylov")).protocol == "krylov"
     assert build_estimator(_args("--merge", "paper")).merge == "paper"
     assert build_estimator(_args("--method", "akpca")).merge == "subspace"
@@ -57,3 +58,18 @@ def test_exact_method_on_the_papers_structured_datasets(dataset, tmp_path):
                  "--output-json", str(path), "--quiet"]) == 0
     m = json.loads(path.read_text())["metrics"]
     assert m["distance"] < 1e-6 and m["rounds"] > 0 and m["bytes"] > 0
+
+
+@pytest.mark.slow
+@needs_dataset("a9a")
+def test_exact_covariance_protocol_on_a9a_sends_at_most_three_times_the_data(tmp_path):
+    # 32561 x 123: too many rows for the n x n rotation; 'auto' picks the covariance protocol.
+    path = tmp_path / "a9a.json"
+    assert main(["pca", "--dataset", "a9a", "--method", "exact", "--parties", "2", "--components", "5",
+                 "--output-json", str(path), "--quiet"]) == 0
+    record = json.loads(path.read_text())
+    m = record["metrics"]
+    assert record["protocol"] == "covariance"
+    assert m["distance"] < 1e-6
+    data_bytes = 32561 * 123 * 8
+    assert data_bytes < m["bytes"] <= 3 * data_bytes, m["bytes"] / data_bytes

@@ -325,3 +325,49 @@ def test_exact_kernel_pca_transforms_new_rows_as_scikit_learn(kernel):
     torch.testing.assert_close(got * signs, expected, rtol=1e-7, atol=1e-7)
     # the training rows through the new-row path give the training embedding U sqrt(lambda)
     torch.testing.assert_close(est.transform(X), est.transform(), rtol=1e-7, atol=1e-7)
+
+
+def test_estimators_are_scikit_learn_citizens():
+    from sklearn.base import clone
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    for cls in (ExactFederatedPCA, VFedPCA, VFedAKPCA, ExactFederatedKernelPCA):
+        est = cls(2)
+        params = est.get_params()
+        assert params["n_components"] == 2 and "seed" in params
+        copy = clone(est.set_params(n_components=3))
+        assert copy is not est and copy.get_params() == est.get_params() and copy.n_components == 3
+    assert ExactFederatedPCA().get_params()["protocol"] == "auto"
+    X = low_rank_data(noise=0.5).numpy()
+    scores = make_pipeline(StandardScaler(), ExactFederatedPCA(2)).fit_transform(X)
+    assert tuple(scores.shape) == (X.shape[0], 2)
+
+
+def test_whiten_matches_scikit_learn():
+    from sklearn.decomposition import PCA
+
+    X = low_rank_data(noise=0.5).numpy()
+    new = low_rank_data(n=9, seed=4, noise=0.5).numpy()
+    sk = PCA(3, whiten=True).fit(X)
+    est = ExactFederatedPCA(3, whiten=True).fit(X)
+    signs = torch.sign((est.components_ * torch.as_tensor(sk.components_)).sum(1))
+    torch.testing.assert_close(est.transform(new) * signs, torch.as_tensor(sk.transform(new)), rtol=1e-8, atol=1e-8)
+    torch.testing.assert_close(est.transform() * signs, torch.as_tensor(sk.transform(X)), rtol=1e-8, atol=1e-8)
+    torch.testing.assert_close(est.inverse_transform(est.transform(new)),
+                               torch.as_tensor(sk.inverse_transform(sk.transform(new))), rtol=1e-8, atol=1e-8)
+
+
+def test_training_scores_versus_transform_of_the_training_rows():
+    X = low_rank_data(noise=1.0)
+    exact = ExactFederatedPCA(2).fit(X)
+    torch.testing.assert_close(exact.transform(X), exact.transform(), rtol=1e-9, atol=1e-9)
+    approx = VFedPCA(2, periods=1, local_iters=2).fit(X)         # far from converged on purpose
+    U, s = approx.sample_components_, approx.singular_values_
+    local, shipped = approx.transform(), approx.transform(X)
+    assert (local - shipped).abs().max() > 1e-3                  # they differ for an approximate U ...
+    Xc = X - X.mean(0)
+    residual = (Xc @ (Xc.T @ U) - U * s ** 2) / s
+    torch.testing.assert_close(shipped - local, residual, rtol=1e-9, atol=1e-9)   # ... by the residual
+    torch.testing.assert_close((U * shipped).sum(0), s, rtol=1e-9, atol=1e-9)     # same projections on U
+    torch.testing.assert_close((U * local).sum(0), s, rtol=1e-9, atol=1e-9)

@@ -38,13 +38,15 @@ def own(rank):
 def job(fed):
     X = own(fed.rank) if fed.is_data_party else None
     out = {}
-    for name, est in (("krylov", ExactFederatedPCA(K, protocol="krylov")), ("rotated", ExactFederatedPCA(K))):
+    for name, est in (("krylov", ExactFederatedPCA(K, protocol="krylov")),
+                      ("rotated", ExactFederatedPCA(K, protocol="rotated")), ("covariance", ExactFederatedPCA(K))):
         start = len(fed.transcript)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             est.fit(X, fed)
         out[name] = {"span": (start, len(fed.transcript)), "warnings": [str(w.message) for w in caught],
-                     "components": est.sample_components_, "eigenvalues": est.eigenvalues_}
+                     "components": est.sample_components_, "eigenvalues": est.eigenvalues_,
+                     "protocol": est.protocol_}
     msgs = [(m.phase, m.src, m.dst, m.tensor) for m in fed.transcript]
     return {"out": out, "messages": msgs}
 
@@ -137,7 +139,7 @@ def test_the_attack_fails_against_the_rotated_protocol(results):
 def test_both_protocols_give_the_pooled_pca(results):
     X = pooled()
     U = torch.linalg.svd(X - X.mean(0), full_matrices=False)[0][:, :K]
-    for name in ("krylov", "rotated"):
+    for name in ("krylov", "rotated", "covariance"):
         for rank in range(3):
             got = results[rank]["out"][name]["components"]
             signs = torch.sign((got * U).sum(0))
@@ -172,3 +174,83 @@ def test_the_rotated_sum_layout_reveals_no_partial_sum(q):
     ranks = list(range(q)) + [q]
     t1, t2 = totally_different_trees(ranks, 0)
     assert set(masked_sum_leakage(t1, t2, 0, q).values()) == {0}
+
+
+# ------------------------------------------------------------------ protocol='covariance' (the default here)
+FRAC = 30                     # vfltorch.pca.exact.COVARIANCE_FRAC_BITS
+
+
+def total_norm2():
+    return float(sum((own(i) ** 2).sum() for i in range(3)))
+
+
+def covariance_seed(results):
+    return int([t for phase, src, dst, t in received(results, 1, "covariance") if phase.endswith("/seed")][0][0])
+
+
+def test_the_default_is_the_covariance_protocol_when_there_are_fewer_features_than_samples(results):
+    for rank in range(4):
+        assert results[rank]["out"]["covariance"]["protocol"] == "covariance"
+        assert not results[rank]["out"]["covariance"]["warnings"]
+
+
+def test_the_pooled_attack_fails_against_the_covariance_protocol(results):
+    d = sum(b - a for a, b in zip(BOUNDS, BOUNDS[1:]))
+    P = haar_rotation(d, covariance_seed(results))
+    s = total_norm2() ** 0.5                  # every party knows ||X||_F^2 (the total variance is an output)
+    for rank in range(3):
+        msgs = received(results, rank, "covariance")
+        truth = others_gram(rank)
+        assert nystrom_attack(msgs, rank) is None
+        # What arrives: ring elements (the partner's masked rotated columns, dealer shares, masked sums), the seed,
+        # the (d + 1) x k output, the n x k scores X V and the variance totals.
+        floats = [t for phase, src, dst, t in msgs if t.dtype.is_floating_point]
+        assert all(t.numel() in ((d + 1) * K, N * K, K + 1, 1) for t in floats), [t.shape for t in floats]
+        errors = []
+        # 1. The output: U diag(theta) U^T minus its own Gram matrix.
+        U, theta = results[rank]["out"]["covariance"]["components"], results[rank]["out"]["covariance"]["eigenvalues"]
+        errors.append(rel(U @ torch.diag(theta) @ U.T - own(rank) @ own(rank).T, truth))
+        # 2. Every n x d ring message read as the partner's fixed-point rotated columns, rotated back.
+        for phase, src, dst, t in msgs:
+            if t.dtype == torch.int64 and t.numel() == N * d:
+                for D in (t.reshape(N, d), t.reshape(d, N).T):
+                    Z = D.to(torch.float64) / 2 ** FRAC * s @ P
+                    errors.append(rel(Z @ Z.T, truth))
+        assert len(errors) > 1 and min(errors) > 0.3, (rank, min(errors))
+
+
+def test_the_coordinator_learns_the_normalised_spectrum_and_not_the_covariance(results):
+    d = 18
+    P = haar_rotation(d, covariance_seed(results))
+    Xc = torch.cat([own(i) for i in range(3)], 1)
+    C = Xc.T @ Xc
+    view = P @ C @ P.T / total_norm2()          # what its masked sum opens to (decoded)
+    coordinator = 3
+    for phase, src, dst, t in received(results, coordinator, "covariance"):
+        assert "/seed" not in phase and (not t.dtype.is_floating_point or t.numel() <= K + 1), (phase, t.shape)
+    got = results[coordinator]["out"]["covariance"]["eigenvalues"]
+    torch.testing.assert_close(got, torch.linalg.eigvalsh(view).flip(0)[:K], rtol=1e-7, atol=1e-9)
+    assert results[coordinator]["out"]["covariance"]["components"] is None
+    assert rel(view * total_norm2(), C) > 0.5
+    # The stated trust assumption: a data party (which knows P and ||X||_F) colluding with the coordinator
+    # gets C exactly; see docs/pca.md.
+    torch.testing.assert_close(P.T @ view @ P * total_norm2(), C, rtol=1e-9, atol=1e-9)
+
+
+def test_the_dealer_colluding_with_a_party_unmasks_the_partners_columns(results):
+    # Why the coordinator (the Beaver dealer) must not collude with a data party: party 0 receives
+    # f = enc(Y_1) - B from party 1, and the dealer drew B from the seed it sent to party 1.
+    from vfltorch.comm.sharing import _stream_from, _uniform
+
+    d = 18
+    P = haar_rotation(d, covariance_seed(results))
+    f = [t for phase, src, dst, t in received(results, 0, "covariance")
+         if src == 1 and t.dtype == torch.int64 and t.numel() == N * d][0].reshape(N, d)
+    seed = [t for phase, src, dst, t in received(results, 1, "covariance") if src == 3 and t.numel() == 2][0]
+    B = _uniform(_stream_from(seed), (N, d))
+    Y1 = (f + B).to(torch.float64) / 2 ** FRAC
+    X1 = Y1 @ P[:, BOUNDS[1]:BOUNDS[2]] * total_norm2() ** 0.5
+    torch.testing.assert_close(X1, own(1), rtol=0, atol=1e-6)
+    # Without the dealer's seed the same message is far from party 1's columns.
+    alone = f.to(torch.float64) / 2 ** FRAC @ P[:, BOUNDS[1]:BOUNDS[2]] * total_norm2() ** 0.5
+    assert rel(alone, own(1)) > 10

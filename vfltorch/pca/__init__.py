@@ -11,10 +11,13 @@ sign-free by default (``merge.py``; the paper's weighted sum: ``merge="paper"``)
   with warm start and weight scaling (Algorithms 1-5) (``vfedpca.py``).
 * ``VFedAKPCA`` - merged local kernel PCA; each party projects its own data
   (``akpca.py``).
-* ``ExactFederatedPCA`` - the pooled PCA, federated (``exact.py``): by default one
-  masked sum of secretly rotated Gram matrices at a coordinator, which learns
-  only the spectrum ("rotated"); or subspace iteration, one sum per round, which
+* ``ExactFederatedPCA`` - the pooled PCA, federated (``exact.py``): by default
+  ("auto") the secretly rotated d x d covariance from Beaver products dealt by a
+  coordinator, opened there by one masked sum ("covariance", when d <= n), or one
+  masked sum of secretly rotated n x n Gram matrices ("rotated"); the coordinator
+  learns only the spectrum. Or subspace iteration, one sum per round, which
   lets every party rebuild the others' Gram matrix ("krylov", warns).
+* All estimators are scikit-learn ``BaseEstimator`` / ``TransformerMixin``s.
 * ``ExactFederatedKernelPCA`` - kernel PCA of the pooled data through one
   (masked) sum of Gram matrices (``exact_kernel.py``).
 * ``metrics`` - distances and angles to the pooled references; ``synthetic`` -

@@ -101,7 +101,14 @@ class VFedAKPCA(FederatedPCABase):
         return self
 
     def transform(self, X=None, fed=None) -> torch.Tensor:
-        """The training samples' embedding: the merged unit directions (n x k); no new samples (see base)."""
+        """The training samples' embedding: the merged unit directions (n x k); no new samples (see base).
+
+        Not U sqrt(lambda) like ``ExactFederatedKernelPCA.transform()``: the scale would be
+        u_j^T K u_j for the pooled kernel K, which VFedAKPCA never forms (each party only has its
+        local kernel K_i, and the merge weights sqrt(lambda_i) are not eigenvalues of K); any
+        number put there would be a made-up scale. Multiply by the exact kernel PCA's
+        sqrt(eigenvalues_) if both are fitted, or compare directions (``aligned_distances``).
+        """
         if X is not None:
             return super().transform(X, fed)
         if not hasattr(self, "sample_components_"):

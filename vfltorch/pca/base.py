@@ -30,6 +30,7 @@ Conventions (all estimators):
 from __future__ import annotations
 
 import torch
+from sklearn.base import BaseEstimator, TransformerMixin
 
 from ..comm import Federation, broadcast, pairwise_tree, secure_allreduce
 from ..data import VFLInputError
@@ -48,8 +49,19 @@ def as_tensor(X):
     return X
 
 
-class FederatedPCABase:
-    """Set-up and the outputs that every federated PCA estimator shares (see the module docstring)."""
+class FederatedPCABase(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
+    """Set-up and the outputs that every federated PCA estimator shares (see the module docstring).
+
+    scikit-learn citizens: ``get_params`` / ``set_params`` / ``clone`` / ``repr`` come from
+    ``BaseEstimator`` (every constructor argument is an attribute of the same name), ``fit_transform``
+    from here. ``fit(X, fed=None, parties=None)``: a scikit-learn caller's ``fit(X, y=None)`` passes
+    ``None`` for ``fed`` (one party, the centralised algorithm). ``set_output`` (pandas output) is not
+    wired: scores are torch tensors, and ``transform()`` without ``X`` must stay callable.
+    """
+
+    def __init_subclass__(cls, **kwargs):
+        # scikit-learn would wrap transform(X, ...) for set_output and make X mandatory; ours is optional.
+        super().__init_subclass__(auto_wrap_output_keys=None, **kwargs)
 
     method = "pca"          # phase names: pca/<method>
     linear = True           # explained variance / scores of the linear model make sense
@@ -85,7 +97,7 @@ class FederatedPCABase:
         with fed.phase("pca/setup"):
             info = [int(X.shape[0]), int(X.shape[1])] if client else None
             if len(parties) == 1 and fed.world_size == 1:
-                plan = {"n": info[0], "features": info[1], "error": None}
+                plan = {"n": info[0], "features": info[1], "widths": [info[1]], "error": None}
             else:
                 hub = parties[0]
                 gathered = fed.gather_json(info, hub, ranks=parties) if client else None
@@ -97,7 +109,8 @@ class FederatedPCABase:
                         error = ("the parties hold different numbers of samples ("
                                  + ", ".join(f"party {p}: {r}" for p, r in rows.items())
                                  + "); every party must hold the same rows in the same order")
-                    plan = {"n": gathered[0][0], "features": sum(g[1] for g in gathered), "error": error}
+                    plan = {"n": gathered[0][0], "features": sum(g[1] for g in gathered),
+                            "widths": [g[1] for g in gathered], "error": error}
                 ranks = parties + ([fed.coordinator] if fed.coordinator is not None else [])
                 if fed.rank in ranks:
                     plan = fed.broadcast_json(plan, hub, ranks=ranks)
@@ -110,6 +123,7 @@ class FederatedPCABase:
             raise VFLInputError(f"n_components={k} but there are only {n} samples: ask for at most {n}")
         self.n_samples_ = n
         self.n_features_total_ = plan["features"]
+        self.party_widths_ = list(plan["widths"])     # f_i of each party of ``parties``, in order (public)
         self.parties_ = parties
         return fed, parties, X, n
 
@@ -178,6 +192,16 @@ class FederatedPCABase:
         samples: this party's columns of them (m x f_i); each party computes
         (X_i - mean_i) V_i with V_i = Z_i / s, its block of the pooled right
         singular vectors, and the m x k parts are summed over the parties.
+
+        ``transform()`` and ``transform(X_train)`` (every party passing its
+        training columns) agree when U holds exact eigenvectors of A = X X^T
+        (the exact method): X V = A U / s = U s. For the approximate VFedPCA
+        estimate they differ by the residual (A U - U s^2) / s, column by
+        column; what always holds is u_j^T transform(X_train)_j = s_j =
+        u_j^T transform()_j. ``transform()`` is the one that costs no message
+        and reveals nothing (A U would be one Krylov product of the others'
+        Gram matrix). ``whiten=True`` divides the scores by
+        sqrt(explained_variance_), as scikit-learn's ``PCA(whiten=True)``.
         """
         if not hasattr(self, "sample_components_"):
             raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit first")
@@ -186,7 +210,7 @@ class FederatedPCABase:
                                 "and training samples would need every party's columns; use transform() for "
                                 "the training samples' embedding")
         if X is None:
-            return self.sample_components_ * self.singular_values_
+            return self._whiten(self.sample_components_ * self.singular_values_)
         if self.loadings_ is None:
             raise VFLInputError("only a data party can transform its columns of new samples")
         X = as_tensor(X)
@@ -199,9 +223,19 @@ class FederatedPCABase:
         part = Xc @ (self.loadings_ / s)
         with fed.phase("pca/transform"):
             # Masked: a tree parent would otherwise see its child's m x k part (X_i V_i of the new rows).
-            return secure_allreduce(fed, part, parties=self.parties_) if len(self.parties_) > 1 else part
+            scores = secure_allreduce(fed, part, parties=self.parties_) if len(self.parties_) > 1 else part
+        return self._whiten(scores)
+
+    def _whiten(self, scores: torch.Tensor, inverse: bool = False) -> torch.Tensor:
+        """``whiten=True``: scores / sqrt(explained_variance_) (scikit-learn's PCA), or back with ``inverse``."""
+        if not getattr(self, "whiten", False):
+            return scores
+        sd = self.explained_variance_.clamp_min(0).sqrt()
+        sd = torch.where(sd > 0, sd, torch.ones_like(sd)).to(scores.device)
+        return scores * sd if inverse else scores / sd
 
     def fit_transform(self, X=None, fed=None, parties=None) -> torch.Tensor:
+        """``fit`` then the training samples' scores (``transform()``, no further message)."""
         return self.fit(X, fed, parties).transform()
 
     def inverse_transform(self, scores) -> torch.Tensor:
@@ -222,7 +256,7 @@ class FederatedPCABase:
         k = self.components_.shape[0]
         if scores.dim() != 2 or scores.shape[1] != k:
             raise VFLInputError(f"expected scores of shape (m, {k}), got {tuple(scores.shape)}")
-        return scores.to(self.components_.device) @ self.components_ + self.mean_
+        return self._whiten(scores.to(self.components_.device), inverse=True) @ self.components_ + self.mean_
 
     def _bytes_in(self, fed: Federation) -> dict:
         """This party's meter totals for the fit proper (phases pca/<method>...), since the federation began."""

@@ -77,10 +77,12 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="kernel gamma: a number, or 'scale' for 1 / (features x variance) (default 1 / total features)")
     g.add_argument("--degree", type=int, default=3, help="poly kernel degree")
     g.add_argument("--coef0", type=float, default=1.0, help="poly / sigmoid kernel offset")
-    g.add_argument("--protocol", choices=PROTOCOLS, default="rotated",
-                   help="exact (linear): rotated (one masked sum of secretly rotated Gram matrices at a coordinator "
-                        "rank, which learns only the spectrum; n x n per party) or krylov (subspace iteration: "
-                        "every party can rebuild the others' Gram matrix, warns)")
+    g.add_argument("--protocol", choices=PROTOCOLS, default="auto",
+                   help="exact (linear): auto (covariance when features <= samples, else rotated); covariance "
+                        "(secretly rotated columns multiplied pairwise under Beaver triples, one masked d x d sum at "
+                        "a coordinator rank, which learns only the normalised spectrum; n x d per party and pair); "
+                        "rotated (one masked sum of secretly rotated Gram matrices at a coordinator; n x n per "
+                        "party) or krylov (subspace iteration: every party can rebuild the others' Gram matrix, warns)")
     g.add_argument("--tol", type=float, default=1e-10, help="exact: relative residual at which to stop")
     g.add_argument("--max-rounds", type=int, default=1000, help="exact: at most this many rounds")
     g.add_argument("--oversample", type=int, default=None, help="exact: extra block columns (default min(10, n - K))")
@@ -119,7 +121,7 @@ def build_estimator(args):
 
 def _wants_server(args) -> bool:
     if args.method == "exact":
-        return args.kernel in (None, "linear") and args.protocol == "rotated" and (args.parties or 3) > 1
+        return args.kernel in (None, "linear") and args.protocol != "krylov" and (args.parties or 3) > 1
     return args.method in ("vfedpca", "akpca") and args.topology == "server"
 
 
@@ -139,7 +141,7 @@ def _gather_estimates(fed, est, decentralised: bool):
 
 def _run(fed: Federation, data, args, log):
     if _wants_server(args) and fed.world_size > 1 and fed.coordinator is None:
-        what = "--method exact --protocol rotated" if args.method == "exact" else "--topology server"
+        what = f"--method exact --protocol {args.protocol}" if args.method == "exact" else "--topology server"
         raise VFLInputError(f"{what} needs a coordinator rank: under torchrun start Q + 1 processes")
     est = build_estimator(args)
     X = None if data is None else data.X_train.to(args.device)
@@ -166,6 +168,8 @@ def _run(fed: Federation, data, args, log):
     if test_ratio is not None:
         metrics["test_explained_variance_ratio"] = test_ratio
     record = {"metrics": metrics, "train_seconds": est.fit_seconds_, "pca_method": type(est).__name__}
+    if getattr(est, "protocol_", None) is not None:
+        record["protocol"] = est.protocol_          # exact PCA: the protocol that 'auto' chose
     if getattr(est, "converged_", None) is not None:
         # exact PCA: False when max_rounds stopped it before tol (the estimator also warns)
         record["converged"] = bool(est.converged_)

@@ -1,8 +1,31 @@
 """Exact federated PCA: the pooled PCA, computed so that no party learns more than the result.
 
-Two protocols (``protocol=``):
+Protocols (``protocol=``; the default ``"auto"`` takes ``"covariance"`` when the
+pooled matrix has no more features than samples, d <= n, else ``"rotated"``):
 
-``"rotated"`` (the default): one masked sum of rotated Gram matrices at the
+``"covariance"``: the d x d covariance C = X^T X under a secret Haar rotation P
+(d x d), opened only as P C P^T / ||X||_F^2 at the coordinator.
+
+1. The data parties agree on a secret seed (as below) and draw P; party l owns
+   the d x f_l block P_l, and Y_l = X_l P_l^T / s with s^2 = ||X||_F^2 (a
+   masked sum), so that Y = sum_l Y_l = X P^T / s has unit Frobenius norm.
+2. For every pair l < m, ``sharing.mul_private(kind="matmul")`` with a Beaver
+   triple dealt by the coordinator gives l and m ring shares of Y_l^T Y_m:
+   each sends the other one uniform n x d ring matrix. Fixed point with 30
+   bits, products kept at 60 bits without truncation (they are below 1).
+3. Each party's share (its own Y_l^T Y_l plus z + z^T per pair) goes into one
+   ring-masked sum whose output is the coordinator: P C P^T / s^2. It sends
+   back the k leading eigenpairs (W, theta); each party takes V = P^T W, its
+   rows V_l (``components_``), and U = X V / sqrt(theta s^2) from a masked sum
+   of X_l V_l.
+
+The coordinator learns the normalised spectrum of C and nothing else; a data
+party the output. The coordinator (dealer and eigensolver) must not collude
+with any data party: with party l it unmasks the columns l's partners sent,
+or, knowing P, gets C. Cost: (Q - 1) n d ring elements per party (2.2x the
+data on a9a for Q = 2) and a d x d eigenproblem.
+
+``"rotated"``: one masked sum of rotated Gram matrices at the
 coordinator (a rank that holds no data).
 
 1. The data parties agree on a secret seed (the first party draws it from
@@ -49,13 +72,15 @@ import warnings
 
 import torch
 
-from ..comm import Federation, MaskStream, allreduce, broadcast, secure_allreduce, secure_sum, star
+from ..comm import (FixedPoint, Federation, MaskStream, RingGroup, allreduce, broadcast, masked_sum, secure_allreduce,
+                    secure_sum, sharing, star)
 from ..data import VFLInputError
 from .base import FederatedPCABase
 from .linalg import align_signs, center_columns, orthonormalize, rayleigh_ritz, shared_start, top_eigenpairs
 
 SUM_TOPOLOGIES = ("tree", "star", "ring")
-PROTOCOLS = ("rotated", "krylov")
+PROTOCOLS = ("auto", "covariance", "rotated", "krylov")
+COVARIANCE_FRAC_BITS = 30       # fixed-point bits of the normalised rotated data; products carry 60 (see _fit_covariance)
 MAX_ROTATED_SAMPLES = 8000      # n x n float64 matrices (P, the Gram part, the sum) must fit in memory
 
 KRYLOV_LEAK = ("protocol='krylov': every party learns every block Q_t and every product A Q_t of the pooled "
@@ -88,25 +113,27 @@ def federated_sum(fed: Federation, part: torch.Tensor, parties, *, secure: bool,
 class ExactFederatedPCA(FederatedPCABase):
     """Exact federated PCA (see the module docstring).
 
-    Parameters: ``n_components`` (k); ``protocol`` ('rotated', default: needs a
-    coordinator rank when there is more than one party; 'krylov': subspace
+    Parameters: ``n_components`` (k); ``protocol`` ('auto', default: 'covariance' if
+    d <= n else 'rotated', both need a coordinator rank when there is more than one
+    party; 'covariance'; 'rotated'; 'krylov': subspace
     iteration, which leaks, see above); for 'krylov': ``oversample`` (extra block
     columns, default min(10, n - k)), ``tol`` (relative residual, default 1e-10),
     ``max_rounds``, ``secure`` (masked sums, default True) or ``sum_topology``
     ('tree', 'star', 'ring') for a plain all-reduce; ``center``; ``seed`` (the
     shared start block and sign reference); ``mask_seed`` (a reproducible
-    simulation: seeded masks and rotation, no privacy; default: the OS).
+    simulation: seeded masks and rotation, no privacy; default: the OS); ``whiten``
+    (scores / sqrt(explained_variance_), as scikit-learn).
 
-    Attributes: ``sample_components_`` (n x k), ``eigenvalues_`` (of X X^T), ``loadings_``,
+    Attributes: ``protocol_`` (the protocol 'auto' chose), ``sample_components_`` (n x k), ``eigenvalues_`` (of X X^T), ``loadings_``,
     ``history_`` (the k Ritz vectors after each round), ``residuals_``,
     ``rounds_``, ``converged_``, ``bytes_``, ``fit_seconds_``, explained variance.
     """
 
     method = "exact"
 
-    def __init__(self, n_components: int = 1, *, protocol: str = "rotated", oversample: int | None = None,
+    def __init__(self, n_components: int = 1, *, protocol: str = "auto", oversample: int | None = None,
                  tol: float = 1e-10, max_rounds: int = 1000, secure: bool = True, sum_topology: str = "tree",
-                 center: bool = True, seed: int = 0, mask_seed: int | None = None):
+                 center: bool = True, seed: int = 0, mask_seed: int | None = None, whiten: bool = False):
         self.n_components = n_components
         self.protocol = protocol
         self.oversample = oversample
@@ -116,6 +143,7 @@ class ExactFederatedPCA(FederatedPCABase):
         self.sum_topology = sum_topology
         self.center = center
         self.seed = seed
+        self.whiten = whiten
         self.mask_seed = mask_seed
 
     def fit(self, X: torch.Tensor | None = None, fed: Federation | None = None, parties=None) -> "ExactFederatedPCA":
@@ -125,9 +153,25 @@ class ExactFederatedPCA(FederatedPCABase):
         if not isinstance(self.max_rounds, int) or self.max_rounds < 1:
             raise VFLInputError(f"max_rounds must be a positive integer, got {self.max_rounds!r}")
         if self.protocol not in PROTOCOLS:
-            raise VFLInputError(f"unknown protocol {self.protocol!r}: choose 'rotated' (default) or 'krylov'")
-        rotated = self.protocol == "rotated"
+            raise VFLInputError(f"unknown protocol {self.protocol!r}: choose 'auto' (default), 'covariance', "
+                                f"'rotated' or 'krylov'")
         fed, parties, X, n = self._setup(X, fed, parties)
+        protocol = self.protocol
+        if protocol == "auto":          # the cheaper exact protocol: d x d (covariance) or n x n (rotated)
+            protocol = "covariance" if self.n_features_total_ <= n else "rotated"
+        self.protocol_ = protocol
+        rotated = protocol == "rotated"
+        if protocol == "covariance":
+            if len(parties) > 1 and not self.secure:
+                raise VFLInputError("secure=False (plain sums, --no-secure-sum) applies to protocol='krylov' only; "
+                                    "protocol='covariance' always uses secret sharing and masked sums")
+            if len(parties) > 1 and fed.coordinator is None:
+                raise VFLInputError("protocol='covariance' needs a coordinator rank (the dealer of Beaver triples and "
+                                    "the eigensolver: launch(..., coordinator=True), or `vfl pca --method exact` "
+                                    "which starts one)")
+            if self.mask_seed is not None and len(parties) > 1:
+                warnings.warn(SIMULATION, stacklevel=2)
+            return self._fit_covariance(X, fed, parties, n)
         if self.mask_seed is not None and len(parties) > 1:
             warnings.warn(SIMULATION, stacklevel=2)
         if rotated and len(parties) > 1:
@@ -243,5 +287,115 @@ class ExactFederatedPCA(FederatedPCABase):
                                                                                     device=Xc.device))
         del P
         self.history_ = [U]
+        self._finish(fed, parties, Xc, U)
+        return self
+
+    def _fit_covariance(self, X, fed: Federation, parties, n: int) -> "ExactFederatedPCA":
+        """protocol='covariance' (see the module docstring); every data party and the coordinator call it.
+
+        Party l's rotated columns Y_l = X_l P_l^T / s (n x d: P_l is the d x f_l block of the secret Haar
+        rotation P that belongs to its columns, s^2 = ||X||_F^2 from a masked sum) make ||Y||_F = 1, so every
+        entry of Y and of the d x d products Y_l^T Y_m lies in [-1, 1]. Fixed point with F = 30 bits puts the
+        products at 60 fractional bits, below 2**63, with no truncation (truncating two-holder shares fails
+        with probability ~ |value| 2**-4 at this size); the rotation is applied in floating point before
+        encoding, so the ring never multiplies by P and the result is exact to ~2**-30 per entry.
+        """
+        started = time.perf_counter()
+        k, d = self.n_components, self.n_features_total_
+        coordinator, client = fed.coordinator, fed.rank in parties
+        Xc = None
+        if client:
+            Xc, self.mean_ = self._center(X)
+        if len(parties) == 1:
+            if not client:
+                return self._empty()
+            theta, V = torch.linalg.eigh(Xc.T @ Xc)
+            theta, V = theta.flip(0)[:k], V.flip(1)[:, :k]
+            self.bytes_, self.messages_ = 0, 0
+            return self._covariance_output(fed, parties, Xc, V, theta, started)
+        if fed.rank not in parties and fed.rank != coordinator:
+            return self._empty()
+        offsets = [0]
+        for w in self.party_widths_:
+            offsets.append(offsets[-1] + w)
+        F = COVARIANCE_FRAC_BITS
+        fp, fp2 = FixedPoint(F), FixedPoint(2 * F)
+        block = None
+        with fed.phase(f"pca/{self.method}"):
+            if client:
+                me = parties.index(fed.rank)
+                with fed.phase(f"pca/{self.method}/seed"):
+                    if fed.rank == parties[0]:
+                        secret = secrets.randbits(62) if self.mask_seed is None else int(self.mask_seed) + 1
+                        for p in parties[1:]:
+                            fed.send(torch.tensor([secret], dtype=torch.int64), p)
+                    else:
+                        secret = int(fed.recv(parties[0], (1,), torch.int64, device="cpu")[0])
+                P = haar_rotation(d, secret, device=Xc.device)
+                Pl = P[:, offsets[me]:offsets[me + 1]]
+                norm2 = float(secure_allreduce(fed, (Xc ** 2).sum().reshape(1), parties=parties)[0])
+                scale2 = norm2 if norm2 > 0 else 1.0
+                Y = (Xc @ Pl.T / scale2 ** 0.5).cpu()            # n x d, ||Y||_F <= 1 over all parties
+                share = fp2.encode(Y.T @ Y)                      # the own diagonal term, 60 fractional bits
+            # Cross terms Y_l^T Y_m: one Beaver product per pair, shares to l and m, the coordinator deals.
+            with fed.phase(f"pca/{self.method}/products"):
+                for i, l in enumerate(parties):
+                    for m in parties[i + 1:]:
+                        if fed.rank not in (l, m, coordinator):
+                            continue
+                        z = sharing.mul_private(fed, Y.T if fed.rank == l else None, Y if fed.rank == m else None,
+                                                holders=(l, m), dealer=coordinator, kind="matmul", shape_x=(d, n),
+                                                shape_y=(n, d), fp=fp, truncate_result=False)
+                        if z is not None:
+                            share = share + z + z.T
+            if not client:
+                share = torch.zeros(d, d, dtype=torch.int64)
+            # One ring-masked sum of the shares: only the coordinator gets P C P^T / s^2, and no share.
+            stream = MaskStream.private(fed.rank) if self.mask_seed is None else MaskStream(self.mask_seed, fed.rank)
+            total = masked_sum(fed, share, keep=parties[0], out=coordinator, stream=stream, group=RingGroup(),
+                               reveal=True, parties=[*parties, coordinator])
+            del share
+            if fed.rank == coordinator:
+                M = fp2.decode(total)
+                M = (M + M.T) / 2
+                theta, W = torch.linalg.eigh(M)
+                block = torch.cat([W.flip(1)[:, :k], theta.flip(0)[None, :k]])
+                del M, W, theta
+            block = broadcast(fed, block, star([coordinator, *parties], center=coordinator), shape=(d + 1, k),
+                              dtype=torch.float64)
+        if not client:
+            self.eigenvalues_ = block[d].to(self._device).contiguous()     # of P C P^T / s^2: ratios only
+            self.rounds_, self.converged_, self.residuals_, self.history_ = 1, True, [], []
+            self.sample_components_, self.loadings_ = None, None
+            self.fit_seconds_ = time.perf_counter() - started
+            self._count_bytes(fed)
+            return self
+        block = block.to(Xc.device)
+        V = P.T @ block[:d]                                       # eigenvectors of C = X^T X, d x k
+        theta = block[d] * scale2
+        del P
+        self._count_bytes(fed)
+        return self._covariance_output(fed, parties, Xc, V[offsets[me]:offsets[me + 1]], theta, started)
+
+    def _empty(self) -> "ExactFederatedPCA":
+        self.sample_components_, self.loadings_, self.bytes_, self.messages_, self.rounds_ = None, None, 0, 0, 0
+        self.converged_, self.eigenvalues_, self.history_, self.residuals_ = None, None, [], []
+        return self
+
+    def _covariance_output(self, fed, parties, Xc, V_own, theta, started) -> "ExactFederatedPCA":
+        """Sample-space vectors U = X V / sqrt(theta) from a masked sum of X_l V_l (n x k), then the usual outputs."""
+        with fed.phase(f"pca/{self.method}/scores"):
+            part = Xc @ V_own
+            XV = secure_allreduce(fed, part, parties=parties) if len(parties) > 1 else part
+        s = theta.clamp_min(0).sqrt()
+        U = XV / torch.where(s > 0, s, torch.ones_like(s))
+        n = Xc.shape[0]
+        U = align_signs(U.contiguous(), shared_start(n, U.shape[1], self.seed, 1, device=Xc.device))
+        self.eigenvalues_ = theta.contiguous()
+        self.rounds_, self.converged_, self.residuals_ = 1, True, []
+        self.history_ = [U]
+        self.fit_seconds_ = time.perf_counter() - started
+        if len(parties) > 1:
+            self._count_bytes(fed)
         self._finish(fed, parties, Xc, U)
         return self

@@ -100,7 +100,7 @@ class VFedPCA(FederatedPCABase):
     def __init__(self, n_components: int = 1, *, periods: int = 10, local_iters: int = 10,
                  topology: str = "server", warm_start: bool = False, weight_scaling: bool = False,
                  include_self: bool = True, update_data: bool = True, center: bool = True,
-                 merge: str = "subspace", seed: int = 0):
+                 merge: str = "subspace", seed: int = 0, whiten: bool = False):
         self.n_components = n_components
         self.periods = periods
         self.local_iters = local_iters
@@ -112,6 +112,7 @@ class VFedPCA(FederatedPCABase):
         self.center = center
         self.merge = merge
         self.seed = seed
+        self.whiten = whiten
 
     def fit(self, X: torch.Tensor | None = None, fed: Federation | None = None, parties=None) -> "VFedPCA":
         check_topology(self.topology)
