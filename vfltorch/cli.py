@@ -244,6 +244,7 @@ def run_party(fed, argv: list[str]) -> dict | None:
             "parties": fed.num_parties,
             "data_task": None if data is None else data.task,
             "labels": None if data is None else data.label_note,
+            **({"alignment": data.alignment} if data is not None and data.alignment else {}),
             "metrics": {k: float(v) for k, v in out.pop("metrics", {}).items()},
             "train_seconds": float(out.pop("train_seconds", float("nan"))),
             "load_seconds": load_seconds,
@@ -278,6 +279,10 @@ def _print_summary(record: dict) -> None:
         model = record.get("task")
         shown = f" (model: {model})" if model and model != record.get("data_task") else ""
         print(f"  task: {record['labels']}{shown}", flush=True)
+    if record.get("alignment"):
+        a = record["alignment"]
+        rows = ", ".join(f"party {r}: {n} ({a['dropped'][r]} dropped)" for r, n in a["rows"].items())
+        print(f"  aligned {a['aligned']} rows by private set intersection; rows per file: {rows}", flush=True)
     print(f"  train {record['train_seconds']:.2f} s, {sent / 1e6:.3f} MB sent in total", flush=True)
 
 
