@@ -93,6 +93,7 @@ def test_the_attack_recovers_ids_from_a_clear_hash_exchange():
     assert found == set(sets[1]) and found - set(sets[0])
 
 
+@pytest.mark.slow
 def test_empty_intersection_is_an_error_at_every_party():
     with pytest.raises(Exception) as info:
         launch(_align_job, 2, args=([["a", "b"], ["c", "d"]],))
