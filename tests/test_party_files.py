@@ -56,3 +56,42 @@ def test_fdskl_from_party_files_equals_fdskl_by_name(tmp_path):
     assert by_file["alignment"]["dropped"] == {"0": 0, "1": 7}
     for k, v in by_name["metrics"].items():
         assert by_file["metrics"][k] == pytest.approx(v, rel=1e-9, abs=1e-12), k
+
+
+@pytest.mark.parametrize("defect, message", [
+    ("dup", "b.csv: the ID column 'id' has 1 duplicate value(s) ('u2')"),
+    ("noid", "b.csv: no ID column 'id'"),
+])
+def test_bad_party_files_are_refused_before_training_naming_the_file(tmp_path, capsys, defect, message):
+    (tmp_path / "a.csv").write_text("id,a,y\nu1,1,0\nu2,2,1\nu3,3,0\n")
+    body = {"dup": "id,b\nu1,5\nu2,6\nu2,7\n", "noid": "key,b\nu1,5\nu2,6\n"}[defect]
+    (tmp_path / "b.csv").write_text(body)
+    code = main(["inspect", "--parties", "2", "--party-files", str(tmp_path / "a.csv"), str(tmp_path / "b.csv"),
+                 "--id-column", "id", "--label-column", "y", "--quiet"])
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def _party_error_job(fed, files):
+    from vfltorch.data import DataConfig, load_party_data
+    load_party_data(fed, DataConfig(party_files=files, id_column="id", label_column="y", test_fraction=0))
+
+
+@pytest.mark.slow
+def test_duplicate_ids_stop_every_party_inside_the_federation(tmp_path):
+    # the check inside the parties (no preflight: files on other machines): every party gets the message
+    (tmp_path / "a.csv").write_text("id,a,y\nu1,1,0\nu2,2,1\nu3,3,0\n")
+    (tmp_path / "b.csv").write_text("id,b\nu1,5\nu1,6\nu3,7\n")
+    from vfltorch.comm import launch
+    with pytest.raises(Exception) as info:
+        launch(_party_error_job, 2, args=([str(tmp_path / "a.csv"), str(tmp_path / "b.csv")],))
+    for rank in (0, 1):
+        assert "b.csv: the ID column 'id' has 1 duplicate value(s) ('u1')" in info.value.errors[rank]
+
+
+@pytest.mark.slow
+def test_pca_trains_from_party_files(tmp_path):
+    files = _write_party_files(tmp_path, parties=3)
+    rec = _run(["pca", "--parties", "3", "--method", "exact", "--components", "2", "--party-files", *files,
+                "--id-column", "id", "--label-column", "y"], tmp_path / "p.json")
+    assert rec["alignment"]["aligned"] == 569 and rec["alignment"]["dropped"]["2"] == 7
