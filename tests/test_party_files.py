@@ -95,3 +95,16 @@ def test_pca_trains_from_party_files(tmp_path):
     rec = _run(["pca", "--parties", "3", "--method", "exact", "--components", "2", "--party-files", *files,
                 "--id-column", "id", "--label-column", "y"], tmp_path / "p.json")
     assert rec["alignment"]["aligned"] == 569 and rec["alignment"]["dropped"]["2"] == 7
+
+
+@pytest.mark.slow
+def test_vfl_align_writes_each_partys_row_order(tmp_path):
+    (tmp_path / "a.csv").write_text("id,a,y\nu1,1,0\nu2,2,1\nu3,3,0\nu4,4,1\n")
+    (tmp_path / "b.csv").write_text("id,b\nu9,0\nu4,5\nu2,6\nu1,7\n")
+    out = tmp_path / "rows" / "p{party}.csv"
+    rec = _run(["align", "--parties", "2", "--party-files", str(tmp_path / "a.csv"), str(tmp_path / "b.csv"),
+                "--id-column", "id", "--label-column", "y", "--rows-out", str(out)], tmp_path / "r.json")
+    assert rec["alignment"]["aligned"] == 3 and rec["alignment"]["dropped"] == {"0": 1, "1": 1}
+    read = lambda q: (tmp_path / "rows" / f"p{q}.csv").read_text().splitlines()[2:]  # noqa: E731
+    assert read(0) == ["0,u1", "1,u2", "3,u4"]          # the active party's file order
+    assert read(1) == ["3,u1", "2,u2", "1,u4"]

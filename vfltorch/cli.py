@@ -37,6 +37,7 @@ COMMAND_MODULES = ["vfltorch.kernels.cli", "vfltorch.pca.cli", "vfltorch.privacy
 # name -> (module, one-line help): what `vfl --help` lists without importing any method.
 COMMAND_INDEX = {
     "datasets": ("vfltorch.data.cli", "list the registered datasets and whether their files are found"),
+    "align": ("vfltorch.data.cli", "align --party-files rows by private set intersection; write each row order"),
     "inspect": ("vfltorch.data.cli", "load and split the data across the parties and report what each holds"),
     "fdskl": ("vfltorch.kernels.cli", "FDSKL: kernel classification / regression with random features"),
     "pca": ("vfltorch.pca.cli", "vertical federated PCA: VFedPCA, VFedAKPCA or exact federated (kernel) PCA"),

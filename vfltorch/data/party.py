@@ -71,6 +71,8 @@ class PartyData:
     classes: list | None = None
     label_note: str = ""
     alignment: dict | None = None          # with --party-files: rows per party, aligned, dropped
+    aligned_rows: np.ndarray | None = None  # with --party-files: this file's data rows in the aligned order
+    aligned_ids: list | None = None         # ... and their IDs (local: never sent)
 
     @property
     def n_train(self) -> int:
@@ -147,7 +149,8 @@ def load_party_data(fed: Federation, config: DataConfig) -> PartyData:
     data = PartyData(party, q, table.name, table.task, np.asarray(columns), list(table.feature_names),
                      n_total, to(X_tr), to(X_te), to(y_tr),
                      to(y_te), table.classes, label_note=_note(table),
-                     alignment=getattr(table, "alignment", None))
+                     alignment=getattr(table, "alignment", None), aligned_rows=getattr(table, "aligned_rows", None),
+                     aligned_ids=getattr(table, "aligned_ids", None))
     if config.normalize_rows:
         data.X_train = normalize_rows(fed, data.X_train)
         if data.X_test is not None:
@@ -277,6 +280,7 @@ def _load_own_file(fed: Federation, config: DataConfig) -> Dataset:
         ds = Dataset(Path(path).name, verdict["task"], train.X, None, train.feature_names, source=path)
     ds.task, ds.label_note = verdict["task"], verdict["note"]
     ds.alignment = counts
+    ds.aligned_rows, ds.aligned_ids = rows, [table.ids[r] for r in rows]
     return ds
 
 
