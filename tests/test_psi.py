@@ -18,7 +18,8 @@ def test_exponentiation_commutes_and_refuses_bad_points():
     ba = psi.exponentiate(psi.exponentiate(pts, b), a)
     assert (ab == ba).all() and len({r.tobytes() for r in ab}) == 3
     # the same ID (compared as text) hashes to the same point; a junk value is refused
-    assert (psi.hash_ids(["7"]) == pts[2:3]).all()
+    assert (psi.hash_ids(["7"]) == pts[2:3]).all() and (psi.hash_ids([np.float64(7.0)]) == pts[2:3]).all()
+    assert not (psi.hash_ids([7.5]) == pts[2:3]).all()
     with pytest.raises(psi.PSIError, match="not a valid group element"):
         psi.exponentiate(np.full((1, 32), 0xFF, np.uint8), a)
 

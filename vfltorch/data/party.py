@@ -19,7 +19,7 @@ import torch
 
 from ..comm import Federation
 from .loaders import load_file
-from .psi import PSIError, align_rows
+from .psi import PSIError, align_rows, canonical_id
 from .partition import partition_columns, split_rows
 from .preprocess import clip_columns, impute, normalize_rows, scale_columns
 from .registry import REGISTRY, Dataset, load_dataset
@@ -285,7 +285,7 @@ def _load_own_file(fed: Federation, config: DataConfig) -> Dataset:
 
 
 def _check_unique_ids(ids, path, column) -> None:
-    keys = [str(v) for v in ids]
+    keys = [canonical_id(v) for v in ids]
     if len(set(keys)) != len(keys):
         seen, dup = set(), []
         for k in keys:

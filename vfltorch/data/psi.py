@@ -59,13 +59,21 @@ def random_scalar() -> bytes:
             return k
 
 
+def canonical_id(v) -> str:
+    """The text an ID is compared by: integral floats as integers (a CSV column read as float, 7.0,
+    matches another party's integer 7), everything else as ``str``."""
+    if isinstance(v, (float, np.floating)) and float(v).is_integer():
+        return str(int(v))
+    return str(v)
+
+
 def hash_ids(ids) -> np.ndarray:
-    """IDs (any values; compared as ``str``) as group points, an (n, 32) uint8 array. Never sent as is."""
+    """IDs (any values; compared by ``canonical_id``) as group points, an (n, 32) uint8 array. Never sent."""
     _need_sodium()
     n = len(ids)
     out = ffi.new("unsigned char[]", max(n, 1) * POINT)
     for i, v in enumerate(ids):
-        r = hashlib.blake2b(DOMAIN + str(v).encode(), digest_size=32).digest()
+        r = hashlib.blake2b(DOMAIN + canonical_id(v).encode(), digest_size=32).digest()
         lib.crypto_core_ed25519_from_uniform(out + POINT * i, r)
     return np.frombuffer(ffi.buffer(out, n * POINT), dtype=np.uint8).reshape(n, POINT).copy()
 
