@@ -37,6 +37,7 @@ COMMAND_MODULES = ["vfltorch.comm.cli", "vfltorch.kernels.cli", "vfltorch.pca.cl
 # name -> (module, one-line help): what `vfl --help` lists without importing any method.
 COMMAND_INDEX = {
     "datasets": ("vfltorch.data.cli", "list the registered datasets and whether their files are found"),
+    "align": ("vfltorch.data.cli", "align --party-files rows by private set intersection; write each row order"),
     "inspect": ("vfltorch.data.cli", "load and split the data across the parties and report what each holds"),
     "fdskl": ("vfltorch.kernels.cli", "FDSKL: kernel classification / regression with random features"),
     "pca": ("vfltorch.pca.cli", "vertical federated PCA: VFedPCA, VFedAKPCA or exact federated (kernel) PCA"),
@@ -251,6 +252,7 @@ def run_party(fed, argv: list[str]) -> dict | None:
             "parties": fed.num_parties,
             "data_task": None if data is None else data.task,
             "labels": None if data is None else data.label_note,
+            **({"alignment": data.alignment} if data is not None and data.alignment else {}),
             "metrics": {k: float(v) for k, v in out.pop("metrics", {}).items()},
             "train_seconds": float(out.pop("train_seconds", float("nan"))),
             "load_seconds": load_seconds,
@@ -285,6 +287,10 @@ def _print_summary(record: dict) -> None:
         model = record.get("task")
         shown = f" (model: {model})" if model and model != record.get("data_task") else ""
         print(f"  task: {record['labels']}{shown}", flush=True)
+    if record.get("alignment"):
+        a = record["alignment"]
+        rows = ", ".join(f"party {r}: {n} ({a['dropped'][r]} dropped)" for r, n in a["rows"].items())
+        print(f"  aligned {a['aligned']} rows by private set intersection; rows per file: {rows}", flush=True)
     print(f"  train {record['train_seconds']:.2f} s, {sent / 1e6:.3f} MB sent in total", flush=True)
 
 

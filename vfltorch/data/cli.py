@@ -9,6 +9,7 @@ check a set-up (files, partition, torchrun across machines) before training.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from ..cli import Command
 from .validation import VFLInputError
@@ -65,9 +66,44 @@ def _inspect(fed, data, args, log):
             "task": data.task}
 
 
+def _align(fed, data, args, log):
+    """Every party writes its own file's aligned row order (``--rows-out``, ``{party}`` filled in)."""
+    started = time.perf_counter()
+    if data.aligned_rows is None:
+        raise VFLInputError("vfl align aligns --party-files: pass one file per party and --id-column")
+    path = args.rows_out.replace("{party}", str(data.party))
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        f.write(f"# aligned rows of {args.party_files[data.party]} (row: 0-based data row of the file)\n")
+        f.write(f"row,{args.id_column}\n")
+        for r, i in zip(data.aligned_rows.tolist(), data.aligned_ids):
+            f.write(f"{r},{i}\n")
+    a = data.alignment
+    if fed.is_active and not args.quiet:
+        print(f"aligned {a['aligned']} rows; rows per file: "
+              + ", ".join(f"party {r}: {n} ({a['dropped'][r]} dropped)" for r, n in a["rows"].items())
+              + f"; each party wrote {args.rows_out}", flush=True)
+    return {"metrics": {"aligned_rows": a["aligned"]}, "train_seconds": time.perf_counter() - started,
+            "rows_out": args.rows_out}
+
+
+def _align_args(p):
+    p.add_argument("--rows-out", default="aligned_rows_party{party}.csv", metavar="PATTERN",
+                   help="where each party writes its aligned row order ({party} is its index; each party "
+                        "writes only its own file)")
+
+
+def _align_check(args):
+    if not args.party_files:
+        raise VFLInputError("vfl align aligns --party-files: pass one file per party and --id-column")
+
+
 COMMANDS = [
     Command("datasets", "list the registered datasets and whether their files are found", _datasets,
             add_arguments=_datasets_args, needs_data=False),
     Command("inspect", "load and split the data across the parties and report what each holds (a dry run)",
             _inspect),
+    Command("align", "align the rows of --party-files by private set intersection and write each party's "
+            "row order", _align, add_arguments=_align_args, check=_align_check,
+            data_defaults={"test_fraction": 0.0}),
 ]

@@ -166,7 +166,8 @@ def load_file(path, *, label_column=None, id_column=None, n_features=None) -> Ta
 
 
 def stable_id_hash(ids) -> np.ndarray:
-    """IDs (numbers or strings) as int64 through a keyed-free stable hash, to align rows across parties."""
+    """IDs as int64 through an unkeyed stable hash. Not for alignment (a dictionary attack inverts it:
+    tests/test_psi.py); rows of --party-files are aligned by private set intersection (psi.py)."""
     out = np.empty(len(ids), dtype=np.int64)
     for i, v in enumerate(ids):
         digest = hashlib.blake2b(str(v).encode(), digest_size=8).digest()

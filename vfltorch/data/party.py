@@ -4,8 +4,8 @@
 dataset or a single file, every process reads the file (the simulation of Q
 organisations on one machine), keeps its own columns and drops the rest at
 once. With ``party_files`` each party reads only its own file and the rows are
-aligned on an ID column (the hashed IDs are exchanged with the active party
-in the clear: vfltorch does no private set intersection).
+aligned on an ID column by private set intersection (``psi.py``; see
+docs/alignment.md): no party sends its IDs or unkeyed hashes of them.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import scipy.sparse as sp
 import torch
 
 from ..comm import Federation
-from .loaders import load_file, stable_id_hash
+from .loaders import load_file
+from .psi import PSIError, align_rows, canonical_id
 from .partition import partition_columns, split_rows
 from .preprocess import clip_columns, impute, normalize_rows, scale_columns
 from .registry import REGISTRY, Dataset, load_dataset
@@ -69,6 +70,9 @@ class PartyData:
     y_test: torch.Tensor | None
     classes: list | None = None
     label_note: str = ""
+    alignment: dict | None = None          # with --party-files: rows per party, aligned, dropped
+    aligned_rows: np.ndarray | None = None  # with --party-files: this file's data rows in the aligned order
+    aligned_ids: list | None = None         # ... and their IDs (local: never sent)
 
     @property
     def n_train(self) -> int:
@@ -98,7 +102,14 @@ def load_party_data(fed: Federation, config: DataConfig) -> PartyData:
         table = _load_whole(config)
     n_total = table.n_features
     if config.party_files:
-        columns = np.arange(n_total)  # the party's file is its columns
+        # The party's file is its columns, numbered after the previous parties' (global indices: FDSKL
+        # draws each column's random features from a public seed by its global index).
+        with fed.phase("data/columns"):
+            widths = fed.broadcast_json(fed.gather_json(n_total, fed.active, ranks=fed.parties), fed.active,
+                                        ranks=fed.parties)
+        offset = sum(widths[:party])
+        columns = offset + np.arange(n_total)
+        n_total = sum(widths)
     else:
         groups = partition_columns(n_total, q, config.partition, seed=config.seed,
                                    groups=config.feature_groups)
@@ -136,8 +147,10 @@ def load_party_data(fed: Federation, config: DataConfig) -> PartyData:
     to = lambda a: None if a is None else torch.as_tensor(np.ascontiguousarray(a), dtype=dtype,  # noqa: E731
                                                           device=fed.device)
     data = PartyData(party, q, table.name, table.task, np.asarray(columns), list(table.feature_names),
-                     n_total if not config.party_files else X_tr.shape[1], to(X_tr), to(X_te), to(y_tr),
-                     to(y_te), table.classes, label_note=_note(table))
+                     n_total, to(X_tr), to(X_te), to(y_tr),
+                     to(y_te), table.classes, label_note=_note(table),
+                     alignment=getattr(table, "alignment", None), aligned_rows=getattr(table, "aligned_rows", None),
+                     aligned_ids=getattr(table, "aligned_ids", None))
     if config.normalize_rows:
         data.X_train = normalize_rows(fed, data.X_train)
         if data.X_test is not None:
@@ -219,49 +232,69 @@ def _check_both_classes(y_train, ds: Dataset, config: DataConfig) -> None:
 
 
 def _load_own_file(fed: Federation, config: DataConfig) -> Dataset:
-    """One file per party, joined on the ID column: rows are put in the order of the common IDs."""
+    """One file per party, aligned by private set intersection on the ID column (``psi.align_rows``).
+
+    Every party first reports whether its file could be read (ID column present, no duplicate
+    IDs, labels at the active party): any problem stops every party before the PSI, naming the file.
+    """
     if len(config.party_files) != fed.num_parties:
         raise VFLInputError(f"--party-files gives {len(config.party_files)} files for {fed.num_parties} parties")
     if not config.id_column:
         raise VFLInputError("--party-files needs --id-column: the rows of the parties' files are matched on it")
     path = config.party_files[fed.parties.index(fed.rank)]
-    label = config.label_column if fed.is_active else None
-    table = load_file(path, label_column=label, id_column=config.id_column)
-    check_user_table(table, config)
-    if fed.is_active and table.y is None:
-        raise VFLInputError(f"the active party's file {path} has no label column: pass --label-column")
-    ids = stable_id_hash(table.ids)
-    if len(np.unique(ids)) != len(ids):
-        raise VFLInputError(f"{path}: the ID column {config.id_column!r} has duplicate values")
-    # The active party intersects the hashed IDs and tells everyone the common order.
-    with fed.phase("data/align-ids"):
-        all_ids = fed.gather_json(ids.tolist(), fed.active, ranks=fed.parties)
-        plan = None
+    table, problem, decided = None, None, None
+    try:
+        label = config.label_column if fed.is_active else None
+        table = load_file(path, label_column=label, id_column=config.id_column)
+        if table.ids is None:
+            raise VFLInputError(f"{path}: no ID column {config.id_column!r}")
+        check_user_table(table, config)
+        if fed.is_active and table.y is None:
+            raise VFLInputError(f"the active party's file {path} has no label column: pass --label-column")
+        _check_unique_ids(table.ids, path, config.id_column)
         if fed.is_active:
-            common = set(all_ids[0])
-            for other in all_ids[1:]:
-                common &= set(other)
-            try:
-                decided = _user_dataset(path, table, None, config)
-                plan = {"order": sorted(common), "task": decided.task, "note": decided.label_note}
-            except VFLInputError as exc:
-                plan = {"error": str(exc)}
-        plan = fed.broadcast_json(plan, fed.active, ranks=fed.parties)
-    if "error" in plan:
-        raise VFLInputError(plan["error"])
-    order = plan["order"]
-    if not order:
-        raise VFLInputError("the parties' files have no ID in common: check --id-column and the files")
-    pos = {v: i for i, v in enumerate(ids.tolist())}
-    rows = np.array([pos[v] for v in order])
+            decided = _user_dataset(path, table, None, config)
+    except VFLInputError as exc:
+        problem = str(exc)
+    with fed.phase("data/align-check"):
+        problems = fed.gather_json(problem, fed.active, ranks=fed.parties)
+        verdict = None
+        if fed.is_active:
+            found = [p for p in problems if p]
+            verdict = {"error": "; ".join(found)} if found else {"task": decided.task, "note": decided.label_note}
+        verdict = fed.broadcast_json(verdict, fed.active, ranks=fed.parties)
+    if "error" in verdict:
+        raise VFLInputError(verdict["error"])
+    try:
+        rows, counts = align_rows(fed, list(table.ids))
+    except PSIError as exc:
+        raise VFLInputError(str(exc)) from exc
+    counts["dropped"] = {r: n - counts["aligned"] for r, n in counts["rows"].items()}
+    counts["files"] = {str(r): f for r, f in zip(fed.parties, config.party_files)} if fed.is_active else {}
+    counts["method"] = "ecdh-psi (edwards25519, libsodium)"
     train = type(table)(table.X[rows], None if table.y is None else table.y[rows], table.feature_names,
                         source=table.source, first_line=table.first_line, label_name=table.label_name)
     if fed.is_active:
         ds = _user_dataset(Path(path).name, train, None, config)
     else:
-        ds = Dataset(Path(path).name, plan["task"], train.X, None, train.feature_names, source=path)
-    ds.task, ds.label_note = plan["task"], plan["note"]
+        ds = Dataset(Path(path).name, verdict["task"], train.X, None, train.feature_names, source=path)
+    ds.task, ds.label_note = verdict["task"], verdict["note"]
+    ds.alignment = counts
+    ds.aligned_rows, ds.aligned_ids = rows, [table.ids[r] for r in rows]
     return ds
+
+
+def _check_unique_ids(ids, path, column) -> None:
+    keys = [canonical_id(v) for v in ids]
+    if len(set(keys)) != len(keys):
+        seen, dup = set(), []
+        for k in keys:
+            if k in seen and k not in dup:
+                dup.append(k)
+            seen.add(k)
+        shown = ", ".join(repr(d) for d in dup[:5]) + (", ..." if len(dup) > 5 else "")
+        raise VFLInputError(f"{path}: the ID column {column!r} has {len(dup)} duplicate value(s) ({shown}): "
+                            f"each row needs its own ID to be aligned")
 
 
 def _split(ds: Dataset, config: DataConfig):

@@ -229,13 +229,14 @@ def _check_party_files(args, parties, local) -> dict:
     if not local or sum(_size(f) for f in args.party_files) > PEEK_LIMIT_BYTES:
         return {}
     from .labels import decide_task
-    from .party import check_user_table
+    from .party import _check_unique_ids, check_user_table
 
     cfg = _config(args)
     info = {}
     for i, f in enumerate(args.party_files):
         table = load_file(f, label_column=args.label_column if i == 0 else None, id_column=args.id_column)
         check_user_table(table, cfg)
+        _check_unique_ids(table.ids, f, args.id_column)
         if i == 0:
             if table.y is None:
                 raise VFLInputError(f"the active party's file {f} has no label column: pass --label-column")

@@ -1,0 +1,110 @@
+"""--party-files: rows aligned by PSI, global column indices, same model as the same data by name."""
+
+import json
+
+import numpy as np
+import pytest
+
+from vfltorch.cli import main
+from vfltorch.data import load_dataset
+from vfltorch.data.partition import partition_columns
+
+
+def _write_party_files(tmp_path, parties=2, extra=7):
+    """breast_cancer cut as `vfl --dataset breast_cancer --parties Q` cuts it, one CSV per party.
+
+    The active file keeps the original row order (the aligned order is the active party's); the
+    other files are shuffled, use string IDs and hold rows that no other party has.
+    """
+    ds = load_dataset("breast_cancer")
+    n = ds.X.shape[0]
+    ids = np.array([f"patient-{i:05d}" for i in range(n)], dtype=object)
+    rng = np.random.default_rng(3)
+    paths = []
+    for q, cols in enumerate(partition_columns(ds.X.shape[1], parties, "contiguous")):
+        X, rid = ds.X[:, cols], ids
+        names = [f"c{c}" for c in cols]
+        y = ds.y
+        if q > 0:
+            order = rng.permutation(n)
+            X = np.vstack([X[order], rng.normal(size=(extra, len(cols)))])
+            rid = np.concatenate([ids[order], [f"stranger-{q}-{i}" for i in range(extra)]])
+        lines = ["id," + ",".join(names) + (",y" if q == 0 else "")]
+        for i in range(X.shape[0]):
+            row = [rid[i]] + [repr(float(v)) for v in X[i]] + ([repr(float(y[i]))] if q == 0 else [])
+            lines.append(",".join(row))
+        p = tmp_path / f"party{q}.csv"
+        p.write_text("\n".join(lines) + "\n")
+        paths.append(str(p))
+    return paths
+
+
+def _run(argv, out):
+    assert main([*argv, "--output-json", str(out), "--quiet"]) == 0
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_fdskl_from_party_files_equals_fdskl_by_name(tmp_path):
+    files = _write_party_files(tmp_path)
+    # seeded masks (simulation mode) on both runs: the model is then a function of the data alone
+    common = ["fdskl", "--parties", "2", "--epochs", "1", "--seed", "5", "--mask-seed", "11"]
+    by_name = _run([*common, "--dataset", "breast_cancer"], tmp_path / "a.json")
+    by_file = _run([*common, "--party-files", *files, "--id-column", "id", "--label-column", "y"],
+                   tmp_path / "b.json")
+    assert by_file["alignment"]["aligned"] == 569
+    assert by_file["alignment"]["dropped"] == {"0": 0, "1": 7}
+    for k, v in by_name["metrics"].items():
+        assert by_file["metrics"][k] == pytest.approx(v, rel=1e-9, abs=1e-12), k
+
+
+@pytest.mark.parametrize("defect, message", [
+    ("dup", "b.csv: the ID column 'id' has 1 duplicate value(s) ('u2')"),
+    ("noid", "b.csv: no ID column 'id'"),
+])
+def test_bad_party_files_are_refused_before_training_naming_the_file(tmp_path, capsys, defect, message):
+    (tmp_path / "a.csv").write_text("id,a,y\nu1,1,0\nu2,2,1\nu3,3,0\n")
+    body = {"dup": "id,b\nu1,5\nu2,6\nu2,7\n", "noid": "key,b\nu1,5\nu2,6\n"}[defect]
+    (tmp_path / "b.csv").write_text(body)
+    code = main(["inspect", "--parties", "2", "--party-files", str(tmp_path / "a.csv"), str(tmp_path / "b.csv"),
+                 "--id-column", "id", "--label-column", "y", "--quiet"])
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def _party_error_job(fed, files):
+    from vfltorch.data import DataConfig, load_party_data
+    load_party_data(fed, DataConfig(party_files=files, id_column="id", label_column="y", test_fraction=0))
+
+
+@pytest.mark.slow
+def test_duplicate_ids_stop_every_party_inside_the_federation(tmp_path):
+    # the check inside the parties (no preflight: files on other machines): every party gets the message
+    (tmp_path / "a.csv").write_text("id,a,y\nu1,1,0\nu2,2,1\nu3,3,0\n")
+    (tmp_path / "b.csv").write_text("id,b\nu1,5\nu1,6\nu3,7\n")
+    from vfltorch.comm import launch
+    with pytest.raises(Exception) as info:
+        launch(_party_error_job, 2, args=([str(tmp_path / "a.csv"), str(tmp_path / "b.csv")],))
+    for rank in (0, 1):
+        assert "b.csv: the ID column 'id' has 1 duplicate value(s) ('u1')" in info.value.errors[rank]
+
+
+@pytest.mark.slow
+def test_pca_trains_from_party_files(tmp_path):
+    files = _write_party_files(tmp_path, parties=3)
+    rec = _run(["pca", "--parties", "3", "--method", "exact", "--components", "2", "--party-files", *files,
+                "--id-column", "id", "--label-column", "y"], tmp_path / "p.json")
+    assert rec["alignment"]["aligned"] == 569 and rec["alignment"]["dropped"]["2"] == 7
+
+
+@pytest.mark.slow
+def test_vfl_align_writes_each_partys_row_order(tmp_path):
+    (tmp_path / "a.csv").write_text("id,a,y\nu1,1,0\nu2,2,1\nu3,3,0\nu4,4,1\n")
+    (tmp_path / "b.csv").write_text("id,b\nu9,0\nu4,5\nu2,6\nu1,7\n")
+    out = tmp_path / "rows" / "p{party}.csv"
+    rec = _run(["align", "--parties", "2", "--party-files", str(tmp_path / "a.csv"), str(tmp_path / "b.csv"),
+                "--id-column", "id", "--label-column", "y", "--rows-out", str(out)], tmp_path / "r.json")
+    assert rec["alignment"]["aligned"] == 3 and rec["alignment"]["dropped"] == {"0": 1, "1": 1}
+    read = lambda q: (tmp_path / "rows" / f"p{q}.csv").read_text().splitlines()[2:]  # noqa: E731
+    assert read(0) == ["0,u1", "1,u2", "3,u4"]          # the active party's file order
+    assert read(1) == ["3,u1", "2,u2", "1,u4"]
