@@ -98,12 +98,13 @@ class PaillierScheme:
 
     encrypted = True
 
-    def __init__(self, public_key, private_key=None, *, background: bool = False):
+    def __init__(self, public_key, private_key=None, *, background: bool = False, method: str = "djn"):
         self.public_key = public_key
         self.private_key = private_key
         self.key_bits = int(public_key.n).bit_length()
-        self.label = f"paillier ({self.key_bits}-bit keys)"
-        self.pool = ObfuscatorPool(public_key, background=background) if private_key is None else None
+        self.label = f"paillier ({self.key_bits}-bit keys, {method} obfuscators)"
+        self.pool = (ObfuscatorPool(public_key, method=method, background=background) if private_key is None
+                     else None)
 
     # ---------------------------------------------------------------- keys
     @staticmethod
@@ -112,8 +113,9 @@ class PaillierScheme:
             send_public_key(fed, public_key, r)
 
     @classmethod
-    def receive_key(cls, fed, src: int, *, insecure: bool, background: bool = False) -> "PaillierScheme":
-        return cls(recv_public_key(fed, src, insecure=insecure), background=background)
+    def receive_key(cls, fed, src: int, *, insecure: bool, background: bool = False,
+                    method: str = "djn") -> "PaillierScheme":
+        return cls(recv_public_key(fed, src, insecure=insecure), background=background, method=method)
 
     # ---------------------------------------------------------- obfuscators
     def prepare(self, count: int) -> float:
