@@ -404,7 +404,7 @@ class HeteroLogisticRegression(BaseEstimator):
         """
         fed, session, role = self._start(X, y, monitor)
         if monitor is not None and fed.is_active and fed.world_size > 1:
-            log.warning(MONITOR_WARNING)
+            logging.getLogger("vfltorch.linear").warning(MONITOR_WARNING)
         self._session_ = session
         self._role_ = role
         self.history_, self.comm_ = [], []
@@ -413,6 +413,7 @@ class HeteroLogisticRegression(BaseEstimator):
         bar = log.progress(total=int(self.max_epochs), desc=f"hetero-lr {self.optimizer}", unit="epoch") \
             if (log is not None and progress) else None
         decision = {"loss": float("nan"), "stop": True, "converged": False}
+        fit_started = time.perf_counter()
         try:
             for epoch in range(int(self.max_epochs)):
                 eta = session.step(epoch)
@@ -446,6 +447,7 @@ class HeteroLogisticRegression(BaseEstimator):
                     break
             if hasattr(role, "finish"):
                 role.finish()
+            self.wall_seconds_ = time.perf_counter() - fit_started
             self._finish(fed, session, role, k, epoch + 1, decision, online, offline)
         finally:
             if bar is not None:
