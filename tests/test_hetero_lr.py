@@ -20,8 +20,8 @@ from vfltorch.linear.taylor import LOG2, logistic_loss, penalty
 
 PARTIES = 3                      # guest + 2 hosts (+ the coordinator)
 CONFIG = DataConfig(dataset="breast_cancer", scale="standard", test_fraction=0.2, seed=0)
-COMMON = dict(protocol="paper", batch_size=64, max_epochs=3, tol=0.0, l2=0.01, key_bits=512, insecure_key=True, random_state=5,
-              mask_seed=11)
+COMMON = dict(protocol="paper", crypto_processes=1, batch_size=64, max_epochs=3, tol=0.0, l2=0.01, key_bits=512,
+              insecure_key=True, random_state=5, mask_seed=11)
 RUNS = {"sgd": dict(COMMON, optimizer="sgd", lr=0.2),
         "sqn": dict(COMMON, optimizer="sqn", lr=0.2, decay=0.5, L=2, M=3)}
 GRAD_ROWS = np.arange(3, 300, 2)

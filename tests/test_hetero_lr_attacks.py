@@ -27,7 +27,8 @@ from vfltorch.linear.bounds import quantize
 
 N, N_TEST, D_G, D_H = 300, 120, 5, 10
 BATCH, SEED, L2, LR = 50, 3, 0.01, 0.2
-COMMON = dict(batch_size=BATCH, l2=L2, tol=0.0, key_bits=512, insecure_key=True, random_state=SEED, lr=LR)
+COMMON = dict(batch_size=BATCH, l2=L2, tol=0.0, key_bits=512, insecure_key=True, crypto_processes=1,
+              random_state=SEED, lr=LR)
 RUNS = {
     ("paper", "sgd"): dict(COMMON, protocol="paper", optimizer="sgd", max_epochs=12),
     ("shared", "sgd"): dict(COMMON, protocol="shared", optimizer="sgd", max_epochs=12),
@@ -52,46 +53,8 @@ def columns(fed, X):
 
 
 def attack_job(fed):
-    from vfltorch.linear import estimator, lbfgs, party, shared
-
     X, y, X_test, y_test = synthetic()
-    views = {"trajectory": [], "scores": [], "pairs": []}
-
-    # What each role holds, recorded where the protocol puts it.
-    original_update = party.DataParty.update
-
-    def update(self, p, eta):
-        original_update(self, p, eta)
-        if self.fed.rank == 1:
-            views["trajectory"].append((self.w.clone(), eta))
-
-    original_iteration = shared.SharedRole.iteration
-
-    def iteration(self, rows, k, eta, quasi_newton):
-        original_iteration(self, rows, k, eta, quasi_newton)
-        if self.index == 1:
-            views["trajectory"].append((shared.FP.decode(self.shares[1]), eta))
-
-    original_push = lbfgs.CurvatureMemory.push
-
-    def push(self, s, v):
-        views["pairs"].append((s.clone(), v.clone()))
-        return original_push(self, s, v)
-
-    original_scores = estimator.HeteroLogisticRegression._scores
-
-    def scores(self, fed_, X_rows):
-        u = original_scores(self, fed_, X_rows)
-        if u is not None:
-            w = self._role_.w
-            own = X_rows.to(torch.float64) @ w[:-1] + w[-1]
-            views["scores"].append((u.clone(), own))
-        return u
-
-    party.DataParty.update = update
-    shared.SharedRole.iteration = iteration
-    lbfgs.CurvatureMemory.push = push
-    estimator.HeteroLogisticRegression._scores = scores
+    views = attacks.record_views(host_rank=1)             # what each role holds, where the protocol puts it
 
     out = {}
     for key, kw in RUNS.items():

@@ -13,7 +13,7 @@ BASE = ["hetero-lr", "--dataset", "breast_cancer", "--parties", "2", "--batch-si
 def test_encrypted_run_writes_metrics_and_curves(tmp_path):
     out, logdir = tmp_path / "run.json", tmp_path / "tb"
     rc = main(BASE + ["--protocol", "paper", "--monitor", "--optimizer", "sqn", "--L", "2", "--key-bits", "512",
-                      "--insecure-key", "--output-json", str(out), "--logdir", str(logdir)])
+                      "--insecure-key", "--crypto-processes", "2", "--output-json", str(out), "--logdir", str(logdir)])
     assert rc == 0
     record = json.loads(out.read_text())
     m = record["metrics"]
@@ -22,7 +22,7 @@ def test_encrypted_run_writes_metrics_and_curves(tmp_path):
     assert m["bytes_per_epoch"] == pytest.approx(sum(m[f"bytes_per_epoch_rank{r}"] for r in range(3)))
     assert m["bytes_per_epoch_rank0"] > 10 * m["bytes_per_epoch_rank2"]    # ciphertexts vs the coordinator's replies
     assert m["seconds_per_epoch"] > 0
-    assert record["encryption"] == "paillier (512-bit keys, djn obfuscators)"
+    assert record["encryption"] == "paillier (512-bit keys, djn obfuscators, 2 crypto processes)"
     assert record["privacy"].startswith("paper protocol")
     assert m["wall_seconds_per_epoch"] >= m["seconds_per_epoch"]
     assert record["config"]["coordinator"] == 2 and record["config"]["world_size"] == 3
@@ -37,6 +37,7 @@ def test_encrypted_run_writes_metrics_and_curves(tmp_path):
 def test_plaintext_mode_is_labelled_insecure(tmp_path, capfd):
     out = tmp_path / "plain.json"
     rc = main(BASE + ["--protocol", "paper", "--optimizer", "sgd", "--insecure-plaintext", "--max-epochs", "1",
+                      "--crypto-processes", "1",
                       "--mask-seed", "4", "--output-json", str(out)])
     assert rc == 0
     record = json.loads(out.read_text())

@@ -61,16 +61,28 @@ def first_batch_labels(X_rows, g1, time_limit: float = 20.0):
 
 def stacked_residuals(X, batches, grads) -> np.ndarray:
     """Least-squares per-row residuals r from (1/|S_k|) X[S_k]^T r[S_k] = g_k over every step k."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.linalg import lsqr
+
     X = np.asarray(X, dtype=np.float64)
     n, d = X.shape
-    A = np.zeros((len(batches) * d, n))
+    data, row_idx, col_idx = [], [], []
     b = np.zeros(len(batches) * d)
     for k, (rows, g) in enumerate(zip(batches, grads)):
         rows = np.asarray(rows)
-        A[k * d:(k + 1) * d, rows] = X[rows].T / len(rows)
+        block = X[rows].T / len(rows)                       # d x |S_k|
+        data.append(block.ravel())
+        row_idx.append(np.repeat(np.arange(k * d, (k + 1) * d), len(rows)))
+        col_idx.append(np.tile(rows, d))
         b[k * d:(k + 1) * d] = g
-    r, *_ = np.linalg.lstsq(A, b, rcond=None)
-    return r
+    A = csr_matrix((np.concatenate(data), (np.concatenate(row_idx), np.concatenate(col_idx))),
+                   shape=(len(batches) * d, n))
+    if not np.all(np.isfinite(b)):
+        return np.zeros(n)
+    if n <= 2000:
+        r, *_ = np.linalg.lstsq(A.toarray(), b, rcond=None)
+        return r
+    return lsqr(A, b, atol=1e-10, btol=1e-10, iter_lim=5000)[0]
 
 
 def auc(scores, y) -> float:
@@ -121,9 +133,57 @@ def r_squared(features, targets) -> np.ndarray:
     return 1.0 - (resid ** 2).sum(axis=0) / np.where(total > 0, total, 1.0)
 
 
+def record_views(host_rank: int = 1) -> dict:
+    """Install recorders in this process of what each role holds; returns the dict they fill.
+
+    ``trajectory``: at the host, (its block of w, eta) after every step under the paper protocol, or
+    (its *share* of its block, eta) under the shared one; ``scores``: at the guest, every per-row score
+    vector it received with its own part X_B w_B + b; ``pairs``: at the paper coordinator, every curvature
+    pair (s, v) it decrypted. Call it once per process (a test or experiment job), before training.
+    """
+    from . import estimator, lbfgs, party, shared
+
+    views = {"trajectory": [], "scores": [], "pairs": []}
+    original_update = party.DataParty.update
+
+    def update(self, p, eta):
+        original_update(self, p, eta)
+        if self.fed.rank == host_rank:
+            views["trajectory"].append((self.w.clone(), eta))
+
+    original_iteration = shared.SharedRole.iteration
+
+    def iteration(self, rows, k, eta, quasi_newton):
+        original_iteration(self, rows, k, eta, quasi_newton)
+        if self.index is not None and self.fed.rank == host_rank:
+            views["trajectory"].append((shared.FP.decode(self.shares[1]), eta))
+
+    original_push = lbfgs.CurvatureMemory.push
+
+    def push(self, s, v):
+        views["pairs"].append((s.clone(), v.clone()))
+        return original_push(self, s, v)
+
+    original_scores = estimator.HeteroLogisticRegression._scores
+
+    def scores(self, fed, X_rows):
+        u = original_scores(self, fed, X_rows)
+        if u is not None:
+            w = self._role_.w
+            own = X_rows.to(torch.float64) @ w[:-1] + w[-1] if self.fit_intercept else X_rows.to(torch.float64) @ w
+            views["scores"].append((u.clone(), own))
+        return u
+
+    party.DataParty.update = update
+    shared.SharedRole.iteration = iteration
+    lbfgs.CurvatureMemory.push = push
+    estimator.HeteroLogisticRegression._scores = scores
+    return views
+
+
 def as_numpy(x) -> np.ndarray:
     return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
 __all__ = ["auc", "correlation", "first_batch_labels", "gradients_from_trajectory", "hessian_fit",
-           "own_columns_auc", "r_squared", "stacked_residuals"]
+           "own_columns_auc", "r_squared", "record_views", "stacked_residuals"]

@@ -90,6 +90,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "raise --timeout), by a background process, or inline")
     e.add_argument("--obfuscation", choices=("djn", "full"), default="djn",
                    help="paper protocol: Paillier obfuscators by DJN's fixed base (fast) or r^n as phe (full)")
+    e.add_argument("--crypto-processes", type=_positive_int("--crypto-processes"), default=None,
+                   help="paper protocol: processes per party for obfuscators, [[d]]^T X and decryption (default: "
+                        "the machine's cores; 1: none)")
     e.add_argument("--mask-seed", type=int, default=None,
                    help="SIMULATION ONLY: seed the masks (reproducible; whoever knows the seed removes them; the "
                         "run warns and its record says it carries no privacy guarantee). Default: OS entropy")
@@ -129,7 +132,7 @@ def run(fed, data, args, log_):
         fit_intercept=args.fit_intercept, max_epochs=args.max_epochs, tol=args.tol,
         encryption=not args.insecure_plaintext, key_bits=args.key_bits, insecure_key=args.insecure_key,
         feature_frac_bits=args.feature_frac_bits, mask_bits=args.mask_bits, precompute=args.precompute,
-        obfuscation=args.obfuscation, random_state=args.seed, mask_seed=args.mask_seed, device=args.device)
+        obfuscation=args.obfuscation, crypto_processes=args.crypto_processes, random_state=args.seed, mask_seed=args.mask_seed, device=args.device)
     X_train = None if data is None else data.X_train
     X_test = None if data is None else data.X_test
     monitor = None

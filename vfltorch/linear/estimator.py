@@ -53,6 +53,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 import time
 
 import numpy as np
@@ -136,6 +137,8 @@ class HeteroLogisticRegression(BaseEstimator):
         federation timeout for big epochs: the other processes wait meanwhile), both timed as offline;
         ``"background"`` (a separate process keeps a pool full, on a spare core); ``"none"`` (inline,
         counted as online time).
+    crypto_processes: paper protocol: processes per party for obfuscators, [[d]]^T X and decryption
+        (None: the machine's cores; 1: none, everything in the party's own process).
     obfuscation: ``"djn"`` (fixed-base h_s^a, fast; Damgard-Jurik-Nielsen's assumption) or ``"full"``
         (r^n as python-paillier; slower, the textbook assumption only).
     random_state: the public seed of mini-batches and Hessian samples.
@@ -149,7 +152,8 @@ class HeteroLogisticRegression(BaseEstimator):
                  M: int = 10, hessian_batch: int | None = None, l2: float = 1e-3, fit_intercept: bool = True,
                  max_epochs: int = 100, tol: float = 1e-5, encryption: bool = True, key_bits: int = 2048,
                  insecure_key: bool = False, feature_frac_bits: int | None = None, mask_bits: int = 64,
-                 precompute: str = "batch", obfuscation: str = "djn", random_state: int = 0, mask_seed: int | None = None, device=None):
+                 precompute: str = "batch", obfuscation: str = "djn", crypto_processes: int | None = None,
+                 random_state: int = 0, mask_seed: int | None = None, device=None):
         self.fed = fed
         self.protocol = protocol
         self.optimizer = optimizer
@@ -171,6 +175,7 @@ class HeteroLogisticRegression(BaseEstimator):
         self.mask_bits = mask_bits
         self.precompute = precompute
         self.obfuscation = obfuscation
+        self.crypto_processes = crypto_processes
         self.random_state = random_state
         self.mask_seed = mask_seed
         self.device = device
@@ -186,6 +191,9 @@ class HeteroLogisticRegression(BaseEstimator):
         if self.feature_frac_bits is not None:
             return int(self.feature_frac_bits)
         return SHARED_FEATURE_BITS if self.protocol == "shared" else 16
+
+    def _processes(self) -> int:
+        return int(self.crypto_processes) if self.crypto_processes is not None else (os.cpu_count() or 1)
 
     def _batch(self, n: int) -> int:
         return min(DEFAULT_BATCH, n) if self.batch_size is None else int(self.batch_size)
@@ -221,6 +229,8 @@ class HeteroLogisticRegression(BaseEstimator):
             raise VFLInputError(f"l2 must be a non-negative number, got {self.l2!r}")
         if not (isinstance(self.tol, (int, float)) and self.tol >= 0):
             raise VFLInputError(f"tol must be a non-negative number, got {self.tol!r}")
+        if self.crypto_processes is not None:
+            integer("crypto_processes", 1)
         if self.obfuscation not in ("djn", "full"):
             raise VFLInputError(f"obfuscation must be 'djn' or 'full', got {self.obfuscation!r}")
         if self.precompute not in PRECOMPUTE:
@@ -341,11 +351,12 @@ class HeteroLogisticRegression(BaseEstimator):
                 if fed.is_coordinator:
                     public_key, private_key = generate_keypair(int(self.key_bits), insecure=bool(self.insecure_key))
                     PaillierScheme.share_key(fed, public_key, fed.parties)
-                    scheme = PaillierScheme(public_key, private_key, method=self.obfuscation)
+                    scheme = PaillierScheme(public_key, private_key, method=self.obfuscation,
+                                            processes=self._processes())
                 else:
                     scheme = PaillierScheme.receive_key(fed, fed.coordinator, insecure=bool(self.insecure_key),
                                                         background=self.precompute == "background",
-                                                        method=self.obfuscation)
+                                                        method=self.obfuscation, processes=self._processes())
             if bounds.total_bits() + 4 > int(scheme.public_key.n).bit_length() - 2:
                 raise VFLInputError(f"a {self.key_bits}-bit key leaves no room for the protocol's fixed-point "
                                     f"values ({bounds.total_bits()} bits): use a larger key")
