@@ -123,7 +123,8 @@ def test_encrypted_equals_plaintext_equals_centralised(results, full, name):
         parts = [results[r][(name, encryption)] for r in range(PARTIES)]
         guest = parts[0]
         assert guest["epochs"] == ref.n_epochs_ == 3
-        assert guest["encryption"] == ("paillier (512-bit keys, djn obfuscators)" if encryption else "none (INSECURE plaintext mode)")
+        assert guest["encryption"] == ("paillier (512-bit keys, djn obfuscators)" if encryption
+                                       else "none (INSECURE plaintext mode)")
         coef = torch.cat([p["coef"] for p in parts])
         blocks[encryption] = coef
         torch.testing.assert_close(coef, ref.coef_, rtol=0, atol=1e-9)

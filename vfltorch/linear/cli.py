@@ -132,7 +132,8 @@ def run(fed, data, args, log_):
         fit_intercept=args.fit_intercept, max_epochs=args.max_epochs, tol=args.tol,
         encryption=not args.insecure_plaintext, key_bits=args.key_bits, insecure_key=args.insecure_key,
         feature_frac_bits=args.feature_frac_bits, mask_bits=args.mask_bits, precompute=args.precompute,
-        obfuscation=args.obfuscation, crypto_processes=args.crypto_processes, random_state=args.seed, mask_seed=args.mask_seed, device=args.device)
+        obfuscation=args.obfuscation, crypto_processes=args.crypto_processes, random_state=args.seed,
+        mask_seed=args.mask_seed, device=args.device)
     X_train = None if data is None else data.X_train
     X_test = None if data is None else data.X_test
     monitor = None
@@ -158,7 +159,8 @@ def run(fed, data, args, log_):
         metrics[f"bytes_per_epoch_rank{r}"] = b
     return {"metrics": metrics, "train_seconds": est.train_seconds_, "task": data.task,
             "encryption": est.encryption_, "privacy": est.privacy_,
-            "hetero_lr": {"protocol": args.protocol, "optimizer": args.optimizer, "lr": est._lr(), "decay": est._decay(),
+            "hetero_lr": {"protocol": args.protocol, "optimizer": args.optimizer, "lr": est._lr(),
+                          "decay": est._decay(),
                           "converged": est.converged_, "setup_seconds": est.setup_seconds_,
                           "offline_seconds": est.offline_seconds_,
                           "online_seconds": est.train_seconds_, "wall_seconds": est.wall_seconds_,

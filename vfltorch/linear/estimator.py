@@ -103,8 +103,8 @@ INSECURE_WARNING = ("INSECURE plaintext mode: the hetero-LR protocol runs WITHOU
 
 # Hyperparameters every process must share (mask_seed and device are each party's own).
 _AGREED = ("protocol", "optimizer", "batch_size", "lr", "decay", "decay_sqrt", "L", "M", "hessian_batch", "l2",
-           "fit_intercept", "max_epochs", "tol", "encryption", "key_bits", "insecure_key", "feature_frac_bits", "mask_bits",
-           "random_state", "obfuscation")
+           "fit_intercept", "max_epochs", "tol", "encryption", "key_bits", "insecure_key", "feature_frac_bits",
+           "mask_bits", "random_state", "obfuscation")
 
 
 class HeteroLogisticRegression(BaseEstimator):
