@@ -35,14 +35,16 @@ from vfltorch.linear import HeteroLogisticRegression
 SCHEDULES = {"constant": {"lr": 0.15, "decay": 0.0}, "decaying": {"lr": 0.3, "decay": 1.0}}
 
 
-def compare_job(fed, dataset: str, seed: int, protocol: str, encrypted: bool, max_epochs: int, key_bits: int):
+def compare_job(fed, dataset: str, seed: int, protocol: str, encrypted: bool, max_epochs: int, key_bits: int,
+                schedules=tuple(SCHEDULES), optimizers=("sgd", "sqn")):
     data = load_party_data(fed, DataConfig(dataset=dataset, scale="standard", test_fraction=0.2, seed=seed)) \
         if fed.is_data_party else None
     X = None if data is None else data.X_train
     y = None if data is None or not fed.is_active else data.y_train
     out = []
-    for schedule, step in SCHEDULES.items():
-        for optimizer in ("sgd", "sqn"):
+    for schedule in schedules:
+        step = SCHEDULES[schedule]
+        for optimizer in optimizers:
             est = HeteroLogisticRegression(fed, protocol=protocol, optimizer=optimizer, batch_size=1000,
                                            max_epochs=max_epochs, random_state=seed, encryption=encrypted,
                                            key_bits=key_bits, crypto_processes=None, **step)
@@ -92,6 +94,8 @@ def main(argv=None):
                                                             "paper protocol when --protocol paper)")
     p.add_argument("--key-bits", type=int, default=2048)
     p.add_argument("--max-epochs", type=int, default=60)
+    p.add_argument("--schedules", nargs="+", default=list(SCHEDULES), choices=list(SCHEDULES))
+    p.add_argument("--optimizers", nargs="+", default=["sgd", "sqn"], choices=["sgd", "sqn"])
     p.add_argument("--output-dir", default="results/hetero_lr")
     p.add_argument("--name", default="compare")
     args = p.parse_args(argv)
@@ -99,7 +103,8 @@ def main(argv=None):
     runs = []
     for seed in args.seeds:
         runs += launch(compare_job, 2, args=(args.dataset, seed, args.protocol, encrypted, args.max_epochs,
-                                             args.key_bits), coordinator=True, timeout=3600)[0]
+                                             args.key_bits, tuple(args.schedules), tuple(args.optimizers)),
+                         coordinator=True, timeout=3600)[0]
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.name}.json").write_text(json.dumps({"settings": vars(args), "runs": runs}, indent=1))
