@@ -138,7 +138,7 @@ class SharedRole:
         Xi = None
         if self.fed.rank == owner:
             Xr = self.X[torch.as_tensor(rows)] * scale
-            Xi = torch.round((Xr.T.contiguous() if transpose else Xr) * 2.0 ** bits).to(torch.int64)
+            Xi = FixedPoint(bits).encode(Xr.T.contiguous() if transpose else Xr)      # raises on overflow
         z = mul_private(self.fed, Xi, vec if self.fed.rank == other else None, holders=(owner, other),
                         dealer=self.dealer, kind="matmul", shape_x=shape_x, shape_y=shape_y)
         if self.fed.rank == owner:
