@@ -19,7 +19,9 @@ it holds:
 Without a federation (or with ``Federation.local()``) it is the centralised
 twin: one party with every column, the same optimizer (``local.py``).
 
-The protocol, per mini-batch S (see ``host.py``, ``guest.py``, ``party.py``,
+``protocol="shared"`` (the default) runs ``shared.py`` instead: the model stays additive shares
+between the guest and the one host, the coordinator only deals Beaver triples. The paper's
+protocol (``protocol="paper"``), per mini-batch S (see ``host.py``, ``guest.py``, ``party.py``,
 ``coordinator.py`` for each role's steps and what it learns):
 
 1. hosts -> guest: [[U]] (sum of host margins) and [[sum_i U_i^2]], along the host chain;
