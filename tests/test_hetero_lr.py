@@ -20,8 +20,8 @@ from vfltorch.linear.taylor import LOG2, logistic_loss, penalty
 
 PARTIES = 3                      # guest + 2 hosts (+ the coordinator)
 CONFIG = DataConfig(dataset="breast_cancer", scale="standard", test_fraction=0.2, seed=0)
-COMMON = dict(batch_size=64, max_epochs=3, tol=0.0, l2=0.01, key_bits=512, insecure_key=True, random_state=5,
-              mask_seed=11)
+COMMON = dict(protocol="paper", crypto_processes=1, batch_size=64, max_epochs=3, tol=0.0, l2=0.01, key_bits=512,
+              insecure_key=True, random_state=5, mask_seed=11)
 RUNS = {"sgd": dict(COMMON, optimizer="sgd", lr=0.2),
         "sqn": dict(COMMON, optimizer="sqn", lr=0.2, decay=0.5, L=2, M=3)}
 GRAD_ROWS = np.arange(3, 300, 2)
@@ -123,7 +123,8 @@ def test_encrypted_equals_plaintext_equals_centralised(results, full, name):
         parts = [results[r][(name, encryption)] for r in range(PARTIES)]
         guest = parts[0]
         assert guest["epochs"] == ref.n_epochs_ == 3
-        assert guest["encryption"] == ("paillier (512-bit keys)" if encryption else "none (INSECURE plaintext mode)")
+        assert guest["encryption"] == ("paillier (512-bit keys, djn obfuscators)" if encryption
+                                       else "none (INSECURE plaintext mode)")
         coef = torch.cat([p["coef"] for p in parts])
         blocks[encryption] = coef
         torch.testing.assert_close(coef, ref.coef_, rtol=0, atol=1e-9)

@@ -9,7 +9,8 @@ from vfltorch.comm import FederationError, launch
 from vfltorch.data import DataConfig, VFLInputError, load_party_data
 from vfltorch.linear import HeteroLogisticRegression
 
-SMALL = dict(batch_size=64, max_epochs=2, key_bits=512, insecure_key=True, optimizer="sgd")
+SMALL = dict(protocol="paper", crypto_processes=1, batch_size=64, max_epochs=2, key_bits=512, insecure_key=True,
+             optimizer="sgd")
 
 
 def crash_job(fed):

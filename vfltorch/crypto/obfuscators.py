@@ -210,6 +210,20 @@ class ObfuscatorPool:
             self._stock.extend(self._make(missing))
         return self
 
+    def fill_with(self, workers, count: int) -> "ObfuscatorPool":
+        """``fill``, with the missing obfuscators made by a ``CryptoWorkers`` pool in parallel.
+
+        Each worker encrypts zeros with its own generator: E(0) = (1 + 0 n) s = s, an obfuscator.
+        """
+        self._drain()
+        missing = count - len(self._stock)
+        if missing > 0:
+            t0 = time.perf_counter()
+            self._stock.extend(mpz(c) for c in workers.encrypt_raw(self._pm, [0] * missing))
+            self.stats["offline_seconds"] += time.perf_counter() - t0
+            self.stats["made_by_workers"] = self.stats.get("made_by_workers", 0) + missing
+        return self
+
     @property
     def available(self) -> int:
         self._drain()

@@ -7,6 +7,9 @@ loss log 2 - y u / 2 + u^2 / 8 without any party seeing another's columns,
 labels or margins in the clear.
 
 * ``HeteroLogisticRegression`` - the scikit-learn style estimator (``estimator.py``);
+* the default protocol (``protocol="shared"``, ``shared.py``): the model as additive shares between
+  the guest and the host, vector-free L-BFGS (``vlbfgs.py``); the paper's Paillier protocol
+  (``protocol="paper"``) below; ``attacks.py``: the audits both are tested with;
 * roles: ``guest.py``, ``host.py`` (with the host chain), ``coordinator.py``, shared
   data-party steps in ``party.py``, the centralised twin in ``local.py``;
 * maths: ``taylor.py`` (loss, residual, gradient, Hessian-vector product),

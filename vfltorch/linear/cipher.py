@@ -33,8 +33,8 @@ import time
 
 import torch
 
-from ..crypto import (EncryptedTensor, ObfuscatorPool, recv_encrypted, recv_public_key, send_encrypted,
-                      send_public_key)
+from ..crypto import (CryptoWorkers, EncryptedTensor, ObfuscatorPool, recv_encrypted, recv_public_key,
+                      send_encrypted, send_public_key)
 from ..crypto.encoding import to_fixed
 
 PLAINTEXT_LABEL = "none (INSECURE plaintext mode)"
@@ -94,16 +94,28 @@ class PaillierScheme:
     encryptions and for the re-randomisation of every ciphertext that leaves
     the process (``send_encrypted``); ``prepare(count)`` fills it ahead of
     need and the time it takes is counted as offline time.
+
+    ``processes`` > 1 starts a ``CryptoWorkers`` pool of that many processes
+    (started and warmed up here, during setup): the obfuscators of ``prepare``
+    (encryptions of zero), [[d]]^T X and, at the key holder, decryption are
+    spread over them; the protocol's processes mostly wait on each other, so
+    the workers use the cores they leave idle.
     """
 
     encrypted = True
 
-    def __init__(self, public_key, private_key=None, *, background: bool = False):
+    def __init__(self, public_key, private_key=None, *, background: bool = False, method: str = "djn",
+                 processes: int = 1):
         self.public_key = public_key
         self.private_key = private_key
         self.key_bits = int(public_key.n).bit_length()
-        self.label = f"paillier ({self.key_bits}-bit keys)"
-        self.pool = ObfuscatorPool(public_key, background=background) if private_key is None else None
+        parallel = f", {int(processes)} crypto processes" if int(processes) > 1 else ""
+        self.label = f"paillier ({self.key_bits}-bit keys, {method} obfuscators{parallel})"
+        self.pool = (ObfuscatorPool(public_key, method=method, background=background) if private_key is None
+                     else None)
+        self.workers = None
+        if int(processes) > 1:
+            self.workers = CryptoWorkers(public_key, private_key, int(processes), obfuscation=method).warm_up()
 
     # ---------------------------------------------------------------- keys
     @staticmethod
@@ -112,8 +124,10 @@ class PaillierScheme:
             send_public_key(fed, public_key, r)
 
     @classmethod
-    def receive_key(cls, fed, src: int, *, insecure: bool, background: bool = False) -> "PaillierScheme":
-        return cls(recv_public_key(fed, src, insecure=insecure), background=background)
+    def receive_key(cls, fed, src: int, *, insecure: bool, background: bool = False,
+                    method: str = "djn", processes: int = 1) -> "PaillierScheme":
+        return cls(recv_public_key(fed, src, insecure=insecure), background=background, method=method,
+                   processes=processes)
 
     # ---------------------------------------------------------- obfuscators
     def prepare(self, count: int) -> float:
@@ -121,7 +135,10 @@ class PaillierScheme:
         if self.pool is None or count <= 0 or self.pool.background:
             return 0.0      # a background pool fills itself on another core
         started = time.perf_counter()
-        self.pool.fill(count)
+        if self.workers is not None:
+            self.pool.fill_with(self.workers, count)
+        else:
+            self.pool.fill(count)
         return time.perf_counter() - started
 
     def offline_stats(self) -> dict:
@@ -130,15 +147,18 @@ class PaillierScheme:
     def close(self) -> None:
         if self.pool is not None:
             self.pool.close()
+        if self.workers is not None:
+            self.workers.close()
+            self.workers = None
 
     # ----------------------------------------------------------- arithmetic
     def encrypt(self, x: torch.Tensor, frac_bits: int, max_abs: float) -> EncryptedTensor:
         return EncryptedTensor.encrypt(self.public_key, x.to(torch.float64).cpu(), frac_bits, max_abs=max_abs,
                                        pool=self.pool)
 
-    @staticmethod
-    def matmul(t: EncryptedTensor, X: torch.Tensor, frac_bits: int) -> EncryptedTensor:
-        return t.matmul(X.to(torch.float64).cpu(), frac_bits=frac_bits)
+    def matmul(self, t: EncryptedTensor, X: torch.Tensor, frac_bits: int) -> EncryptedTensor:
+        workers = self.workers if X.dim() == 2 else None        # a single dot product is not worth shipping
+        return t.matmul(X.to(torch.float64).cpu(), frac_bits=frac_bits, workers=workers)
 
     @staticmethod
     def fixed(t: EncryptedTensor, frac_bits: int) -> EncryptedTensor:
@@ -159,7 +179,7 @@ class PaillierScheme:
 
     def open(self, t: EncryptedTensor) -> tuple[list[int], int]:
         """Decrypt to the fixed-point integers (the coordinator)."""
-        return t.decrypt_fixed(self.private_key), t.frac_bits
+        return t.decrypt_fixed(self.private_key, workers=self.workers), t.frac_bits
 
 
 class PlaintextScheme:

@@ -1,14 +1,18 @@
 """``vfl hetero-lr``: encrypted vertical logistic regression (Hardy et al.'s SGD, Yang et al.'s SQN).
 
-    vfl hetero-lr --dataset credit_default --parties 2 --optimizer sqn --batch-size 1000
-    vfl hetero-lr --dataset credit_default --parties 2 --optimizer sgd --insecure-plaintext   # no encryption!
+    vfl hetero-lr --dataset credit_default --optimizer sqn                  # shared model (default protocol)
+    vfl hetero-lr --dataset credit_default --protocol paper --optimizer sqn # the paper's Paillier protocol (leaks)
+    vfl hetero-lr --dataset credit_default --protocol paper --insecure-plaintext   # no encryption!
 
-Q data parties (the guest, rank 0, holds the labels; the others are hosts)
-plus a coordinator process that holds the Paillier private key. The
-defaults are the paper's setting on ``credit_default`` (Credit 1) with
-``--parties 2``: an 80/20 split, standardised columns split contiguously
-(the guest gets the first half), batch 1000, L = 4, S_H = S, stop when the
-epoch loss changes by less than 1e-5, 2048-bit keys. TensorBoard
+Q data parties (the guest, rank 0, holds the labels; the others are hosts;
+default Q = 2 as in the paper) plus a coordinator process: with
+``--protocol shared`` (default) it deals Beaver triples and the model stays
+secret-shared between guest and host until the end; with ``--protocol paper``
+it holds the Paillier private key (Hardy / Yang; the host learns its
+gradients, which leak labels - the run warns). The defaults are the paper's
+setting: an 80/20 split, standardised columns split contiguously (the guest
+gets the first half), batch min(1000, training rows), L = 4, S_H = S, stop
+when the epoch loss changes by less than 1e-5, 2048-bit keys. TensorBoard
 (``--logdir``): training loss and test AUC against epochs, the loss against
 protocol rounds and online milliseconds, bytes per epoch. The JSON record
 (``--output-json``) holds ``test_auc``, ``train_loss``, ``epochs``, rounds,
@@ -23,7 +27,7 @@ import torch
 
 from ..cli import Command
 from ..data.validation import VFLInputError
-from .estimator import DEFAULT_DECAY, DEFAULT_LR, OPTIMIZERS, PRECOMPUTE
+from .estimator import DEFAULT_DECAY, DEFAULT_LR, OPTIMIZERS, PRECOMPUTE, PROTOCOLS
 
 
 def _number(kind, low, strict, what):
@@ -45,10 +49,14 @@ def _positive_int(what):
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("hetero-LR")
+    g.add_argument("--protocol", choices=PROTOCOLS, default="shared",
+                   help="shared: the model as additive shares between guest and host, no per-step gradient at any "
+                        "party (2 data parties); paper: Hardy / Yang under Paillier (the host learns its gradients, "
+                        "which leak labels; the coordinator sees SQN gradients and curvature pairs)")
     g.add_argument("--optimizer", choices=OPTIMIZERS, default="sqn",
                    help="sgd: Hardy et al. 2017; sqn: stochastic quasi-Newton (Yang et al.)")
-    g.add_argument("--batch-size", type=_positive_int("--batch-size"), default=1000,
-                   help="rows |S| per iteration (the paper: 1000 or 3000)")
+    g.add_argument("--batch-size", type=_positive_int("--batch-size"), default=None,
+                   help="rows |S| per iteration (default: min(1000, training rows); the paper: 1000 or 3000)")
     g.add_argument("--lr", type=_number(float, 0.0, True, "--lr"), default=None,
                    help=f"learning rate (default: {DEFAULT_LR['sgd']} for sgd, {DEFAULT_LR['sqn']} for sqn)")
     g.add_argument("--decay", type=_number(float, 0.0, False, "--decay"), default=None,
@@ -73,28 +81,58 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run the same protocol WITHOUT encryption (INSECURE: debugging, cost of encryption)")
     e.add_argument("--key-bits", type=int, default=2048, help="Paillier modulus size")
     e.add_argument("--insecure-key", action="store_true", help="allow keys under 1024 bits (tests only)")
-    e.add_argument("--feature-frac-bits", type=int, default=16,
-                   help="fractional bits of features in the encrypted products (the exponent size: speed)")
+    e.add_argument("--feature-frac-bits", type=int, default=None,
+                   help="fractional bits of features in the products (paper: the exponent size, default 16; "
+                        "shared: default 10)")
     e.add_argument("--mask-bits", type=int, default=64, help="statistical security of the gradient masks")
     e.add_argument("--precompute", choices=PRECOMPUTE, default="batch",
                    help="obfuscators: made before each iteration or each epoch (timed as offline; with 'epoch' "
                         "raise --timeout), by a background process, or inline")
+    e.add_argument("--obfuscation", choices=("djn", "full"), default="djn",
+                   help="paper protocol: Paillier obfuscators by DJN's fixed base (fast) or r^n as phe (full)")
+    e.add_argument("--crypto-processes", type=_positive_int("--crypto-processes"), default=None,
+                   help="paper protocol: processes per party for obfuscators, [[d]]^T X and decryption (default: "
+                        "the machine's cores; 1: none)")
     e.add_argument("--mask-seed", type=int, default=None,
-                   help="seed of this run's private masks (default: the operating system's randomness)")
-    g.add_argument("--monitor", action=argparse.BooleanOptionalAction, default=True,
-                   help="score the test rows after every epoch (a secure sum) for the test-AUC curve")
+                   help="SIMULATION ONLY: seed the masks (reproducible; whoever knows the seed removes them; the "
+                        "run warns and its record says it carries no privacy guarantee). Default: OS entropy")
+    g.add_argument("--monitor", action=argparse.BooleanOptionalAction, default=False,
+                   help="paper protocol only, INSECURE: score the test rows after every epoch for a test-AUC "
+                        "curve (hands the guest the host's partial score of every test row per epoch)")
 
 
 def check(args) -> None:
+    """Before any process starts: 2 data parties by default (the paper), combinations that cannot work,
+    then the hyperparameters and key size (``_check_hyperparameters``)."""
+    from ..comm import under_mpirun, under_torchrun
+
+    spawned = not (args.backend == "mpi" or under_torchrun() or under_mpirun())
+    if args.parties is None and spawned:
+        args.parties = 2
+    if args.protocol == "shared":
+        if args.parties is not None and args.parties != 2:
+            raise VFLInputError(f"--protocol shared runs between one guest and one host: use --parties 2 (got "
+                                f"{args.parties}), or --protocol paper for several hosts")
+        if args.insecure_plaintext:
+            raise VFLInputError("--insecure-plaintext runs the paper protocol without encryption: add "
+                                "--protocol paper")
+        if args.monitor:
+            raise VFLInputError("--monitor hands the guest the host's partial test scores every epoch; the shared "
+                                "protocol refuses it (use --protocol paper on public data)")
+    _check_hyperparameters(args)
+
+
+def _check_hyperparameters(args) -> None:
     """Hyperparameters and key size, in the launching process before any party starts."""
     from .estimator import HeteroLogisticRegression
 
     HeteroLogisticRegression(
-        None, optimizer=args.optimizer, batch_size=args.batch_size, lr=args.lr, decay=args.decay, L=args.L,
+        None, protocol=args.protocol, optimizer=args.optimizer, batch_size=args.batch_size, lr=args.lr, decay=args.decay, L=args.L,
         M=args.M, hessian_batch=args.hessian_batch, l2=args.l2, max_epochs=args.max_epochs, tol=args.tol,
         encryption=not args.insecure_plaintext, key_bits=args.key_bits, insecure_key=args.insecure_key,
         feature_frac_bits=args.feature_frac_bits, mask_bits=args.mask_bits,
-        precompute=args.precompute)._check_params()
+        precompute=args.precompute, decay_sqrt=args.decay_sqrt, obfuscation=args.obfuscation,
+        crypto_processes=args.crypto_processes)._check_params()
 
 
 def run(fed, data, args, log_):
@@ -104,12 +142,13 @@ def run(fed, data, args, log_):
         raise VFLInputError(f"hetero-lr does binary classification; {data.dataset} is a {data.task} task. Pick a "
                             f"binary dataset (see `vfl datasets`).")
     est = HeteroLogisticRegression(
-        fed, optimizer=args.optimizer, batch_size=args.batch_size, lr=args.lr, decay=args.decay,
+        fed, protocol=args.protocol, optimizer=args.optimizer, batch_size=args.batch_size, lr=args.lr, decay=args.decay,
         decay_sqrt=args.decay_sqrt, L=args.L, M=args.M, hessian_batch=args.hessian_batch, l2=args.l2,
         fit_intercept=args.fit_intercept, max_epochs=args.max_epochs, tol=args.tol,
         encryption=not args.insecure_plaintext, key_bits=args.key_bits, insecure_key=args.insecure_key,
         feature_frac_bits=args.feature_frac_bits, mask_bits=args.mask_bits, precompute=args.precompute,
-        random_state=args.seed, mask_seed=args.mask_seed, device=args.device)
+        obfuscation=args.obfuscation, crypto_processes=args.crypto_processes, random_state=args.seed,
+        mask_seed=args.mask_seed, device=args.device)
     X_train = None if data is None else data.X_train
     X_test = None if data is None else data.X_test
     monitor = None
@@ -127,16 +166,20 @@ def run(fed, data, args, log_):
     metrics["rounds"] = history[-1]["rounds"] if history else 0
     metrics["seconds_per_epoch"] = est.train_seconds_ / epochs
     metrics["offline_seconds_per_epoch"] = est.offline_seconds_ / epochs
+    metrics["wall_seconds_per_epoch"] = est.wall_seconds_ / epochs
     per_party = {r: sum(h["bytes_per_party"][r] for h in history) / epochs for r in history[0]["bytes_per_party"]} \
         if history else {}
     metrics["bytes_per_epoch"] = sum(per_party.values())
     for r, b in per_party.items():
         metrics[f"bytes_per_epoch_rank{r}"] = b
     return {"metrics": metrics, "train_seconds": est.train_seconds_, "task": data.task,
-            "encryption": est.encryption_,
-            "hetero_lr": {"optimizer": args.optimizer, "lr": est._lr(), "decay": est._decay(),
+            "encryption": est.encryption_, "privacy": est.privacy_,
+            "hetero_lr": {"protocol": args.protocol, "optimizer": args.optimizer, "lr": est._lr(),
+                          "decay": est._decay(),
                           "converged": est.converged_, "setup_seconds": est.setup_seconds_,
-                          "offline_seconds": est.offline_seconds_, "bytes_per_epoch_per_party": per_party,
+                          "offline_seconds": est.offline_seconds_,
+                          "online_seconds": est.train_seconds_, "wall_seconds": est.wall_seconds_,
+                          "bytes_per_epoch_per_party": per_party,
                           "curvature_pairs": est.n_curvature_pairs_, "timings": est.timings_,
                           "roles": {str(fed.active): "guest", str(fed.coordinator): "coordinator",
                                     **{str(r): "host" for r in fed.parties if r != fed.active}},

@@ -19,7 +19,9 @@ it holds:
 Without a federation (or with ``Federation.local()``) it is the centralised
 twin: one party with every column, the same optimizer (``local.py``).
 
-The protocol, per mini-batch S (see ``host.py``, ``guest.py``, ``party.py``,
+``protocol="shared"`` (the default) runs ``shared.py`` instead: the model stays additive shares
+between the guest and the one host, the coordinator only deals Beaver triples. The paper's
+protocol (``protocol="paper"``), per mini-batch S (see ``host.py``, ``guest.py``, ``party.py``,
 ``coordinator.py`` for each role's steps and what it learns):
 
 1. hosts -> guest: [[U]] (sum of host margins) and [[sum_i U_i^2]], along the host chain;
@@ -53,7 +55,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import secrets
+import os
 import time
 
 import numpy as np
@@ -72,6 +74,7 @@ from .host import Host
 from .lbfgs import CurvatureMemory
 from .local import LocalLearner
 from .masks import MaskSource
+from .shared import DEFAULT_FEATURE_BITS as SHARED_FEATURE_BITS, SharedRole
 from .optimizers import IterationPlan, StepSize
 from .session import PHASE_MONITOR, PHASE_PREDICT, PHASE_REPORT, PHASE_SETUP, TRAIN_PHASES, Session
 from .stopping import LossTracker
@@ -79,6 +82,20 @@ from .stopping import LossTracker
 log = logging.getLogger("vfltorch.linear")
 
 OPTIMIZERS = ("sgd", "sqn")
+PROTOCOLS = ("shared", "paper")
+DEFAULT_BATCH = 1000
+PAPER_WARNING = ("PAPER protocol (Hardy et al. / Yang et al.): the host unmasks its exact gradient block "
+                 "X_A^T d / |S| at every step, which reveals the labels (the first batch exactly, since d = -y/2 "
+                 "at w = 0; later batches by least squares over the steps); the coordinator sees every SQN "
+                 "gradient and every curvature pair (s, v) in the clear. The default protocol='shared' reveals "
+                 "neither.")
+MONITOR_WARNING = ("--monitor scores the test rows after every epoch: the guest receives the host's partial score "
+                   "X_A^test w_A of every test row per epoch, from which it rebuilds the host's test columns (up to "
+                   "a linear map) after a few epochs. Use it on public or synthetic data only.")
+SIMULATION_WARNING = ("SIMULATION mode: masks come from the seeded stream of mask_seed / --mask-seed; whoever knows "
+                      "the seed removes them. This run carries NO privacy guarantee.")
+SHARED_LABEL = "additive secret sharing on Z_2^64 (Beaver triples dealt by the coordinator)"
+
 PRECOMPUTE = ("batch", "epoch", "background", "none")
 DEFAULT_LR = {"sgd": 0.15, "sqn": 0.3}
 DEFAULT_DECAY = {"sgd": 0.0, "sqn": 1.0}
@@ -87,9 +104,9 @@ INSECURE_WARNING = ("INSECURE plaintext mode: the hetero-LR protocol runs WITHOU
                     "cost of encryption only.")
 
 # Hyperparameters every process must share (mask_seed and device are each party's own).
-_AGREED = ("optimizer", "batch_size", "lr", "decay", "decay_sqrt", "L", "M", "hessian_batch", "l2", "fit_intercept",
-           "max_epochs", "tol", "encryption", "key_bits", "insecure_key", "feature_frac_bits", "mask_bits",
-           "random_state")
+_AGREED = ("protocol", "optimizer", "batch_size", "lr", "decay", "decay_sqrt", "L", "M", "hessian_batch", "l2",
+           "fit_intercept", "max_epochs", "tol", "encryption", "key_bits", "insecure_key", "feature_frac_bits",
+           "mask_bits", "random_state", "obfuscation")
 
 
 class HeteroLogisticRegression(BaseEstimator):
@@ -98,8 +115,12 @@ class HeteroLogisticRegression(BaseEstimator):
     Parameters
     ----------
     fed: the party's ``Federation`` (None: the centralised twin).
+    protocol: ``"shared"`` (default: the model kept as additive shares between the guest and the one host,
+        ``shared.py``; nobody learns a per-step gradient, the coordinator only deals Beaver triples) or
+        ``"paper"`` (Hardy / Yang with Paillier: the host learns its gradient blocks, which reveal labels;
+        the coordinator sees SQN gradients and curvature pairs; warns).
     optimizer: ``"sgd"`` (Hardy et al. 2017) or ``"sqn"`` (Yang et al.: stochastic quasi-Newton).
-    batch_size: rows |S| per iteration.
+    batch_size: rows |S| per iteration (None: min(1000, training rows)).
     lr, decay, decay_sqrt: step eta_e = lr / (1 + decay e) (or / sqrt(1 + decay e)), e the epoch;
         ``None`` takes the optimizer's default (sgd: 0.15, no decay; sqn: 0.3, decay 1).
     L, M: SQN's update interval (curvature pair every L iterations) and L-BFGS memory.
@@ -110,24 +131,33 @@ class HeteroLogisticRegression(BaseEstimator):
     encryption: False runs the same protocol in the clear (INSECURE; debugging, cost of encryption).
     key_bits: Paillier modulus size (2048); under 1024 only with ``insecure_key`` (tests).
     feature_frac_bits: fractional bits of features (and other plaintext multipliers) in the encrypted
-        products: the exponent size, hence the speed; 16 keeps |error| <= 2^-17 per feature.
+        products: the exponent size, hence the speed; 16 keeps |error| <= 2^-17 per feature. None: 16 for
+        the paper protocol, 10 for the shared one (rarer truncation failures on Z_2^64).
     mask_bits: statistical security sigma of the gradient masks.
     precompute: when obfuscators (the data-independent half of every encryption) are made:
         ``"batch"`` (a pool filled before each iteration) or ``"epoch"`` (before each epoch; raise the
         federation timeout for big epochs: the other processes wait meanwhile), both timed as offline;
         ``"background"`` (a separate process keeps a pool full, on a spare core); ``"none"`` (inline,
         counted as online time).
+    crypto_processes: paper protocol: processes per party for obfuscators, [[d]]^T X and decryption
+        (None: the machine's cores; 1: none, everything in the party's own process).
+    obfuscation: ``"djn"`` (fixed-base h_s^a, fast; Damgard-Jurik-Nielsen's assumption) or ``"full"``
+        (r^n as python-paillier; slower, the textbook assumption only).
     random_state: the public seed of mini-batches and Hessian samples.
-    mask_seed: this party's private seed for masks (None: the operating system's randomness).
+    mask_seed: SIMULATION ONLY: a seed for this party's masks (None, the default: the operating system's
+        randomness). A seeded run warns and its record says it carries no privacy guarantee.
     """
 
-    def __init__(self, fed: Federation | None = None, *, optimizer: str = "sqn", batch_size: int = 1000,
+    def __init__(self, fed: Federation | None = None, *, protocol: str = "shared", optimizer: str = "sqn",
+                 batch_size: int | None = None,
                  lr: float | None = None, decay: float | None = None, decay_sqrt: bool = False, L: int = 4,
                  M: int = 10, hessian_batch: int | None = None, l2: float = 1e-3, fit_intercept: bool = True,
                  max_epochs: int = 100, tol: float = 1e-5, encryption: bool = True, key_bits: int = 2048,
-                 insecure_key: bool = False, feature_frac_bits: int = 16, mask_bits: int = 64,
-                 precompute: str = "batch", random_state: int = 0, mask_seed: int | None = None, device=None):
+                 insecure_key: bool = False, feature_frac_bits: int | None = None, mask_bits: int = 64,
+                 precompute: str = "batch", obfuscation: str = "djn", crypto_processes: int | None = None,
+                 random_state: int = 0, mask_seed: int | None = None, device=None):
         self.fed = fed
+        self.protocol = protocol
         self.optimizer = optimizer
         self.batch_size = batch_size
         self.lr = lr
@@ -146,6 +176,8 @@ class HeteroLogisticRegression(BaseEstimator):
         self.feature_frac_bits = feature_frac_bits
         self.mask_bits = mask_bits
         self.precompute = precompute
+        self.obfuscation = obfuscation
+        self.crypto_processes = crypto_processes
         self.random_state = random_state
         self.mask_seed = mask_seed
         self.device = device
@@ -157,22 +189,37 @@ class HeteroLogisticRegression(BaseEstimator):
     def _decay(self) -> float:
         return float(self.decay) if self.decay is not None else DEFAULT_DECAY.get(self.optimizer, 0.0)
 
+    def _fx(self) -> int:
+        if self.feature_frac_bits is not None:
+            return int(self.feature_frac_bits)
+        return SHARED_FEATURE_BITS if self.protocol == "shared" else 16
+
+    def _processes(self) -> int:
+        return int(self.crypto_processes) if self.crypto_processes is not None else (os.cpu_count() or 1)
+
+    def _batch(self, n: int) -> int:
+        return min(DEFAULT_BATCH, n) if self.batch_size is None else int(self.batch_size)
+
     def _check_params(self) -> None:
         def integer(name, low):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
                 raise VFLInputError(f"{name} must be an integer >= {low}, got {v!r}")
 
+        if self.protocol not in PROTOCOLS:
+            raise VFLInputError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
         if self.optimizer not in OPTIMIZERS:
             raise VFLInputError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
-        integer("batch_size", 1)
+        if self.batch_size is not None:
+            integer("batch_size", 1)
         integer("L", 1)
         integer("M", 1)
         integer("max_epochs", 1)
         integer("mask_bits", 16)
         if self.hessian_batch is not None:
             integer("hessian_batch", 1)
-        if not (isinstance(self.feature_frac_bits, (int, np.integer)) and 0 <= self.feature_frac_bits <= 32):
+        if self.feature_frac_bits is not None and not (
+                isinstance(self.feature_frac_bits, (int, np.integer)) and 0 <= self.feature_frac_bits <= 32):
             raise VFLInputError(f"feature_frac_bits must be an integer in [0, 32], got {self.feature_frac_bits!r}")
         lr = self._lr()
         if not (math.isfinite(lr) and lr > 0):
@@ -184,6 +231,10 @@ class HeteroLogisticRegression(BaseEstimator):
             raise VFLInputError(f"l2 must be a non-negative number, got {self.l2!r}")
         if not (isinstance(self.tol, (int, float)) and self.tol >= 0):
             raise VFLInputError(f"tol must be a non-negative number, got {self.tol!r}")
+        if self.crypto_processes is not None:
+            integer("crypto_processes", 1)
+        if self.obfuscation not in ("djn", "full"):
+            raise VFLInputError(f"obfuscation must be 'djn' or 'full', got {self.obfuscation!r}")
         if self.precompute not in PRECOMPUTE:
             raise VFLInputError(f"precompute must be one of {PRECOMPUTE}, got {self.precompute!r}")
         if self.encryption:
@@ -197,6 +248,14 @@ class HeteroLogisticRegression(BaseEstimator):
                     f"(--insecure-key).")
 
     def _check_data(self, fed, X, y) -> None:
+        if fed.world_size > 1 and self.protocol == "shared":
+            if fed.num_parties != 2:
+                raise VFLInputError(f"the shared protocol runs between one guest and one host (2 data parties), "
+                                    f"got {fed.num_parties}; use 2 parties, or protocol='paper' (--protocol paper) "
+                                    f"for several hosts")
+            if not self.encryption:
+                raise VFLInputError("the INSECURE plaintext mode runs the paper protocol without encryption: "
+                                    "add protocol='paper' (--protocol paper)")
         if fed.world_size > 1 and fed.coordinator is None:
             raise VFLInputError("hetero-LR needs a coordinator that holds the Paillier key: start the federation "
                                 "with coordinator=True (launch(..., coordinator=True); `vfl hetero-lr` adds it)")
@@ -237,7 +296,7 @@ class HeteroLogisticRegression(BaseEstimator):
     def _design(self, fed, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """This party's training matrix (quantised to F_X bits, the guest's with the intercept) and penalty mask."""
         device = self.device or X.device
-        Xq = quantize(X.detach().to(device, torch.float64), self.feature_frac_bits)
+        Xq = quantize(X.detach().to(device, torch.float64), self._fx())
         penalized = torch.ones(Xq.shape[1], dtype=torch.float64, device=device)
         if self.fit_intercept and fed.is_active:
             Xq = torch.cat([Xq, torch.ones(Xq.shape[0], 1, dtype=torch.float64, device=device)], dim=1)
@@ -256,7 +315,7 @@ class HeteroLogisticRegression(BaseEstimator):
             if error:
                 raise VFLInputError(error)
             n = X.shape[0]
-            if self.batch_size > n:
+            if self._batch(n) > n:
                 raise VFLInputError(f"batch_size={self.batch_size} is larger than the training set ({n} rows): "
                                     f"use at most {n}")
             return {"n": n, "features": [X.shape[1] + int(self.fit_intercept)]}
@@ -276,20 +335,30 @@ class HeteroLogisticRegression(BaseEstimator):
 
     def _session(self, fed, agreed: dict) -> Session:
         n = agreed["n"]
-        batch = min(self.batch_size, n)
-        hessian_batch = min(self.hessian_batch or self.batch_size, n)
+        batch = min(self._batch(n), n)
+        hessian_batch = min(self.hessian_batch or batch, n)
         bounds = PublicBounds(parties=fed.num_parties, batch=batch, hessian_batch=hessian_batch, l2=float(self.l2),
-                              feature_frac_bits=int(self.feature_frac_bits), mask_bits=int(self.mask_bits))
+                              feature_frac_bits=self._fx(), mask_bits=int(self.mask_bits))
         scheme = PlaintextScheme()
-        if fed.world_size > 1 and self.encryption:
+        shared = fed.world_size > 1 and self.protocol == "shared"
+        if fed.world_size > 1 and fed.is_active:
+            if not shared:
+                log.warning(PAPER_WARNING)
+            if self.mask_seed is not None:
+                log.warning(SIMULATION_WARNING)
+        if shared:
+            pass
+        elif fed.world_size > 1 and self.encryption:
             with fed.phase(PHASE_SETUP):
                 if fed.is_coordinator:
                     public_key, private_key = generate_keypair(int(self.key_bits), insecure=bool(self.insecure_key))
                     PaillierScheme.share_key(fed, public_key, fed.parties)
-                    scheme = PaillierScheme(public_key, private_key)
+                    scheme = PaillierScheme(public_key, private_key, method=self.obfuscation,
+                                            processes=self._processes())
                 else:
                     scheme = PaillierScheme.receive_key(fed, fed.coordinator, insecure=bool(self.insecure_key),
-                                                        background=self.precompute == "background")
+                                                        background=self.precompute == "background",
+                                                        method=self.obfuscation, processes=self._processes())
             if bounds.total_bits() + 4 > int(scheme.public_key.n).bit_length() - 2:
                 raise VFLInputError(f"a {self.key_bits}-bit key leaves no room for the protocol's fixed-point "
                                     f"values ({bounds.total_bits()} bits): use a larger key")
@@ -301,13 +370,17 @@ class HeteroLogisticRegression(BaseEstimator):
                        plan=IterationPlan(self.optimizer, int(self.L)),
                        step=StepSize(self._lr(), self._decay(), bool(self.decay_sqrt)),
                        masks=MaskSource(seed, fed.rank), l2=float(self.l2),
-                       feature_frac_bits=int(self.feature_frac_bits), n_features=list(agreed["features"]))
+                       feature_frac_bits=self._fx(), n_features=list(agreed["features"]))
 
     def _role(self, session: Session, fed, X, y):
         memory, tracker = CurvatureMemory(int(self.M)), LossTracker(float(self.tol), int(self.max_epochs))
         if fed.world_size == 1:
             Xq, penalized = self._design(fed, X)
             return LocalLearner(session, Xq, y.to(torch.float64), penalized, memory, tracker)
+        if self.protocol == "shared":
+            Xq = None if fed.is_coordinator else self._design(fed, X)[0]
+            return SharedRole(session, Xq, y if fed.is_active else None, fit_intercept=bool(self.fit_intercept),
+                              memory=int(self.M), tracker=tracker)
         if fed.is_coordinator:
             return Coordinator(session, memory, tracker)
         Xq, penalized = self._design(fed, X)
@@ -322,9 +395,15 @@ class HeteroLogisticRegression(BaseEstimator):
         session = self._session(fed, agreed)
         role = self._role(session, fed, X, y)
         self.setup_seconds_ = time.perf_counter() - started
-        self.encryption_ = ("none (centralised: one party)" if fed.world_size == 1 else session.scheme.label)
-        self._mask_stream = MaskStream(self.mask_seed if self.mask_seed is not None else secrets.randbits(62),
-                                       fed.rank)
+        self.encryption_ = ("none (centralised: one party)" if fed.world_size == 1 else
+                            SHARED_LABEL if self.protocol == "shared" else session.scheme.label)
+        self.privacy_ = ("void: SIMULATION mode (seeded masks)" if self.mask_seed is not None else
+                         "none: centralised" if fed.world_size == 1 else
+                         "shared model: no per-step gradient at any party" if self.protocol == "shared" else
+                         "paper protocol: the host learns its gradients (labels leak); the coordinator sees SQN "
+                         "gradients and curvature pairs")
+        self._mask_stream = (MaskStream(self.mask_seed, fed.rank) if self.mask_seed is not None
+                             else MaskStream.private(fed.rank))
         return fed, session, role
 
     # -------------------------------------------------------------------- fit
@@ -337,6 +416,8 @@ class HeteroLogisticRegression(BaseEstimator):
         ``log`` is a ``vfltorch.runlog.RunLog`` (TensorBoard curves at the guest).
         """
         fed, session, role = self._start(X, y, monitor)
+        if monitor is not None and fed.is_active and fed.world_size > 1:
+            logging.getLogger("vfltorch.linear").warning(MONITOR_WARNING)
         self._session_ = session
         self._role_ = role
         self.history_, self.comm_ = [], []
@@ -345,6 +426,7 @@ class HeteroLogisticRegression(BaseEstimator):
         bar = log.progress(total=int(self.max_epochs), desc=f"hetero-lr {self.optimizer}", unit="epoch") \
             if (log is not None and progress) else None
         decision = {"loss": float("nan"), "stop": True, "converged": False}
+        fit_started = time.perf_counter()
         try:
             for epoch in range(int(self.max_epochs)):
                 eta = session.step(epoch)
@@ -376,6 +458,9 @@ class HeteroLogisticRegression(BaseEstimator):
                     bar.set_postfix(loss=f"{decision.get('loss', float('nan')):.6f}")
                 if decision["stop"]:
                     break
+            if hasattr(role, "finish"):
+                role.finish()
+            self.wall_seconds_ = time.perf_counter() - fit_started
             self._finish(fed, session, role, k, epoch + 1, decision, online, offline)
         finally:
             if bar is not None:
@@ -512,6 +597,9 @@ class HeteroLogisticRegression(BaseEstimator):
         centralised twin: (loss, gradient)). The coordinator sees the blocks
         masked, exactly as in an SGD step.
         """
+        if self.protocol == "shared" and self._federation().world_size > 1:
+            raise VFLInputError("loss_and_gradient hands each party its gradient block: it exists for the paper "
+                                "protocol only (protocol='paper')")
         fed, session, role = self._start(X, y)
         try:
             if coef is not None and hasattr(role, "w"):
@@ -550,8 +638,12 @@ def _verdict(fed, infos: list, est) -> dict:
     monitors = {infos[r]["monitor"] for r in fed.parties}
     if len(monitors) != 1:
         return {"error": "either every data party passes monitor= (its columns of the monitored rows) or none"}
+    if est.protocol == "shared" and True in monitors:
+        return {"error": "per-epoch monitoring would hand the guest the host's partial score of every monitored row "
+                         "per epoch, which the shared protocol exists to avoid; drop monitor= (--monitor), or use "
+                         "protocol='paper' (--protocol paper) on public data"}
     n = rows[fed.active]
-    if est.batch_size > n:
+    if est._batch(n) > n:
         return {"error": f"batch_size={est.batch_size} is larger than the training set ({n} rows): use at most {n}"}
     order = [fed.active] + [r for r in fed.parties if r != fed.active]
     return {"error": None, "n": n, "features": [infos[r]["columns"] for r in order]}

@@ -9,26 +9,37 @@ r_l. The masks act on the fixed-point integers, so unmasking is exact; float
 masks would lose the low bits of G_l to rounding.
 
 Masks must be unpredictable: by default they come from the operating
-system (``secrets``). A seed makes them reproducible (tests, debugging).
+system (``secrets``). A seed gives the reproducible *simulation* stream
+(``vfltorch.comm.MaskStream``, PCG64): whoever knows the seed removes the
+masks, so the estimator warns and marks the run as carrying no guarantee.
 """
 
 from __future__ import annotations
 
-import random
 import secrets
+
+from ..comm.masking import MaskStream
 
 
 class MaskSource:
-    """A party's private supply of uniform integer masks."""
+    """A party's private supply of uniform integer masks (OS entropy; seeded = simulation only)."""
 
     def __init__(self, seed: int | None = None, rank: int = 0):
-        self._rng = None if seed is None else random.Random(int(seed) * 1_000_003 + 7_919 * (int(rank) + 1))
+        self._stream = None if seed is None else MaskStream(int(seed), int(rank))
 
     def draw(self, count: int, bits: int) -> list[int]:
         """``count`` integers uniform in [0, 2^bits)."""
-        if self._rng is None:
+        if self._stream is None:
             return [secrets.randbits(bits) for _ in range(count)]
-        return [self._rng.getrandbits(bits) for _ in range(count)]
+        words = -(-bits // 64)
+        raw = [int(v) for v in self._stream.generator.bit_generator.random_raw(count * words)]
+        out = []
+        for i in range(count):
+            value = 0
+            for w in raw[i * words:(i + 1) * words]:
+                value = (value << 64) | w
+            out.append(value >> (64 * words - bits))
+        return out
 
 
 def unmask(masked: list[int], masks: list[int]) -> list[int]:
