@@ -352,22 +352,17 @@ def _main(argv, args, command) -> int:
             check_backend(args.backend)
         except RuntimeError as exc:
             raise VFLInputError(str(exc)) from None
-        if args.federation:
-            fed = _join_federation(args, coordinator)
-            try:
-                records = [run_party(fed, argv)]
-            except BaseException as exc:
-                fed.report_error(exc)
-                raise
-            fed.close()
-        elif distributed:
-            fed = init_from_env(coordinator=coordinator, backend=args.backend, device=args.device,
-                                timeout=args.timeout)
-            expected = fed.num_parties
-            if args.parties is not None and args.parties != expected:
-                raise VFLInputError(f"--parties {args.parties} but {fed.world_size} processes were started "
-                                    f"({expected} data parties{' + a coordinator' if coordinator else ''}); "
-                                    f"drop --parties or start {args.parties + coordinator} processes")
+        if args.federation or distributed:
+            if args.federation:
+                fed = _join_federation(args, coordinator)
+            else:
+                fed = init_from_env(coordinator=coordinator, backend=args.backend, device=args.device,
+                                    timeout=args.timeout)
+                expected = fed.num_parties
+                if args.parties is not None and args.parties != expected:
+                    raise VFLInputError(f"--parties {args.parties} but {fed.world_size} processes were started "
+                                        f"({expected} data parties{' + a coordinator' if coordinator else ''}); "
+                                        f"drop --parties or start {args.parties + coordinator} processes")
             try:
                 records = [run_party(fed, argv)]
             except BaseException as exc:

@@ -109,24 +109,37 @@ def _guarantee(args, parties: int) -> str:
             "semi-honest parties, a non-colluding dealer (docs/fdskl.md)")
 
 
-def run(fed, data, args, log):
+def _estimator(fed, args, task: str):
+    """The estimator the command trains: one place for the option -> hyperparameter mapping."""
     from .estimator import FDSKLClassifier, FDSKLRegressor
+
+    epochs = args.epochs if args.epochs is not None else (None if args.time_budget is not None else 5.0)
+    Estimator = FDSKLClassifier if task == "binary" else FDSKLRegressor
+    return Estimator(fed, kernel=args.kernel, sigma=args.sigma, loss=args.loss, lam=args.lam, gamma=args.gamma,
+                     batch_size=args.batch_size, features_per_step=args.features_per_step, epochs=epochs,
+                     max_time=args.time_budget, schedule=args.schedule, random_state=args.seed,
+                     mask_seed=args.mask_seed, angle_bits=args.angle_bits, log_every=args.log_every,
+                     prefetch=args.prefetch, protocol=args.protocol, device=args.device)
+
+
+def check(args) -> None:
+    """Hyperparameters, in the launching process before any party starts (the task is not known yet:
+    the square loss is checked as a regressor, every other loss as a classifier)."""
+    from .checks import check_hyperparameters
+
+    check_hyperparameters(_estimator(None, args, "regression" if args.loss == "square" else "binary"))
+
+
+def run(fed, data, args, log):
 
     if fed.is_coordinator:
         return _run_dealer(fed, args)
     if data.task not in ("binary", "regression"):
         raise VFLInputError(f"FDSKL does binary classification and regression; {data.dataset} is a {data.task} "
                             f"task. Pick a binary or regression dataset (see `vfl datasets`).")
-    epochs = args.epochs if args.epochs is not None else (None if args.time_budget is not None else 5.0)
     dtype = getattr(torch, args.precision)
     X_train, X_test = data.X_train.to(dtype), None if data.X_test is None else data.X_test.to(dtype)
-    Estimator = FDSKLClassifier if data.task == "binary" else FDSKLRegressor
-    est = Estimator(fed, kernel=args.kernel, sigma=args.sigma, loss=args.loss, lam=args.lam, gamma=args.gamma,
-                    batch_size=args.batch_size, features_per_step=args.features_per_step, epochs=epochs,
-                    max_time=args.time_budget, schedule=args.schedule, random_state=args.seed,
-                    mask_seed=args.mask_seed, angle_bits=args.angle_bits, log_every=args.log_every,
-                    prefetch=args.prefetch, protocol=args.protocol,
-                    device=args.device)
+    est = _estimator(fed, args, data.task)
     monitor = None
     if X_test is not None and args.monitor_rows != 0:
         m = data.n_test if args.monitor_rows < 0 else min(args.monitor_rows, data.n_test)
@@ -190,5 +203,5 @@ COMMANDS = [
     Command("fdskl", "FDSKL: kernel classification / regression with doubly stochastic random features "
                      "(Gu et al., KDD 2020)", run, add_arguments=add_arguments,
             coordinator=_wants_dealer, data_defaults={"scale": "minmax", "test_fraction": 0.25},
-            tasks=("binary", "regression")),
+            tasks=("binary", "regression"), check=check),
 ]

@@ -100,6 +100,17 @@ def haar_rotation(n: int, seed: int, *, device="cpu") -> torch.Tensor:
     return (Q * torch.where(d == 0, torch.ones_like(d), d)).to(device)
 
 
+def rotation_seed(fed: Federation, parties, mask_seed=None) -> int:
+    """The data parties' common secret seed of the rotation: drawn by the first party, sent to the others only."""
+    with fed.phase(f"{fed.current_phase}/seed"):
+        if fed.rank == parties[0]:
+            secret = secrets.randbits(62) if mask_seed is None else int(mask_seed) + 1
+            for p in parties[1:]:
+                fed.send(torch.tensor([secret], dtype=torch.int64), p)
+            return secret
+        return int(fed.recv(parties[0], (1,), torch.int64, device="cpu")[0])
+
+
 def federated_sum(fed: Federation, part: torch.Tensor, parties, *, secure: bool, topology: str = "tree",
                   stream: MaskStream | None = None) -> torch.Tensor:
     """sum_i part_i at every party of ``parties``: a plain all-reduce, or a masked sum + tree broadcast."""
@@ -250,13 +261,7 @@ class ExactFederatedPCA(FederatedPCABase):
         with fed.phase(f"pca/{self.method}"):
             if client:
                 # 1. The rotation's seed: drawn by the first party, sent to the other data parties only.
-                with fed.phase(f"pca/{self.method}/seed"):
-                    if fed.rank == parties[0]:
-                        secret = secrets.randbits(62) if self.mask_seed is None else int(self.mask_seed) + 1
-                        for p in parties[1:]:
-                            fed.send(torch.tensor([secret], dtype=torch.int64), p)
-                    else:
-                        secret = int(fed.recv(parties[0], (1,), torch.int64, device="cpu")[0])
+                secret = rotation_seed(fed, parties, self.mask_seed)
                 P = haar_rotation(n, secret, device=Xc.device)
                 B = P @ Xc
                 part = B @ B.T                                   # P A_i P^T
@@ -324,13 +329,7 @@ class ExactFederatedPCA(FederatedPCABase):
         with fed.phase(f"pca/{self.method}"):
             if client:
                 me = parties.index(fed.rank)
-                with fed.phase(f"pca/{self.method}/seed"):
-                    if fed.rank == parties[0]:
-                        secret = secrets.randbits(62) if self.mask_seed is None else int(self.mask_seed) + 1
-                        for p in parties[1:]:
-                            fed.send(torch.tensor([secret], dtype=torch.int64), p)
-                    else:
-                        secret = int(fed.recv(parties[0], (1,), torch.int64, device="cpu")[0])
+                secret = rotation_seed(fed, parties, self.mask_seed)
                 P = haar_rotation(d, secret, device=Xc.device)
                 Pl = P[:, offsets[me]:offsets[me + 1]]
                 norm2 = float(secure_allreduce(fed, (Xc ** 2).sum().reshape(1), parties=parties)[0])
