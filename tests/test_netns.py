@@ -32,11 +32,13 @@ def _env():
 
 
 def _federation(tmp_path, hosts, names, port=29418):
+    """The first name is the active party; a name "dealer" is the coordinator (FDSKL's default protocol needs one)."""
     keys, parties = {}, []
     for i, name in enumerate(names):
         ident = generate(name, tmp_path / f"{name}.pem")
         keys[name] = ident.path
-        parties.append(dict(name=name, rank=i, role="active" if i == 0 else "passive",
+        role = "active" if i == 0 else "coordinator" if name == "dealer" else "passive"
+        parties.append(dict(name=name, rank=i, role=role,
                             address=f"{hosts.addresses[i]}:{port}", fingerprint=ident.fingerprint,
                             certificate=f"{name}.crt"))
     return ff.write(tmp_path / "fed.json", parties, federation="netns-test"), keys
@@ -56,8 +58,9 @@ def _run_parties(hosts, path, keys, names, argv, out_json, after_first=None):
 
 
 def test_fdskl_across_simulated_hosts_equals_the_loopback_run(tmp_path):
-    names = ["bank", "shop"]
-    with netns.SimulatedHosts(2, rate="1gbit") as hosts:
+    # Two data parties and the dealer of FDSKL's default (shared) protocol, each on its own host.
+    names = ["bank", "shop", "dealer"]
+    with netns.SimulatedHosts(3, rate="1gbit") as hosts:
         path, keys = _federation(tmp_path, hosts, names)
         runs = _run_parties(hosts, tmp_path / "fed.json", keys, names, FDSKL, tmp_path / "hosts.json")
     for rc, out, err in runs:
@@ -68,15 +71,19 @@ def test_fdskl_across_simulated_hosts_equals_the_loopback_run(tmp_path):
     hosts_rec = json.loads((tmp_path / "hosts.json").read_text())
     loop_rec = json.loads((tmp_path / "loopback.json").read_text())
     assert hosts_rec["config"]["backend"] == "tls" and loop_rec["config"]["backend"] == "gloo"
-    assert hosts_rec["metrics"] == loop_rec["metrics"]
+    # The dealer's masks are private (OS entropy) in both runs and the fixed-point rounding depends on them,
+    # so the two runs agree to rounding (docs/fdskl.md, "Reproducibility"), not bit for bit.
+    assert hosts_rec["metrics"].keys() == loop_rec["metrics"].keys()
+    for name, value in loop_rec["metrics"].items():
+        assert hosts_rec["metrics"][name] == pytest.approx(value, rel=1e-3, abs=1e-4), name
     assert hosts_rec["comm"]["0"]["bytes_sent"] == loop_rec["comm"]["0"]["bytes_sent"]
 
 
 @pytest.mark.slow
 def test_three_hosts_at_100mbit_and_a_stranger_on_the_switch(tmp_path):
     """Three organisations at 100 Mbit/s; a fourth host with its own key dials the bank and is refused."""
-    names = ["bank", "shop", "lender"]
-    with netns.SimulatedHosts(4, rate="100mbit") as hosts:
+    names = ["bank", "shop", "lender", "dealer"]
+    with netns.SimulatedHosts(5, rate="100mbit") as hosts:
         path, keys = _federation(tmp_path, hosts, names)
         stranger_key = generate("bank", tmp_path / "stranger" / "bank.pem").path
         script = ("import socket, ssl, time, sys\n"
@@ -92,7 +99,7 @@ def test_three_hosts_at_100mbit_and_a_stranger_on_the_switch(tmp_path):
         said = []
 
         def stranger():   # dials the bank while it still waits for its peers
-            said.append(subprocess.run(hosts.exec_prefix(3) + [sys.executable, "-c", script, hosts.addresses[0],
+            said.append(subprocess.run(hosts.exec_prefix(4) + [sys.executable, "-c", script, hosts.addresses[0],
                                                                str(stranger_key)], capture_output=True, text=True,
                                        timeout=300).stdout)
 
