@@ -144,6 +144,18 @@ def launch(fn, parties: int, args: tuple = (), kwargs: dict | None = None, *, co
                          args=(r, roles, store.port, options, fn, args, kwargs or {}, results))
              for r in range(world)]
     _start_ignoring_sigint(procs)
+    return collect_results(procs, results, roles, timeout)
+
+
+def collect_results(procs, results, roles: Roles, timeout: float) -> list:
+    """Wait for the started party processes ``procs`` (index = rank) and return their results by rank.
+
+    One loop for every way of starting parties (``launch`` here, ``link.launch_local`` over TLS): a
+    party that fails gives the others ``STRAGGLER_GRACE`` seconds before they are killed, a party
+    that exits without reporting is named with how it died, and a launcher that is stopped itself
+    (Ctrl-C, SIGTERM) stops every party. Raises ``FederationError`` naming every failed party.
+    """
+    world = len(procs)
     outcome: dict[int, tuple[str, object]] = {}
     stragglers_deadline = None
     grace = min(timeout, STRAGGLER_GRACE)

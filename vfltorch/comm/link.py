@@ -427,11 +427,9 @@ def launch_local(fn, path, identities: dict, args: tuple = (), *, timeout: float
     parties late (tests of what a listener does meanwhile).
     """
     import multiprocessing as mp
-    import queue as queue_mod
 
-    from .errors import FederationError
     from .federation import default_timeout
-    from .launcher import _federation_error
+    from .launcher import collect_results
 
     spec = load_federation_file(path)
     timeout = default_timeout() if timeout is None else float(timeout)
@@ -447,32 +445,4 @@ def launch_local(fn, path, identities: dict, args: tuple = (), *, timeout: float
         if wait:
             time.sleep(wait)
         procs[p.rank].start()
-    outcome: dict[int, tuple] = {}
-    deadline = time.monotonic() + 3 * timeout + 30
-    try:
-        while len(outcome) < len(procs) and time.monotonic() < deadline:
-            try:
-                rank, kind, value = results.get(timeout=0.2)
-                outcome[rank] = (kind, value)
-                continue
-            except queue_mod.Empty:
-                pass
-            for r, p in procs.items():
-                if r not in outcome and not p.is_alive() and p.exitcode is not None:
-                    try:
-                        rank, kind, value = results.get(timeout=0.5)
-                        outcome[rank] = (kind, value)
-                    except queue_mod.Empty:
-                        outcome[r] = ("died", (f"the process exited with code {p.exitcode} without reporting",
-                                               None))
-    finally:
-        for r, p in procs.items():
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
-                p.join()
-                outcome.setdefault(r, ("died", ("killed by the launcher after its deadline", None)))
-    failed = {r: v for r, v in outcome.items() if v[0] != "ok"}
-    if failed:
-        raise _federation_error(spec.roles, failed)
-    return [pickle.loads(outcome[r][1]) for r in sorted(outcome)]
+    return collect_results([procs[r] for r in sorted(procs)], results, spec.roles, timeout)
