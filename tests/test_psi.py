@@ -21,7 +21,21 @@ def test_exponentiation_commutes_and_refuses_bad_points():
     assert (psi.hash_ids(["7"]) == pts[2:3]).all() and (psi.hash_ids([np.float64(7.0)]) == pts[2:3]).all()
     assert not (psi.hash_ids([7.5]) == pts[2:3]).all()
     with pytest.raises(psi.PSIError, match="not a valid group element"):
-        psi.exponentiate(np.full((1, 32), 0xFF, np.uint8), a)
+        psi.exponentiate(np.full((1, 32), 0xFF, np.uint8), a)          # not canonical (u >= p)
+    for small in (0, 1, (1 << 255) - 20, (1 << 255) - 19):           # small order (0, 1, p - 1); p: not canonical
+        with pytest.raises(psi.PSIError, match="not a valid group element"):
+            psi.exponentiate(np.frombuffer(small.to_bytes(32, "little"), np.uint8)[None], a)
+
+
+def test_edwards_to_montgomery_matches_libsodium():
+    # The one coordinate map written in psi.py, checked against libsodium's converter on hashed points.
+    from nacl.bindings import crypto_sign_ed25519_pk_to_curve25519
+    from nacl._sodium import ffi, lib
+    edwards = ffi.new("unsigned char[]", 32)
+    for i in range(50):
+        lib.crypto_core_ed25519_from_uniform(edwards, hashlib.blake2b(str(i).encode(), digest_size=32).digest())
+        point = bytes(ffi.buffer(edwards, 32))
+        assert psi.edwards_to_montgomery(point) == crypto_sign_ed25519_pk_to_curve25519(point)
 
 
 def _align_job(fed, id_lists):

@@ -271,7 +271,7 @@ def _load_own_file(fed: Federation, config: DataConfig) -> Dataset:
         raise VFLInputError(str(exc)) from exc
     counts["dropped"] = {r: n - counts["aligned"] for r, n in counts["rows"].items()}
     counts["files"] = {str(r): f for r, f in zip(fed.parties, config.party_files)} if fed.is_active else {}
-    counts["method"] = "ecdh-psi (edwards25519, libsodium)"
+    counts["method"] = "ecdh-psi (X25519, Elligator 2 hash)"
     train = type(table)(table.X[rows], None if table.y is None else table.y[rows], table.feature_names,
                         source=table.source, first_line=table.first_line, label_name=table.label_name)
     if fed.is_active:
