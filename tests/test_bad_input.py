@@ -94,6 +94,7 @@ CASES = [
     ("inspect --feature-groups 0-9;10-40 --parties 2", "party 1 has column indices outside 0..29"),
     ("inspect --feature-groups 0-9;12-29 --parties 2", "columns [10, 11] belong to no party"),
     ("inspect --feature-groups 0-15;10-29 --parties 2", "are assigned to more than one party"),
+    ("inspect --aligned-rows rows.csv", "--aligned-rows reuses the alignment of --party-files"),
     ("inspect --party-files {ids_a} {ids_b} --parties 2", "--party-files needs --id-column"),
     ("inspect --party-files {ids_a} --id-column id --parties 2", "--party-files gives 1 files for --parties 2"),
     ("inspect --party-files {ids_a} {ids_b} --id-column id --parties 2 --feature-groups 0;1",

@@ -110,3 +110,22 @@ def test_vfl_align_writes_each_partys_row_order(tmp_path):
     read = lambda q: (tmp_path / "rows" / f"p{q}.csv").read_text().splitlines()[2:]  # noqa: E731
     assert read(0) == ["0,u1", "1,u2", "3,u4"]          # the active party's file order
     assert read(1) == ["3,u1", "2,u2", "1,u4"]
+
+
+def test_align_once_then_reuse_the_saved_rows_and_refuse_an_edited_file(tmp_path, capsys):
+    # `vfl align` writes each party's row order; a later run with --aligned-rows reuses it (no new PSI),
+    # checks it against the files, and refuses a file edited since.
+    (tmp_path / "a.csv").write_text("id,a,y\nu1,1,0\nu2,2,1\nu3,3,0\nu4,4,1\nu5,5,0\n")
+    (tmp_path / "b.csv").write_text("id,b\nu9,0\nu4,5\nu2,6\nu1,7\nu5,8\n")
+    files = [str(tmp_path / "a.csv"), str(tmp_path / "b.csv")]
+    common = ["--parties", "2", "--party-files", *files, "--id-column", "id", "--label-column", "y",
+              "--test-fraction", "0"]
+    pattern = str(tmp_path / "rows" / "p{party}.csv")
+    _run(["align", *common, "--rows-out", pattern], tmp_path / "r.json")
+    rec = _run(["inspect", *common, "--aligned-rows", pattern], tmp_path / "i.json")
+    assert rec["alignment"]["aligned"] == 4 and rec["alignment"]["dropped"] == {"0": 1, "1": 1}
+    assert rec["alignment"]["method"] == f"saved alignment ({pattern})"
+    (tmp_path / "b.csv").write_text("id,b\nu9,0\nu4,5\nu7,6\nu1,7\nu5,8\n")       # u2 became u7
+    assert main(["inspect", *common, "--aligned-rows", pattern, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "row 2 of" in err and "has ID 'u7', not 'u2'" in err and "align again" in err

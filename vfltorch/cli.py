@@ -118,6 +118,9 @@ def add_common_arguments(p: argparse.ArgumentParser, defaults: dict | None = Non
     g.add_argument("--id-column", help="ID column that aligns the rows of --party-files")
     g.add_argument("--party-files", nargs="+", default=[], metavar="FILE",
                    help="one file per party (party r reads only the r-th), rows matched on --id-column")
+    g.add_argument("--aligned-rows", metavar="PATTERN",
+                   help="reuse the row order an earlier `vfl align --rows-out PATTERN` wrote ({party} is the "
+                        "party's index) instead of a new private set intersection")
     g.add_argument("--partition", choices=["contiguous", "random", "explicit"], default="contiguous",
                    help="how the columns are split between parties (default: contiguous)")
     g.add_argument("--feature-groups", help="explicit column groups per party, e.g. '0-9;10-17;18-22'")
@@ -211,7 +214,8 @@ def data_config(args):
 
     return DataConfig(dataset=args.dataset, test_dataset=args.test_dataset, data_dir=args.data_dir,
                       task=args.task, label_column=args.label_column, positive_label=args.positive_label,
-                      id_column=args.id_column, party_files=list(args.party_files), partition=args.partition,
+                      id_column=args.id_column, party_files=list(args.party_files), aligned_rows=args.aligned_rows,
+                      partition=args.partition,
                       feature_groups=args.feature_groups, test_fraction=args.test_fraction, seed=args.seed,
                       impute=args.impute, scale=args.scale, clip=args.clip_values,
                       normalize_rows=args.normalize_rows)

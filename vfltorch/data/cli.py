@@ -68,6 +68,8 @@ def _inspect(fed, data, args, log):
 
 def _align(fed, data, args, log):
     """Every party writes its own file's aligned row order (``--rows-out``, ``{party}`` filled in)."""
+    from .psi import canonical_id
+
     started = time.perf_counter()
     if data.aligned_rows is None:
         raise VFLInputError("vfl align aligns --party-files: pass one file per party and --id-column")
@@ -77,7 +79,7 @@ def _align(fed, data, args, log):
         f.write(f"# aligned rows of {args.party_files[data.party]} (row: 0-based data row of the file)\n")
         f.write(f"row,{args.id_column}\n")
         for r, i in zip(data.aligned_rows.tolist(), data.aligned_ids):
-            f.write(f"{r},{i}\n")
+            f.write(f"{r},{canonical_id(i)}\n")
     a = data.alignment
     if fed.is_active and not args.quiet:
         print(f"aligned {a['aligned']} rows; rows per file: "

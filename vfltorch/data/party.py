@@ -10,6 +10,7 @@ docs/alignment.md): no party sends its IDs or unkeyed hashes of them.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -39,6 +40,7 @@ class DataConfig:
     positive_label: str | None = None
     id_column: str | None = None
     party_files: list[str] = field(default_factory=list)
+    aligned_rows: str | None = None          # `vfl align --rows-out` pattern: reuse that alignment, no PSI
     partition: str = "contiguous"
     feature_groups: str | None = None
     test_fraction: float = 0.25
@@ -265,13 +267,16 @@ def _load_own_file(fed: Federation, config: DataConfig) -> Dataset:
         verdict = fed.broadcast_json(verdict, fed.active, ranks=fed.parties)
     if "error" in verdict:
         raise VFLInputError(verdict["error"])
-    try:
-        rows, counts = align_rows(fed, list(table.ids))
-    except PSIError as exc:
-        raise VFLInputError(str(exc)) from exc
+    if config.aligned_rows:
+        rows, counts = _saved_alignment(fed, config, table.ids, path)
+    else:
+        try:
+            rows, counts = align_rows(fed, list(table.ids))
+        except PSIError as exc:
+            raise VFLInputError(str(exc)) from exc
+        counts["method"] = "ecdh-psi (X25519, Elligator 2 hash)"
     counts["dropped"] = {r: n - counts["aligned"] for r, n in counts["rows"].items()}
     counts["files"] = {str(r): f for r, f in zip(fed.parties, config.party_files)} if fed.is_active else {}
-    counts["method"] = "ecdh-psi (X25519, Elligator 2 hash)"
     train = type(table)(table.X[rows], None if table.y is None else table.y[rows], table.feature_names,
                         source=table.source, first_line=table.first_line, label_name=table.label_name)
     if fed.is_active:
@@ -282,6 +287,67 @@ def _load_own_file(fed: Federation, config: DataConfig) -> Dataset:
     ds.alignment = counts
     ds.aligned_rows, ds.aligned_ids = rows, [table.ids[r] for r in rows]
     return ds
+
+
+def read_aligned_rows(rows_file: str, ids, data_file: str) -> np.ndarray:
+    """The row order ``vfl align`` wrote for this party (``row,ID`` lines), checked against its data file:
+    every listed row must exist and still carry the listed ID, so an edited file is refused, not misaligned."""
+    try:
+        lines = Path(rows_file).read_text().splitlines()
+    except OSError as exc:
+        raise VFLInputError(f"--aligned-rows: cannot read {rows_file} ({exc.strerror or exc}): write it with "
+                            f"`vfl align --rows-out PATTERN` on the same --party-files") from None
+    body = [ln for ln in lines if ln and not ln.startswith("#")][1:]      # after the header row,ID
+    rows = np.empty(len(body), dtype=np.int64)
+    for k, line in enumerate(body):
+        r, _, listed = line.partition(",")
+        if not r.strip().isdigit() or int(r) >= len(ids):
+            raise VFLInputError(f"--aligned-rows: {rows_file} line {k + 3}: {r!r} is not a row of {data_file} "
+                                f"({len(ids)} rows): the file changed since `vfl align`; align again")
+        rows[k] = int(r)
+        if canonical_id(ids[rows[k]]) != listed:
+            raise VFLInputError(f"--aligned-rows: {rows_file} line {k + 3}: row {rows[k]} of {data_file} has ID "
+                                f"{canonical_id(ids[rows[k]])!r}, not {listed!r}: the file changed since "
+                                f"`vfl align`; align again")
+    if len(np.unique(rows)) != len(rows):
+        raise VFLInputError(f"--aligned-rows: {rows_file} lists a row twice; write it again with `vfl align`")
+    return rows
+
+
+def _saved_alignment(fed: Federation, config: DataConfig, ids, path: str) -> tuple[np.ndarray, dict]:
+    """Reuse the alignment of an earlier ``vfl align`` (align once, train many times) instead of a new PSI.
+
+    The parties compare the number of aligned rows and a digest of the aligned IDs in order: every party
+    already knows those IDs (the intersection is the PSI's output), so the digest tells nothing new, and a
+    party whose rows file belongs to another alignment is caught before training."""
+    own = config.aligned_rows.replace("{party}", str(fed.parties.index(fed.rank)))
+    problem, rows, digest = None, None, None
+    try:
+        rows = read_aligned_rows(own, ids, path)
+        digest = hashlib.blake2b("\n".join(canonical_id(ids[r]) for r in rows).encode(), digest_size=16).hexdigest()
+    except VFLInputError as exc:
+        problem = str(exc)
+    with fed.phase("data/align-saved"):
+        views = fed.gather_json({"problem": problem, "n": len(ids), "aligned": None if rows is None else len(rows),
+                                 "digest": digest}, fed.active, ranks=fed.parties)
+        verdict = None
+        if fed.is_active:
+            found = [v["problem"] for v in views if v["problem"]]
+            if not found and len({(v["aligned"], v["digest"]) for v in views}) != 1:
+                found = ["--aligned-rows: the parties' rows files come from different alignments (aligned counts "
+                         + ", ".join(f"party {q}: {v['aligned']}" for q, v in enumerate(views))
+                         + "); run `vfl align` again on the same --party-files"]
+            verdict = {"error": "; ".join(found)} if found else {
+                "rows": {str(r): v["n"] for r, v in zip(fed.parties, views)}, "aligned": views[0]["aligned"]}
+        verdict = fed.broadcast_json(verdict, fed.active, ranks=fed.parties)
+    if "error" in verdict:
+        raise VFLInputError(verdict["error"])
+    if not fed.is_active:     # as after a PSI, a passive party knows its own row count only
+        verdict["rows"] = {str(fed.rank): len(ids)}
+    if verdict["aligned"] == 0:
+        raise VFLInputError(f"--aligned-rows: {own} lists no rows")
+    return rows, {"rows": verdict["rows"], "aligned": verdict["aligned"],
+                  "method": f"saved alignment ({config.aligned_rows})"}
 
 
 def _check_unique_ids(ids, path, column) -> None:

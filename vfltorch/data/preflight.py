@@ -70,6 +70,9 @@ def check_options(args) -> None:
         raise VFLInputError("--partition explicit needs --feature-groups, e.g. '0-9;10-17;18-22' (one group per "
                             "party, 0-based inclusive ranges)")
     files = list(getattr(args, "party_files", None) or [])
+    if getattr(args, "aligned_rows", None) and not files:
+        raise VFLInputError("--aligned-rows reuses the alignment of --party-files: pass the same --party-files "
+                            "and --id-column as `vfl align`")
     if files:
         if not getattr(args, "id_column", None):
             raise VFLInputError("--party-files needs --id-column: the rows of the parties' files are matched on it")
