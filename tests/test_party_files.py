@@ -129,3 +129,20 @@ def test_align_once_then_reuse_the_saved_rows_and_refuse_an_edited_file(tmp_path
     assert main(["inspect", *common, "--aligned-rows", pattern, "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "row 2 of" in err and "has ID 'u7', not 'u2'" in err and "align again" in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method, extra, rel", [
+    # the secret-shared protocol's probabilistic truncation: the same model up to fixed-point rounding
+    ("hetero-lr", ["--max-epochs", "2"], 1e-4),
+    ("dpscd", ["--epochs", "2", "--simulate-seed", "3"], 1e-9),   # seeded DP noise (simulation) for the comparison
+])
+def test_other_methods_from_party_files_equal_the_same_data_by_name(tmp_path, method, extra, rel):
+    files = _write_party_files(tmp_path)
+    common = [method, "--parties", "2", "--seed", "5", *extra]
+    by_name = _run([*common, "--dataset", "breast_cancer"], tmp_path / "a.json")
+    by_file = _run([*common, "--party-files", *files, "--id-column", "id", "--label-column", "y"],
+                   tmp_path / "b.json")
+    assert by_file["alignment"]["aligned"] == 569
+    for k, v in by_name["metrics"].items():
+        assert by_file["metrics"][k] == pytest.approx(v, rel=rel, abs=rel * 1e-3), k
