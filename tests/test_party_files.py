@@ -145,4 +145,5 @@ def test_other_methods_from_party_files_equal_the_same_data_by_name(tmp_path, me
                    tmp_path / "b.json")
     assert by_file["alignment"]["aligned"] == 569
     for k, v in by_name["metrics"].items():
-        assert by_file["metrics"][k] == pytest.approx(v, rel=rel, abs=rel * 1e-3), k
+        if "seconds" not in k:
+            assert by_file["metrics"][k] == pytest.approx(v, rel=rel, abs=rel * 1e-3), k
