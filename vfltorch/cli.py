@@ -55,10 +55,14 @@ class Command:
     ``run(fed, data, args, log)`` runs in every party process (``data`` is
     ``None`` at a coordinator) and returns, at the active party, a dict with
     ``metrics`` (flat floats), ``train_seconds`` and any extra top-level keys
-    for the JSON record. ``check(args)``, if given, runs once in the launching
-    process before any party is started and raises ``VFLInputError`` for
-    option combinations that cannot work, so a bad command line fails in
-    milliseconds instead of after Q processes have started and loaded data.
+    for the JSON record. ``check(args, info)``, if given, runs once in the
+    launching process before any party is started and raises ``VFLInputError``
+    for options that cannot work, so a bad command line fails before Q
+    processes have started and loaded data. ``info`` is what the preflight
+    learnt without reading a registered dataset: ``task``, ``features`` and
+    training ``rows`` where known (``vfltorch.data.registry.SHAPES``); a check
+    builds the method's estimator or configuration from the options with the
+    same function the run uses, and calls its validation.
     """
 
     name: str
@@ -68,7 +72,7 @@ class Command:
     coordinator: bool | Callable[[argparse.Namespace], bool] = False
     data_defaults: dict = field(default_factory=dict)
     needs_data: bool = True
-    check: Callable[[argparse.Namespace], None] | None = None
+    check: Callable[[argparse.Namespace, dict], None] | None = None
     tasks: tuple[str, ...] | None = None    # data tasks the method handles (None: any); checked before start
 
     def wants_coordinator(self, args) -> bool:
@@ -92,6 +96,44 @@ def discover_commands(name: str | None = None) -> dict[str, Command]:
         for c in getattr(importlib.import_module(module), "COMMANDS", []):
             commands[c.name] = c
     return commands
+
+
+def planned_parties(args) -> int | None:
+    """Data parties the run will have, as far as the launching process knows (None under torchrun / mpirun)."""
+    if args.parties is not None:
+        return args.parties
+    if getattr(args, "federation", None) or args.backend == "mpi" or _under_launcher():
+        return None
+    return 3
+
+
+def check_key_option(bits: int, insecure: bool, option: str = "--key-bits") -> None:
+    """A Paillier key size from the command line, by the policy ``generate_keypair`` applies."""
+    from .crypto.errors import KeyTooSmallError
+    from .crypto.keys import MIN_KEY_BITS, check_key_size
+    from .data.validation import VFLInputError
+
+    try:
+        check_key_size(bits, insecure=insecure)
+    except KeyTooSmallError:
+        raise VFLInputError(f"{option} {bits}: a {bits}-bit Paillier key is too small (keys under {MIN_KEY_BITS} "
+                            f"bits can be factored); use {option} 2048 (the default), or add --insecure-key for "
+                            f"tests only") from None
+    except ValueError as exc:
+        raise VFLInputError(f"{option} {bits}: " + str(exc).replace("n_length/2", "half that many").replace(
+            "n_length", "the key size")) from None
+
+
+def run_check(command: "Command", args, info: dict) -> None:
+    """``command.check(args, info)``; a check that takes only ``args`` is called with it alone."""
+    import inspect
+
+    if command.check is None:
+        return
+    if len(inspect.signature(command.check).parameters) >= 2:
+        command.check(args, info)
+    else:
+        command.check(args)
 
 
 def command_name(argv: list[str]) -> str | None:
@@ -343,10 +385,9 @@ def _main(argv, args, command) -> int:
     coordinator = command.wants_coordinator(args)
     try:
         distributed = args.backend == "mpi" or _under_launcher()
-        preflight(args, command, local=not distributed)
+        info = preflight(args, command, local=not distributed)
         _check_device(args.device)
-        if command.check is not None:
-            command.check(args)
+        run_check(command, args, info)
         from .comm import FederationError, PartyFailure, check_backend, init_from_env, launch
         try:
             check_backend(args.backend)
