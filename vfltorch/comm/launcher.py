@@ -23,6 +23,7 @@ import queue as queue_mod
 import secrets
 import signal
 import socket
+import sys
 import traceback
 
 import torch
@@ -109,8 +110,12 @@ def launch(fn, parties: int, args: tuple = (), kwargs: dict | None = None, *, co
            threads: int | None = None) -> list:
     """Run ``fn(fed, *args, **kwargs)`` in one process per party; return the results by rank.
 
-    ``fn`` must be importable by name (a module-level function): processes are
-    started with the ``spawn`` method, as CUDA requires. With ``coordinator``
+    Processes are started with the ``spawn`` method, as CUDA requires, so they
+    import ``fn`` by name. A function they cannot import (defined in a notebook,
+    in ``python -c``, a lambda or a nested function) is sent by value with
+    cloudpickle instead (see ``portable``). A script that calls ``launch``
+    needs its call under ``if __name__ == "__main__":`` (every party imports the
+    script again); the error says so. With ``coordinator``
     the world has ``parties + 1`` ranks, the last one the coordinator. Each
     process gets ``threads`` torch threads (default: the cores divided among
     the processes, so Q parties do not oversubscribe a small machine).
@@ -140,20 +145,80 @@ def launch(fn, parties: int, args: tuple = (), kwargs: dict | None = None, *, co
                           master_listen_fd=listen.detach())
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
+    target = portable(fn)
     procs = [ctx.Process(target=_party_main, name=f"vfl-party-{r}",
-                         args=(r, roles, store.port, options, fn, args, kwargs or {}, results))
+                         args=(r, roles, store.port, options, target, args, kwargs or {}, results))
              for r in range(world)]
     _start_ignoring_sigint(procs)
-    return collect_results(procs, results, roles, timeout)
+    return collect_results(procs, results, roles, timeout, hint=_script_hint(fn))
 
 
-def collect_results(procs, results, roles: Roles, timeout: float) -> list:
+class _ByValue:
+    """A function the parties cannot import by name, carried as cloudpickle bytes from the launching process
+    (its own spawned children: the same trust as the arguments; nothing from a peer is unpickled)."""
+
+    def __init__(self, fn):
+        import cloudpickle
+
+        self.name = getattr(fn, "__qualname__", repr(fn))
+        self.payload = cloudpickle.dumps(fn)
+        self._fn = None
+
+    def __call__(self, *args, **kwargs):
+        if self._fn is None:
+            self._fn = pickle.loads(self.payload)
+        return self._fn(*args, **kwargs)
+
+
+def _importable(fn) -> bool:
+    """Whether a spawned process can import ``fn`` by its module and name."""
+    module = getattr(fn, "__module__", None)
+    if module == "__main__" and not getattr(sys.modules.get("__main__"), "__file__", None):
+        return False                    # python -c, a notebook, the REPL: the children cannot import __main__
+    try:
+        pickle.dumps(fn)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return False                    # a lambda, a nested function
+    return True
+
+
+def portable(fn):
+    """``fn`` itself when the parties can import it; else ``fn`` by value (cloudpickle); else a clear error."""
+    if _importable(fn):
+        return fn
+    try:
+        return _ByValue(fn)
+    except ImportError:
+        raise ValueError(
+            f"launch() runs {getattr(fn, '__qualname__', fn)!r} in new processes, which import it by name, and "
+            f"they cannot import it from {getattr(fn, '__module__', '?')!r} (a notebook, python -c, a lambda or a "
+            f"nested function). Define it at module level in a .py file next to your notebook (e.g. parties.py: "
+            f"`def train(fed): ...`), then `from parties import train; launch(train, ...)`; or install "
+            f"cloudpickle, with which launch() sends such a function by value") from None
+    except Exception as exc:            # noqa: BLE001 - cloudpickle cannot serialise what it closes over
+        raise ValueError(f"launch() cannot send {getattr(fn, '__qualname__', fn)!r} to the party processes "
+                         f"({type(exc).__name__}: {exc}). Define it at module level in a .py file and import it, "
+                         f"so the parties import it by name") from None
+
+
+def _script_hint(fn) -> str | None:
+    """What to change when ``fn`` comes from a script that every spawned party imports again."""
+    main = sys.modules.get("__main__")
+    if getattr(fn, "__module__", None) != "__main__" or not getattr(main, "__file__", None):
+        return None
+    return (f"hint: {getattr(fn, '__qualname__', 'the function')} is defined in the script {main.__file__}, which "
+            f"every party process imports again: put the code that calls launch() under "
+            f"`if __name__ == \"__main__\":` (or move the function into a module and import it)")
+
+
+def collect_results(procs, results, roles: Roles, timeout: float, *, hint: str | None = None) -> list:
     """Wait for the started party processes ``procs`` (index = rank) and return their results by rank.
 
     One loop for every way of starting parties (``launch`` here, ``link.launch_local`` over TLS): a
     party that fails gives the others ``STRAGGLER_GRACE`` seconds before they are killed, a party
     that exits without reporting is named with how it died, and a launcher that is stopped itself
-    (Ctrl-C, SIGTERM) stops every party. Raises ``FederationError`` naming every failed party.
+    (Ctrl-C, SIGTERM) stops every party. Raises ``FederationError`` naming every failed party;
+    ``hint`` is added to its message when a party died without reporting.
     """
     world = len(procs)
     outcome: dict[int, tuple[str, object]] = {}
@@ -199,7 +264,10 @@ def collect_results(procs, results, roles: Roles, timeout: float) -> list:
         _stop_all(procs, 0.0)
     failed = {r: (k, v) for r, (k, v) in outcome.items() if k != "ok"}
     if failed:
-        raise _federation_error(roles, failed)
+        error = _federation_error(roles, failed)
+        if hint and any(kind == "died" for kind, _ in failed.values()):
+            error = FederationError(f"{error}\n{hint}", errors=error.errors, root=error.root)
+        raise error
     return [pickle.loads(outcome[r][1]) for r in range(world)]
 
 

@@ -43,7 +43,7 @@ def _number(kind, low, strict, what):
             raise argparse.ArgumentTypeError(f"{what} must be {'an integer' if kind is int else 'a number'}, "
                                              f"got {text!r}") from None
         if value < low or (strict and value == low):
-            raise argparse.ArgumentTypeError(f"{what} must be {'>' if strict else '>='} {low}, got {text}")
+            raise argparse.ArgumentTypeError(f"{what} must be {'>' if strict else '>='} {low:g}, got {text}")
         return value
     return parse
 
