@@ -214,6 +214,22 @@ examples:
 """
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Adds '(default: X)' once: not where the help already names its default, not for flags, not for None."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if isinstance(action, argparse.BooleanOptionalAction):      # say which of the two spellings is the default
+            text = text.replace(" (default: %(default)s)", "")
+            if isinstance(action.default, bool) and "default" not in text.lower():
+                text += f" (default: {action.option_strings[0 if action.default else 1]})"
+            return text
+        if ("default" in text.lower() or action.default in (None, argparse.SUPPRESS)
+                or isinstance(action.default, bool) or action.nargs == 0 or not action.option_strings):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 def build_parser(commands: dict[str, Command] | None = None, *, index: bool = False) -> argparse.ArgumentParser:
     """The ``vfl`` parser. ``index``: also list every ``COMMAND_INDEX`` name not in ``commands`` (no import)."""
     commands = discover_commands() if commands is None else commands
@@ -227,7 +243,7 @@ def build_parser(commands: dict[str, Command] | None = None, *, index: bool = Fa
     sub.required = True
     for c in commands.values():
         sp = sub.add_parser(c.name, help=c.help, description=c.help,
-                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                            formatter_class=HelpFormatter)
         if c.needs_data:
             add_common_arguments(sp, c.data_defaults)
         c.add_arguments(sp)
@@ -321,10 +337,22 @@ def _comm_entry(meter: dict) -> dict:
     return {**CommMeter.from_dict(meter).totals(), "phases": meter}
 
 
+COUNTS = ("epochs", "iterations", "rounds", "bytes", "messages", "steps")
+
+
+def _value(key: str, v: float) -> str:
+    """Counts as integers (epochs=12, bytes_per_epoch=81920), everything else to 4 decimals."""
+    if any(key == c or key.startswith(c + "_") for c in COUNTS) and float(v).is_integer():
+        return str(int(v))
+    return f"{v:.4f}"
+
+
 def _print_summary(record: dict) -> None:
-    metrics = "  ".join(f"{k}={v:.4f}" for k, v in record["metrics"].items())
+    metrics = "  ".join(f"{k}={_value(k, v)}" for k, v in record["metrics"].items())
     sent = sum(e["bytes_sent"] for e in record["comm"].values())
-    print(f"{record['method']} on {record['dataset']} with {record['parties']} parties: {metrics}", flush=True)
+    q = record["parties"]
+    print(f"{record['method']} on {record['dataset']} with {q} {'party' if q == 1 else 'parties'}: {metrics}",
+          flush=True)
     if record.get("labels"):
         model = record.get("task")
         shown = f" (model: {model})" if model and model != record.get("data_task") else ""
@@ -333,7 +361,25 @@ def _print_summary(record: dict) -> None:
         a = record["alignment"]
         rows = ", ".join(f"party {r}: {n} ({a['dropped'][r]} dropped)" for r, n in a["rows"].items())
         print(f"  aligned {a['aligned']} rows by private set intersection; rows per file: {rows}", flush=True)
+    if record.get("epsilon_target") is not None or record.get("dp_guarantee"):
+        print(f"  privacy: {_privacy_line(record)}", flush=True)
     print(f"  train {record['train_seconds']:.2f} s, {sent / 1e6:.3f} MB sent in total", flush=True)
+
+
+def _privacy_line(record: dict) -> str:
+    """What a DP run spent, against its budget, and whether the guarantee holds (dpscd, dpsgd)."""
+    if record.get("epsilon_target") is None:
+        return record.get("dp_guarantee", "")
+    spent = record.get("epsilon")
+    line = (f"epsilon spent {spent:.4g} of {record['epsilon_target']:g} (delta {record['delta']:g}, accountant "
+            f"{record.get('accountant')})" if spent is not None else f"epsilon target {record['epsilon_target']:g}")
+    observers = record.get("epsilon_by_observer") or {}
+    others = {k: v["epsilon"] for k, v in observers.items()
+              if k != "outsider" and isinstance(v, dict) and isinstance(v.get("epsilon"), (int, float))}
+    if others:
+        line += "; towards " + ", ".join(f"{k.replace('_', ' ')} {e:.4g}" for k, e in others.items())
+    guarantee = record.get("dp_guarantee", "")
+    return f"{line}; guarantee {guarantee}" if guarantee else line
 
 
 def _party_entry(fed, argv):
