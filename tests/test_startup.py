@@ -110,3 +110,12 @@ def test_launch_from_a_script_without_main_guard_says_what_to_change(tmp_path):
     assert r.returncode != 0
     last = r.stderr.strip().splitlines()[-1]
     assert f"f is defined in the script {script}" in last and 'if __name__ == "__main__":' in last, r.stderr
+
+
+def test_datasets_into_a_closed_pipe_prints_no_traceback():
+    """`vfl datasets | head -1`: the reader is gone before vfl writes; vfl exits quietly."""
+    p = subprocess.Popen([sys.executable, "-m", "vfltorch", "datasets"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    p.stdout.close()                     # no reader left: every write raises EPIPE
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err

@@ -75,6 +75,14 @@ STRAGGLER_GRACE = 5.0
 STOP_GRACE = 2.0
 
 
+def profile_mark(event: str) -> None:
+    """With VFLTORCH_PROFILE_STARTUP=FILE, append 'event wall-clock-time' to FILE (benchmarks/startup.py)."""
+    path = os.environ.get("VFLTORCH_PROFILE_STARTUP")
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{event} {time.time():.6f}\n")
+
+
 def _party_main(rank, roles, port, options, fn, args, kwargs, results):
     from .._lifetime import die_with_parent
 
@@ -91,6 +99,7 @@ def _party_main(rank, roles, port, options, fn, args, kwargs, results):
         fed = Federation.connect(store, rank, roles, backend=options["backend"], device=options["device"],
                                  timeout=options["timeout"], join_timeout=options["join_timeout"],
                                  transcript=transcript, store_secret=options["store_secret"])
+        profile_mark(f"party{rank}_joined")
         out = fn(fed, *args, **kwargs)
         fed.close()
         # Plain pickle bytes: torch's queue pickler would share tensors through file
@@ -102,6 +111,24 @@ def _party_main(rank, roles, port, options, fn, args, kwargs, results):
         kind = "failure" if isinstance(exc, PartyFailure) else "error"
         named = exc.party if isinstance(exc, PartyFailure) else None
         results.put((rank, kind, (f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", named)))
+    _exit_quickly(results)
+
+
+def _exit_quickly(results) -> None:
+    """End the party process without the interpreter's teardown of torch and gloo, which takes 3 s and more
+    per process (measured with benchmarks/startup.py) while the launcher waits: the result is flushed to the
+    launcher first, the atexit handlers run (logging, helper processes) and stdio is flushed."""
+    import atexit
+
+    results.close()
+    results.join_thread()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)
 
 
 def launch(fn, parties: int, args: tuple = (), kwargs: dict | None = None, *, coordinator: bool = False,
@@ -146,11 +173,14 @@ def launch(fn, parties: int, args: tuple = (), kwargs: dict | None = None, *, co
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     target = portable(fn)
+    profile_mark("spawn")
     procs = [ctx.Process(target=_party_main, name=f"vfl-party-{r}",
                          args=(r, roles, store.port, options, target, args, kwargs or {}, results))
              for r in range(world)]
     _start_ignoring_sigint(procs)
-    return collect_results(procs, results, roles, timeout, hint=_script_hint(fn))
+    out = collect_results(procs, results, roles, timeout, hint=_script_hint(fn))
+    profile_mark("collected")
+    return out
 
 
 class _ByValue:
