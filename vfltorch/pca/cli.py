@@ -125,7 +125,6 @@ def check(args, info: dict) -> None:
     and the components against the dataset's columns and rows where the launcher knows them."""
     import math
 
-    build_estimator(args)
     counts = [("--components", args.components, 1), ("--periods", args.periods, 1),
               ("--local-iters", args.local_iters, 1), ("--max-rounds", args.max_rounds, 1),
               ("--oversample", args.oversample, 0), ("--degree", args.degree, 1)]
@@ -134,8 +133,9 @@ def check(args, info: dict) -> None:
             raise VFLInputError(f"{option} must be {'a positive integer' if low else 'an integer >= 0'}, got {value}")
     if not (math.isfinite(args.tol) and args.tol > 0):
         raise VFLInputError(f"--tol must be a positive number (the relative residual at which to stop), got {args.tol:g}")
+    build_estimator(args)          # method / kernel combinations (imports torch: after the plain counts)
     features, rows = info.get("features"), info.get("rows")
-    if features and args.components > features and (args.method != "akpca" and not args.kernel):
+    if features and args.components > features and args.method != "akpca" and args.kernel in (None, "linear"):
         raise VFLInputError(f"--components {args.components} but {info.get('name', args.dataset)} has {features} "
                             f"columns: linear PCA has at most {features} components")
     if rows and args.components > rows:
