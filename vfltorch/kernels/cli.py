@@ -176,14 +176,7 @@ def run(fed, data, args, log):
 
 def _run_dealer(fed, args):
     """The coordinator's part of `vfl fdskl --protocol shared`: deal masks and triples; it holds no data."""
-    from .estimator import FDSKLClassifier
-
-    epochs = args.epochs if args.epochs is not None else (None if args.time_budget is not None else 5.0)
-    est = FDSKLClassifier(fed, kernel=args.kernel, sigma=args.sigma, loss=args.loss, lam=args.lam, gamma=args.gamma,
-                          batch_size=args.batch_size, features_per_step=args.features_per_step, epochs=epochs,
-                          max_time=args.time_budget, schedule=args.schedule, random_state=args.seed,
-                          mask_seed=args.mask_seed, angle_bits=args.angle_bits, log_every=args.log_every,
-                          prefetch=args.prefetch, protocol=args.protocol, device=args.device)
+    est = _estimator(fed, args, "binary")
     est.fit(None)
     if fed.recv_json(fed.active):
         est.decision_function()
