@@ -37,7 +37,7 @@ class RunLog:
         if not self.show_progress:
             return _Silent(iterable, total)
         return _bar_class()(iterable, total=total, desc=desc, unit=unit, file=sys.stderr, leave=True,
-                            dynamic_ncols=True, mininterval=0.5)
+                            dynamic_ncols=True, mininterval=0.5, delay=0.5)
 
     def close(self) -> None:
         if self._writer is not None:
