@@ -459,7 +459,8 @@ def _main(argv, args, command) -> int:
         else:
             parties = 3 if args.parties is None else args.parties
             records = launch(_party_entry, parties, args=(argv,), coordinator=coordinator, backend=args.backend,
-                             device=args.device, timeout=args.timeout)
+                             device=args.device, timeout=args.timeout,
+                             preload=("vfltorch.cli", COMMAND_INDEX.get(command.name, ("vfltorch.cli",))[0]))
     except VFLInputError as exc:
         print(f"vfl: error: {exc}", file=sys.stderr)
         return 2
