@@ -54,9 +54,8 @@ def _tagged(tag: str) -> list[int]:
     return pids
 
 
-def _children(pid: int) -> list[int]:
-    """The party processes of `vfl` (its spawned children; not the resource tracker)."""
-    kids = []
+def _processes() -> dict[int, tuple[int, bytes]]:
+    table = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -64,12 +63,19 @@ def _children(pid: int) -> list[int]:
             with open(f"/proc/{entry}/stat") as f:
                 ppid = int(f.read().rsplit(")", 1)[1].split()[1])
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmd = f.read()
+                table[int(entry)] = (ppid, f.read())
         except (OSError, ValueError, IndexError):
             continue
-        if ppid == pid and b"spawn_main" in cmd:
-            kids.append(int(entry))
-    return kids
+    return table
+
+
+def _children(pid: int) -> list[int]:
+    """The party processes of `vfl`: its spawned children, or the children of its fork server (the default
+    start method, see vfltorch.comm.launcher.start_context); not the resource tracker."""
+    table = _processes()
+    servers = {p for p, (ppid, cmd) in table.items() if ppid == pid and b"multiprocessing.forkserver" in cmd}
+    return [p for p, (ppid, cmd) in table.items()
+            if (ppid == pid and b"spawn_main" in cmd) or ppid in servers]
 
 
 def _running_own_code(pid: int) -> bool:

@@ -75,8 +75,8 @@ def test_shared_protocol_refuses_what_it_cannot_do(argv, message, capfd):
 
 
 @pytest.mark.parametrize("option,value,message", [
-    ("--lr", "0", "--lr must be > 0.0"), ("--L", "0", "--L must be > 0"), ("--M", "-1", "--M must be > 0"),
-    ("--batch-size", "0", "--batch-size must be > 0"), ("--l2", "-1", "--l2 must be >= 0.0"),
+    ("--lr", "0", "--lr must be > 0, got 0"), ("--L", "0", "--L must be > 0"), ("--M", "-1", "--M must be > 0"),
+    ("--batch-size", "0", "--batch-size must be > 0"), ("--l2", "-1", "--l2 must be >= 0, got -1"),
 ])
 def test_bad_options_are_refused_before_anything_starts(option, value, message, capsys):
     with pytest.raises(SystemExit) as info:

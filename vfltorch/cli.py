@@ -55,10 +55,14 @@ class Command:
     ``run(fed, data, args, log)`` runs in every party process (``data`` is
     ``None`` at a coordinator) and returns, at the active party, a dict with
     ``metrics`` (flat floats), ``train_seconds`` and any extra top-level keys
-    for the JSON record. ``check(args)``, if given, runs once in the launching
-    process before any party is started and raises ``VFLInputError`` for
-    option combinations that cannot work, so a bad command line fails in
-    milliseconds instead of after Q processes have started and loaded data.
+    for the JSON record. ``check(args, info)``, if given, runs once in the
+    launching process before any party is started and raises ``VFLInputError``
+    for options that cannot work, so a bad command line fails before Q
+    processes have started and loaded data. ``info`` is what the preflight
+    learnt without reading a registered dataset: ``task``, ``features`` and
+    training ``rows`` where known (``vfltorch.data.registry.SHAPES``); a check
+    builds the method's estimator or configuration from the options with the
+    same function the run uses, and calls its validation.
     """
 
     name: str
@@ -68,7 +72,7 @@ class Command:
     coordinator: bool | Callable[[argparse.Namespace], bool] = False
     data_defaults: dict = field(default_factory=dict)
     needs_data: bool = True
-    check: Callable[[argparse.Namespace], None] | None = None
+    check: Callable[[argparse.Namespace, dict], None] | None = None
     tasks: tuple[str, ...] | None = None    # data tasks the method handles (None: any); checked before start
 
     def wants_coordinator(self, args) -> bool:
@@ -92,6 +96,44 @@ def discover_commands(name: str | None = None) -> dict[str, Command]:
         for c in getattr(importlib.import_module(module), "COMMANDS", []):
             commands[c.name] = c
     return commands
+
+
+def planned_parties(args) -> int | None:
+    """Data parties the run will have, as far as the launching process knows (None under torchrun / mpirun)."""
+    if args.parties is not None:
+        return args.parties
+    if getattr(args, "federation", None) or args.backend == "mpi" or _under_launcher():
+        return None
+    return 3
+
+
+def check_key_option(bits: int, insecure: bool, option: str = "--key-bits") -> None:
+    """A Paillier key size from the command line, by the policy ``generate_keypair`` applies."""
+    from .crypto.errors import KeyTooSmallError
+    from .crypto.keys import MIN_KEY_BITS, check_key_size
+    from .data.validation import VFLInputError
+
+    try:
+        check_key_size(bits, insecure=insecure)
+    except KeyTooSmallError:
+        raise VFLInputError(f"{option} {bits}: a {bits}-bit Paillier key is too small (keys under {MIN_KEY_BITS} "
+                            f"bits can be factored); use {option} 2048 (the default), or add --insecure-key for "
+                            f"tests only") from None
+    except ValueError as exc:
+        raise VFLInputError(f"{option} {bits}: " + str(exc).replace("n_length/2", "half that many").replace(
+            "n_length", "the key size")) from None
+
+
+def run_check(command: "Command", args, info: dict) -> None:
+    """``command.check(args, info)``; a check that takes only ``args`` is called with it alone."""
+    import inspect
+
+    if command.check is None:
+        return
+    if len(inspect.signature(command.check).parameters) >= 2:
+        command.check(args, info)
+    else:
+        command.check(args)
 
 
 def command_name(argv: list[str]) -> str | None:
@@ -175,6 +217,22 @@ examples:
 """
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Adds '(default: X)' once: not where the help already names its default, not for flags, not for None."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if isinstance(action, argparse.BooleanOptionalAction):      # say which of the two spellings is the default
+            text = text.replace(" (default: %(default)s)", "")
+            if isinstance(action.default, bool) and "default" not in text.lower():
+                text += f" (default: {action.option_strings[0 if action.default else 1]})"
+            return text
+        if ("default" in text.lower() or action.default in (None, argparse.SUPPRESS)
+                or isinstance(action.default, bool) or action.nargs == 0 or not action.option_strings):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 def build_parser(commands: dict[str, Command] | None = None, *, index: bool = False) -> argparse.ArgumentParser:
     """The ``vfl`` parser. ``index``: also list every ``COMMAND_INDEX`` name not in ``commands`` (no import)."""
     commands = discover_commands() if commands is None else commands
@@ -188,7 +246,7 @@ def build_parser(commands: dict[str, Command] | None = None, *, index: bool = Fa
     sub.required = True
     for c in commands.values():
         sp = sub.add_parser(c.name, help=c.help, description=c.help,
-                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                            formatter_class=HelpFormatter)
         if c.needs_data:
             add_common_arguments(sp, c.data_defaults)
         c.add_arguments(sp)
@@ -283,10 +341,22 @@ def _comm_entry(meter: dict) -> dict:
     return {**CommMeter.from_dict(meter).totals(), "phases": meter}
 
 
+COUNTS = ("epochs", "iterations", "rounds", "bytes", "messages", "steps")
+
+
+def _value(key: str, v: float) -> str:
+    """Counts as integers (epochs=12, bytes_per_epoch=81920), everything else to 4 decimals."""
+    if any(key == c or key.startswith(c + "_") for c in COUNTS) and float(v).is_integer():
+        return str(int(v))
+    return f"{v:.4f}"
+
+
 def _print_summary(record: dict) -> None:
-    metrics = "  ".join(f"{k}={v:.4f}" for k, v in record["metrics"].items())
+    metrics = "  ".join(f"{k}={_value(k, v)}" for k, v in record["metrics"].items())
     sent = sum(e["bytes_sent"] for e in record["comm"].values())
-    print(f"{record['method']} on {record['dataset']} with {record['parties']} parties: {metrics}", flush=True)
+    q = record["parties"]
+    print(f"{record['method']} on {record['dataset']} with {q} {'party' if q == 1 else 'parties'}: {metrics}",
+          flush=True)
     if record.get("labels"):
         model = record.get("task")
         shown = f" (model: {model})" if model and model != record.get("data_task") else ""
@@ -295,7 +365,25 @@ def _print_summary(record: dict) -> None:
         a = record["alignment"]
         rows = ", ".join(f"party {r}: {n} ({a['dropped'][r]} dropped)" for r, n in a["rows"].items())
         print(f"  aligned {a['aligned']} rows by private set intersection; rows per file: {rows}", flush=True)
+    if record.get("epsilon_target") is not None or record.get("dp_guarantee"):
+        print(f"  privacy: {_privacy_line(record)}", flush=True)
     print(f"  train {record['train_seconds']:.2f} s, {sent / 1e6:.3f} MB sent in total", flush=True)
+
+
+def _privacy_line(record: dict) -> str:
+    """What a DP run spent, against its budget, and whether the guarantee holds (dpscd, dpsgd)."""
+    if record.get("epsilon_target") is None:
+        return record.get("dp_guarantee", "")
+    spent = record.get("epsilon")
+    line = (f"epsilon spent {spent:.4g} of {record['epsilon_target']:g} (delta {record['delta']:g}, accountant "
+            f"{record.get('accountant')})" if spent is not None else f"epsilon target {record['epsilon_target']:g}")
+    observers = record.get("epsilon_by_observer") or {}
+    others = {k: v["epsilon"] for k, v in observers.items()
+              if k != "outsider" and isinstance(v, dict) and isinstance(v.get("epsilon"), (int, float))}
+    if others:
+        line += "; towards " + ", ".join(f"{k.replace('_', ' ')} {e:.4g}" for k, e in others.items())
+    guarantee = record.get("dp_guarantee", "")
+    return f"{line}; guarantee {guarantee}" if guarantee else line
 
 
 def _party_entry(fed, argv):
@@ -347,10 +435,9 @@ def _main(argv, args, command) -> int:
     coordinator = command.wants_coordinator(args)
     try:
         distributed = args.backend == "mpi" or _under_launcher()
-        preflight(args, command, local=not distributed)
+        info = preflight(args, command, local=not distributed)
         _check_device(args.device)
-        if command.check is not None:
-            command.check(args)
+        run_check(command, args, info)
         from .comm import FederationError, PartyFailure, check_backend, init_from_env, launch
         try:
             check_backend(args.backend)
@@ -376,7 +463,8 @@ def _main(argv, args, command) -> int:
         else:
             parties = 3 if args.parties is None else args.parties
             records = launch(_party_entry, parties, args=(argv,), coordinator=coordinator, backend=args.backend,
-                             device=args.device, timeout=args.timeout)
+                             device=args.device, timeout=args.timeout,
+                             preload=("vfltorch.cli", COMMAND_INDEX.get(command.name, ("vfltorch.cli",))[0]))
     except VFLInputError as exc:
         print(f"vfl: error: {exc}", file=sys.stderr)
         return 2
@@ -445,5 +533,22 @@ def _check_device(device: str) -> None:
         raise VFLInputError(f"--device must be cpu or cuda[:N], got {device!r}")
 
 
+def entry() -> None:  # pragma: no cover - the `vfl` script and `python -m vfltorch`
+    """``main()``, then leave without the interpreter's teardown of torch and gloo (seconds on a small machine,
+    after everything was written): atexit handlers run and stdio is flushed first. ``main()`` itself returns
+    normally, for callers in Python."""
+    import atexit
+    import os
+
+    code = main()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):            # a closed pipe (`vfl datasets | head -1`)
+            pass
+    os._exit(code if isinstance(code, int) else 1)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    entry()

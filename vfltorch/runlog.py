@@ -36,16 +36,29 @@ class RunLog:
         """A tqdm bar on the active party's stderr; a plain iterator elsewhere."""
         if not self.show_progress:
             return _Silent(iterable, total)
-        from tqdm.auto import tqdm
-
-        return tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr, leave=False,
-                    dynamic_ncols=True, mininterval=0.5)
+        return _bar_class()(iterable, total=total, desc=desc, unit=unit, file=sys.stderr, leave=True,
+                            dynamic_ncols=True, mininterval=0.5, delay=0.5)
 
     def close(self) -> None:
         if self._writer is not None:
             self._writer.flush()
             self._writer.close()
             self._writer = None
+
+
+def _bar_class():
+    """tqdm, except that a bar closed before its total (converged, time budget) ends full at what was done,
+    so the console shows a finished bar with its count, never one left at 5%."""
+    from tqdm.auto import tqdm
+
+    class FinishingBar(tqdm):
+        def close(self):
+            if not self.disable and (self.total is None or self.n < self.total):
+                self.total = self.n
+                self.refresh()
+            super().close()
+
+    return FinishingBar
 
 
 class _Silent:

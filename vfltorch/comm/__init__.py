@@ -15,23 +15,20 @@
   triples from a dealer, opening (``sharing.py``).
 """
 
-from .errors import FederationError, PartyFailure
-from .federation import DEFAULT_TIMEOUT, Federation, check_backend, default_timeout
-from .launcher import init_from_env, launch, under_mpirun, under_torchrun
-from .link import LinkError, TLSMesh, connect_federation
-from .masking import FixedPoint, MaskStream, PhaseGroup, RingGroup, masked_sum, secure_allreduce, secure_sum
-from . import sharing
-from .meter import CommMeter
-from .reduce import allreduce, broadcast, reduce
-from .roles import Roles
-from .topology import (Ring, Star, Tree, are_totally_different, build, masked_sum_leakage, pairwise_tree,
-                       ring, star, totally_different_trees)
-from .transcript import Message, Transcript
+from .._lazy import lazy_exports
 
-__all__ = [
-    "CommMeter", "DEFAULT_TIMEOUT", "Federation", "FederationError", "FixedPoint", "LinkError", "TLSMesh", "connect_federation", "MaskStream", "Message",
-    "PartyFailure", "PhaseGroup", "Ring", "RingGroup", "Roles", "Star", "Transcript", "Tree", "allreduce",
-    "are_totally_different", "broadcast", "build", "check_backend", "default_timeout", "init_from_env", "launch",
-    "masked_sum", "masked_sum_leakage", "pairwise_tree", "reduce", "ring", "secure_allreduce", "secure_sum",
-    "sharing", "star", "totally_different_trees", "under_mpirun", "under_torchrun",
-]
+# submodule -> the names it exports, imported on first use (`vfl --help` needs no torch);
+# submodules such as ``sharing`` are imported on first access too.
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "errors": "FederationError PartyFailure",
+    "federation": "DEFAULT_TIMEOUT Federation check_backend default_timeout",
+    "launcher": "init_from_env launch under_mpirun under_torchrun",
+    "link": "LinkError TLSMesh connect_federation",
+    "masking": "FixedPoint MaskStream PhaseGroup RingGroup masked_sum secure_allreduce secure_sum",
+    "meter": "CommMeter",
+    "reduce": "allreduce broadcast reduce",
+    "roles": "Roles",
+    "topology": "Ring Star Tree are_totally_different build masked_sum_leakage pairwise_tree ring star totally_different_trees",
+    "transcript": "Message Transcript",
+})
+__all__ = [*__all__, "sharing"]

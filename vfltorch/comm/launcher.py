@@ -23,6 +23,7 @@ import queue as queue_mod
 import secrets
 import signal
 import socket
+import sys
 import traceback
 
 import torch
@@ -74,8 +75,39 @@ STRAGGLER_GRACE = 5.0
 STOP_GRACE = 2.0
 
 
+def profile_mark(event: str) -> None:
+    """With VFLTORCH_PROFILE_STARTUP=FILE, append 'event wall-clock-time' to FILE (benchmarks/startup.py)."""
+    path = os.environ.get("VFLTORCH_PROFILE_STARTUP")
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{event} {time.time():.6f}\n")
+
+
+# Party processes start from a fork server that has imported torch and the launcher once (one torch import per
+# launching process instead of one per party: 18-19 s -> 11-12 s for 3 parties and a coordinator on a loaded 2-core
+# machine); VFLTORCH_START_METHOD=spawn starts each party from a fresh interpreter instead.
+PRELOAD = ["torch", "torch.distributed", "vfltorch.comm.launcher"]
+
+
+def start_context(preload=()):
+    """The multiprocessing context the parties start from (forkserver where the platform has it, else spawn)."""
+    method = os.environ.get("VFLTORCH_START_METHOD") or (
+        "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+    if method not in ("forkserver", "spawn"):
+        raise ValueError(f"VFLTORCH_START_METHOD must be forkserver or spawn, got {method!r}")
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        # Effective when this process starts its fork server (its first launch); later launches reuse it.
+        ctx.set_forkserver_preload(list(dict.fromkeys([*PRELOAD, *preload])))
+    return ctx
+
+
 def _party_main(rank, roles, port, options, fn, args, kwargs, results):
     from .._lifetime import die_with_parent
+
+    if options.get("environ") is not None:       # forkserver: the launcher's environment now, not the server's
+        os.environ.clear()
+        os.environ.update(options["environ"])
 
     # Started with SIGINT ignored (see launch): from here on SIGINT ends this party at once, without a
     # traceback, and the launcher names it; a Ctrl-C at the terminal is answered by the launcher in one line.
@@ -90,6 +122,7 @@ def _party_main(rank, roles, port, options, fn, args, kwargs, results):
         fed = Federation.connect(store, rank, roles, backend=options["backend"], device=options["device"],
                                  timeout=options["timeout"], join_timeout=options["join_timeout"],
                                  transcript=transcript, store_secret=options["store_secret"])
+        profile_mark(f"party{rank}_joined")
         out = fn(fed, *args, **kwargs)
         fed.close()
         # Plain pickle bytes: torch's queue pickler would share tensors through file
@@ -101,19 +134,43 @@ def _party_main(rank, roles, port, options, fn, args, kwargs, results):
         kind = "failure" if isinstance(exc, PartyFailure) else "error"
         named = exc.party if isinstance(exc, PartyFailure) else None
         results.put((rank, kind, (f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", named)))
+    _exit_quickly(results)
+
+
+def _exit_quickly(results) -> None:
+    """End the party process without the interpreter's teardown of torch and gloo, which takes 3 s and more
+    per process (measured with benchmarks/startup.py) while the launcher waits: the result is flushed to the
+    launcher first, the atexit handlers run (logging, helper processes) and stdio is flushed."""
+    import atexit
+
+    results.close()
+    results.join_thread()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)
 
 
 def launch(fn, parties: int, args: tuple = (), kwargs: dict | None = None, *, coordinator: bool = False,
            active: int = 0, backend: str = "gloo", device: str = "cpu", timeout: float | None = None,
            join_timeout: float | None = None, record_transcript: bool = False,
-           threads: int | None = None) -> list:
+           threads: int | None = None, preload: tuple = ()) -> list:
     """Run ``fn(fed, *args, **kwargs)`` in one process per party; return the results by rank.
 
-    ``fn`` must be importable by name (a module-level function): processes are
-    started with the ``spawn`` method, as CUDA requires. With ``coordinator``
+    Processes start from a fork server that has imported torch once (or, with
+    VFLTORCH_START_METHOD=spawn, each from a fresh interpreter); never by a
+    plain fork, which CUDA forbids. Either way they import ``fn`` by name. A function they cannot import (defined in a notebook,
+    in ``python -c``, a lambda or a nested function) is sent by value with
+    cloudpickle instead (see ``portable``). A script that calls ``launch``
+    needs its call under ``if __name__ == "__main__":`` (every party imports the
+    script again); the error says so. With ``coordinator``
     the world has ``parties + 1`` ranks, the last one the coordinator. Each
     process gets ``threads`` torch threads (default: the cores divided among
-    the processes, so Q parties do not oversubscribe a small machine).
+    the processes, so Q parties do not oversubscribe a small machine). ``preload``:
+    modules the fork server imports once for all parties (see ``start_context``).
     """
     if parties < 1:
         raise ValueError(f"parties must be at least 1, got {parties}")
@@ -138,22 +195,86 @@ def launch(fn, parties: int, args: tuple = (), kwargs: dict | None = None, *, co
     store = dist.TCPStore("127.0.0.1", listen.getsockname()[1], is_master=True, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=options["join_timeout"]),
                           master_listen_fd=listen.detach())
-    ctx = mp.get_context("spawn")
+    ctx = start_context(preload)
+    options["environ"] = dict(os.environ) if ctx.get_start_method() == "forkserver" else None
     results = ctx.Queue()
+    target = portable(fn)
+    profile_mark("spawn")
     procs = [ctx.Process(target=_party_main, name=f"vfl-party-{r}",
-                         args=(r, roles, store.port, options, fn, args, kwargs or {}, results))
+                         args=(r, roles, store.port, options, target, args, kwargs or {}, results))
              for r in range(world)]
     _start_ignoring_sigint(procs)
-    return collect_results(procs, results, roles, timeout)
+    out = collect_results(procs, results, roles, timeout, hint=_script_hint(fn))
+    profile_mark("collected")
+    return out
 
 
-def collect_results(procs, results, roles: Roles, timeout: float) -> list:
+class _ByValue:
+    """A function the parties cannot import by name, carried as cloudpickle bytes from the launching process
+    (its own spawned children: the same trust as the arguments; nothing from a peer is unpickled)."""
+
+    def __init__(self, fn):
+        import cloudpickle
+
+        self.name = getattr(fn, "__qualname__", repr(fn))
+        self.payload = cloudpickle.dumps(fn)
+        self._fn = None
+
+    def __call__(self, *args, **kwargs):
+        if self._fn is None:
+            self._fn = pickle.loads(self.payload)
+        return self._fn(*args, **kwargs)
+
+
+def _importable(fn) -> bool:
+    """Whether a spawned process can import ``fn`` by its module and name."""
+    module = getattr(fn, "__module__", None)
+    if module == "__main__" and not getattr(sys.modules.get("__main__"), "__file__", None):
+        return False                    # python -c, a notebook, the REPL: the children cannot import __main__
+    try:
+        pickle.dumps(fn)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return False                    # a lambda, a nested function
+    return True
+
+
+def portable(fn):
+    """``fn`` itself when the parties can import it; else ``fn`` by value (cloudpickle); else a clear error."""
+    if _importable(fn):
+        return fn
+    try:
+        return _ByValue(fn)
+    except ImportError:
+        raise ValueError(
+            f"launch() runs {getattr(fn, '__qualname__', fn)!r} in new processes, which import it by name, and "
+            f"they cannot import it from {getattr(fn, '__module__', '?')!r} (a notebook, python -c, a lambda or a "
+            f"nested function). Define it at module level in a .py file next to your notebook (e.g. parties.py: "
+            f"`def train(fed): ...`), then `from parties import train; launch(train, ...)`; or install "
+            f"cloudpickle, with which launch() sends such a function by value") from None
+    except Exception as exc:            # noqa: BLE001 - cloudpickle cannot serialise what it closes over
+        raise ValueError(f"launch() cannot send {getattr(fn, '__qualname__', fn)!r} to the party processes "
+                         f"({type(exc).__name__}: {exc}). Define it at module level in a .py file and import it, "
+                         f"so the parties import it by name") from None
+
+
+def _script_hint(fn) -> str | None:
+    """What to change when ``fn`` comes from a script that every spawned party imports again."""
+    main = sys.modules.get("__main__")
+    if getattr(fn, "__module__", None) != "__main__" or not getattr(main, "__file__", None):
+        return None
+    return (f"hint: {getattr(fn, '__qualname__', 'the function')} is defined in the script {main.__file__}, which "
+            f"every party process imports again: put the code that calls launch() under "
+            f"`if __name__ == \"__main__\":` (or move the function into a module and import it)")
+
+
+def collect_results(procs, results, roles: Roles, timeout: float, *, hint: str | None = None) -> list:
     """Wait for the started party processes ``procs`` (index = rank) and return their results by rank.
 
     One loop for every way of starting parties (``launch`` here, ``link.launch_local`` over TLS): a
     party that fails gives the others ``STRAGGLER_GRACE`` seconds before they are killed, a party
     that exits without reporting is named with how it died, and a launcher that is stopped itself
-    (Ctrl-C, SIGTERM) stops every party. Raises ``FederationError`` naming every failed party.
+    (Ctrl-C, SIGTERM) stops every party. Raises ``FederationError`` naming every failed party;
+    ``hint`` is added to its message when a party died without reporting.
     """
     world = len(procs)
     outcome: dict[int, tuple[str, object]] = {}
@@ -199,7 +320,10 @@ def collect_results(procs, results, roles: Roles, timeout: float) -> list:
         _stop_all(procs, 0.0)
     failed = {r: (k, v) for r, (k, v) in outcome.items() if k != "ok"}
     if failed:
-        raise _federation_error(roles, failed)
+        error = _federation_error(roles, failed)
+        if hint and any(kind == "died" for kind, _ in failed.values()):
+            error = FederationError(f"{error}\n{hint}", errors=error.errors, root=error.root)
+        raise error
     return [pickle.loads(outcome[r][1]) for r in range(world)]
 
 

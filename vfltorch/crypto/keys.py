@@ -50,6 +50,15 @@ def generate_keypair(n_length: int = DEFAULT_KEY_BITS, *, insecure: bool = False
     ``n_length`` under 1024 is refused unless ``insecure=True``; such keys are
     for tests and are marked so that the rest of this module accepts them.
     """
+    check_key_size(n_length, insecure=insecure)
+    public_key, private_key = paillier.generate_paillier_keypair(n_length=n_length)
+    if n_length < MIN_KEY_BITS:
+        allow_insecure(public_key)
+    return public_key, private_key
+
+
+def check_key_size(n_length: int, *, insecure: bool = False) -> None:
+    """The size policy of ``generate_keypair``, checkable before any key is made (``vfl`` checks options with it)."""
     if isinstance(n_length, bool) or not isinstance(n_length, int):
         raise TypeError(f"n_length must be an int number of bits, got {n_length!r}")
     if n_length % 2:
@@ -60,10 +69,6 @@ def generate_keypair(n_length: int = DEFAULT_KEY_BITS, *, insecure: bool = False
         raise ValueError(f"n_length must be at least {_ABSOLUTE_MIN_BITS} bits, got {n_length}")
     if n_length < MIN_KEY_BITS and not insecure:
         raise KeyTooSmallError(_too_small_message(n_length))
-    public_key, private_key = paillier.generate_paillier_keypair(n_length=n_length)
-    if n_length < MIN_KEY_BITS:
-        allow_insecure(public_key)
-    return public_key, private_key
 
 
 def allow_insecure(public_key: PaillierPublicKey) -> PaillierPublicKey:

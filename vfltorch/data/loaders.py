@@ -13,14 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
 
 from .validation import VFLInputError
 
 
 @dataclass
 class Table:
-    X: np.ndarray | sp.csr_matrix
+    X: np.ndarray                     # or a scipy.sparse CSR matrix (load_svmlight(dense=False))
     y: np.ndarray | None
     feature_names: list[str]
     ids: np.ndarray | None = None

@@ -32,10 +32,6 @@ from .validation import VFLInputError
 
 PEEK_LIMIT_BYTES = 256 * 2 ** 20     # own files up to this size are read in the launcher
 
-# Column counts of the registered datasets (MANIFEST.md); None where encoding decides it (adult's one-hot).
-REGISTERED_FEATURES = {"breast_cancer": 30, "a9a": 123, "phishing": 68, "abalone": 8, "credit_default": 23,
-                       "give_me_some_credit": 10, "adult": None, "cal_housing": 8, "sonar": 60, "vehicle": 18,
-                       "pima": 8, "glaucoma": 62, "college": 17, "yale": 1024}
 
 
 def preflight(args, command, *, local: bool = True) -> dict:
@@ -177,7 +173,9 @@ def check_dataset(args, *, local: bool) -> dict:
 
     ds = _load_whole(_config(args))
     _check_groups(args, parties, ds.n_features)
-    return {"task": ds.task, "features": ds.n_features, "labels": ds.label_note, "name": str(args.dataset)}
+    rows = ds.X.shape[0] if ds.X_test is not None else ds.X.shape[0] - int(round(ds.X.shape[0] * args.test_fraction))
+    return {"task": ds.task, "features": ds.n_features, "labels": ds.label_note, "name": str(args.dataset),
+            "rows": rows}
 
 
 def _size(path) -> int:
@@ -188,7 +186,7 @@ def _size(path) -> int:
 
 
 def _check_registered(args, parties) -> dict:
-    from .registry import REGISTRY, _need, resolve_data_dir
+    from .registry import REGISTRY, SHAPES, _need, resolve_data_dir, training_rows
 
     spec = REGISTRY[args.dataset]
     given = [o for o, v in (("--label-column", args.label_column), ("--positive-label", args.positive_label),
@@ -204,9 +202,10 @@ def _check_registered(args, parties) -> dict:
             _need(root, spec.name, rel)
     elif args.data_dir:
         resolve_data_dir(args.data_dir)
-    n = REGISTERED_FEATURES.get(spec.name)
+    n = SHAPES[spec.name][1] if spec.name in SHAPES else None
     _check_groups(args, parties, n)
-    return {"task": spec.task, "features": n, "name": spec.name}
+    return {"task": spec.task, "features": n, "name": spec.name,
+            "rows": training_rows(spec.name, getattr(args, "test_fraction", 0.0) or 0.0)}
 
 
 def _check_groups(args, parties, n_features) -> None:

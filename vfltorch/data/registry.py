@@ -62,6 +62,25 @@ class DatasetSpec:
 
 REGISTRY: dict[str, DatasetSpec] = {}
 
+# Rows x columns of each registered dataset's training file, and whether it has its own test file (MANIFEST.md;
+# tests/test_startup.py checks them against the loaded data). The launcher checks --parties against the columns
+# and batch sizes against the rows without reading a file; None where encoding decides it (adult's one-hot).
+SHAPES: dict[str, tuple[int, int | None, bool]] = {
+    "breast_cancer": (569, 30, False), "a9a": (32561, 123, True), "phishing": (11055, 68, False),
+    "abalone": (4177, 8, False), "credit_default": (30000, 23, False), "give_me_some_credit": (150000, 10, False),
+    "adult": (32561, None, True), "cal_housing": (20640, 8, False), "sonar": (208, 60, False),
+    "vehicle": (846, 18, False), "pima": (768, 8, False), "glaucoma": (196, 62, False), "college": (777, 17, False),
+    "yale": (165, 1024, False),
+}
+
+
+def training_rows(name: str, test_fraction: float) -> int | None:
+    """Training rows of a registered dataset after the held-out split (as ``split_rows`` makes it)."""
+    if name not in SHAPES:
+        return None
+    rows, _, has_test_file = SHAPES[name]
+    return rows if has_test_file else rows - int(round(rows * test_fraction))
+
 
 def _register(spec: DatasetSpec) -> DatasetSpec:
     REGISTRY[spec.name] = spec

@@ -14,17 +14,16 @@
 * ``cli`` - ``vfl fdskl``.
 """
 
-from .bandwidth import median_sigma
-from .checks import ScalingWarning
-from .circle import Circle, KeptPhases
-from .estimator import FDSKLClassifier, FDSKLRegressor, LeakWarning
-from .losses import LOSSES, Loss, LogisticLoss, SmoothHingeLoss, SquareLoss, get_loss
-from .protocol import FederatedFeatureMap
-from .random_features import KERNELS, FourierSampler, feature_map
-from .trainer import DSGConfig, TrainResult, train_dsg
+from .._lazy import lazy_exports
 
-__all__ = [
-    "Circle", "DSGConfig", "FDSKLClassifier", "FDSKLRegressor", "FederatedFeatureMap", "FourierSampler",
-    "KERNELS", "KeptPhases", "LeakWarning", "LOSSES", "LogisticLoss", "Loss", "ScalingWarning", "SmoothHingeLoss", "SquareLoss",
-    "TrainResult", "feature_map", "get_loss", "median_sigma", "train_dsg",
-]
+# submodule -> the names it exports (imported on first use: `vfl --help` needs no torch)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "bandwidth": "median_sigma",
+    "checks": "ScalingWarning",
+    "circle": "Circle KeptPhases",
+    "estimator": "FDSKLClassifier FDSKLRegressor LeakWarning",
+    "losses": "LOSSES Loss LogisticLoss SmoothHingeLoss SquareLoss get_loss",
+    "protocol": "FederatedFeatureMap",
+    "random_features": "KERNELS FourierSampler feature_map",
+    "trainer": "DSGConfig TrainResult train_dsg",
+})

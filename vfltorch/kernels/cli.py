@@ -17,13 +17,12 @@ import argparse
 import hashlib
 import os
 
-import numpy as np
-import torch
-
 from ..cli import Command
-from ..data.validation import VFLInputError
-from .losses import LOSSES
-from .random_features import KERNELS
+
+# The choices the parser offers, declared here so that `vfl fdskl --help` and option errors import no torch;
+# tests/test_startup.py checks that they equal the library's (random_features.KERNELS, losses.LOSSES).
+KERNELS = ("rbf", "laplace")
+LOSSES = ("logistic", "smooth_hinge", "square")
 
 
 def _sigma(text: str):
@@ -122,15 +121,21 @@ def _estimator(fed, args, task: str):
                      prefetch=args.prefetch, protocol=args.protocol, device=args.device)
 
 
-def check(args) -> None:
-    """Hyperparameters, in the launching process before any party starts (the task is not known yet:
-    the square loss is checked as a regressor, every other loss as a classifier)."""
+def check(args, info: dict) -> None:
+    """Hyperparameters, in the launching process before any party starts (where the launcher does not know
+    the task, the square loss is checked as a regressor and every other loss as a classifier)."""
     from .checks import check_hyperparameters
 
-    check_hyperparameters(_estimator(None, args, "regression" if args.loss == "square" else "binary"))
+    task = info.get("task") if info.get("task") in ("binary", "regression") else (
+        "regression" if args.loss == "square" else "binary")
+    check_hyperparameters(_estimator(None, args, task))
 
 
 def run(fed, data, args, log):
+    import numpy as np
+    import torch
+
+    from ..data.validation import VFLInputError
 
     if fed.is_coordinator:
         return _run_dealer(fed, args)
@@ -171,14 +176,7 @@ def run(fed, data, args, log):
 
 def _run_dealer(fed, args):
     """The coordinator's part of `vfl fdskl --protocol shared`: deal masks and triples; it holds no data."""
-    from .estimator import FDSKLClassifier
-
-    epochs = args.epochs if args.epochs is not None else (None if args.time_budget is not None else 5.0)
-    est = FDSKLClassifier(fed, kernel=args.kernel, sigma=args.sigma, loss=args.loss, lam=args.lam, gamma=args.gamma,
-                          batch_size=args.batch_size, features_per_step=args.features_per_step, epochs=epochs,
-                          max_time=args.time_budget, schedule=args.schedule, random_state=args.seed,
-                          mask_seed=args.mask_seed, angle_bits=args.angle_bits, log_every=args.log_every,
-                          prefetch=args.prefetch, protocol=args.protocol, device=args.device)
+    est = _estimator(fed, args, "binary")
     est.fit(None)
     if fed.recv_json(fed.active):
         est.decision_function()
@@ -186,6 +184,8 @@ def _run_dealer(fed, args):
 
 
 def _test_metrics(f, y, task) -> dict:
+    import torch
+
     from .trainer import held_out_metrics
 
     f, y = torch.as_tensor(f), torch.as_tensor(y)

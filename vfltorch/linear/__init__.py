@@ -23,14 +23,13 @@ labels or margins in the clear.
 See ``docs/hetero_lr.md`` for what each role learns and the measured figures.
 """
 
-from .bounds import DivergenceError, PublicBounds
-from .cipher import PLAINTEXT_LABEL, PaillierScheme, PlaintextScheme
-from .estimator import DEFAULT_DECAY, DEFAULT_LR, HeteroLogisticRegression
-from .lbfgs import CurvatureMemory, two_loop
-from .taylor import gradient, hessian_vector, logistic_loss, residual, taylor_loss
+from .._lazy import lazy_exports
 
-__all__ = [
-    "CurvatureMemory", "DEFAULT_DECAY", "DEFAULT_LR", "DivergenceError", "HeteroLogisticRegression",
-    "PLAINTEXT_LABEL", "PaillierScheme", "PlaintextScheme", "PublicBounds", "gradient", "hessian_vector",
-    "logistic_loss", "residual", "taylor_loss", "two_loop",
-]
+# submodule -> the names it exports (imported on first use: `vfl --help` needs no torch)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "bounds": "DivergenceError PublicBounds",
+    "cipher": "PLAINTEXT_LABEL PaillierScheme PlaintextScheme",
+    "estimator": "DEFAULT_DECAY DEFAULT_LR HeteroLogisticRegression",
+    "lbfgs": "CurvatureMemory two_loop",
+    "taylor": "gradient hessian_vector logistic_loss residual taylor_loss",
+})

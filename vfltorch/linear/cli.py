@@ -23,11 +23,16 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
 from ..cli import Command
 from ..data.validation import VFLInputError
-from .estimator import DEFAULT_DECAY, DEFAULT_LR, OPTIMIZERS, PRECOMPUTE, PROTOCOLS
+
+# The parser's choices and defaults, declared here so that `vfl hetero-lr --help` imports no torch;
+# tests/test_startup.py checks that they equal vfltorch.linear.estimator's.
+PROTOCOLS = ("shared", "paper")
+OPTIMIZERS = ("sgd", "sqn")
+PRECOMPUTE = ("batch", "epoch", "background", "none")
+DEFAULT_LR = {"sgd": 0.15, "sqn": 0.3}
+DEFAULT_DECAY = {"sgd": 0.0, "sqn": 1.0}
 
 
 def _number(kind, low, strict, what):
@@ -38,7 +43,7 @@ def _number(kind, low, strict, what):
             raise argparse.ArgumentTypeError(f"{what} must be {'an integer' if kind is int else 'a number'}, "
                                              f"got {text!r}") from None
         if value < low or (strict and value == low):
-            raise argparse.ArgumentTypeError(f"{what} must be {'>' if strict else '>='} {low}, got {text}")
+            raise argparse.ArgumentTypeError(f"{what} must be {'>' if strict else '>='} {low:g}, got {text}")
         return value
     return parse
 
@@ -187,6 +192,7 @@ def run(fed, data, args, log_):
 
 
 def _test_metrics(scores, y) -> dict:
+    import torch
     from sklearn.metrics import roc_auc_score
 
     scores, y = torch.as_tensor(scores).cpu(), torch.as_tensor(y).cpu()

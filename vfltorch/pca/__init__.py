@@ -28,22 +28,18 @@ sign-free by default (``merge.py``; the paper's weighted sum: ``merge="paper"``)
 docs/pca.md.
 """
 
-from .akpca import VFedAKPCA
-from .exact import ExactFederatedPCA, federated_sum
-from .exact_kernel import ExactFederatedKernelPCA
-from .exchange import TOPOLOGIES, merge_round, neighbours
-from .kernels import KERNELS, center_kernel, kernel_from_gram, kernel_matrix
-from .linalg import center_columns, orthonormalize, power_iteration, shared_start
-from .merge import MERGES, eigenvalue_weights, equal_merge, merge, merge_weights, scale_weights, subspace_merge
-from .metrics import (aligned_distances, compare, pooled_kernel_pca, pooled_pca, principal_angles,
-                      unaligned_distances)
-from .synthetic import PAPER_SHAPES, gaussian_data
-from .vfedpca import VFedPCA, update_local_data
+from .._lazy import lazy_exports
 
-__all__ = [
-    "ExactFederatedKernelPCA", "ExactFederatedPCA", "KERNELS", "MERGES", "PAPER_SHAPES", "TOPOLOGIES", "VFedAKPCA", "VFedPCA",
-    "aligned_distances", "center_columns", "center_kernel", "compare", "eigenvalue_weights", "equal_merge",
-    "federated_sum", "gaussian_data", "kernel_from_gram", "kernel_matrix", "merge", "merge_round",
-    "merge_weights", "neighbours", "orthonormalize", "pooled_kernel_pca", "pooled_pca", "power_iteration",
-    "principal_angles", "scale_weights", "shared_start", "subspace_merge", "unaligned_distances", "update_local_data",
-]
+# submodule -> the names it exports (imported on first use: `vfl --help` needs no torch)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "akpca": "VFedAKPCA",
+    "exact": "ExactFederatedPCA federated_sum",
+    "exact_kernel": "ExactFederatedKernelPCA",
+    "exchange": "TOPOLOGIES merge_round neighbours",
+    "kernels": "KERNELS center_kernel kernel_from_gram kernel_matrix",
+    "linalg": "center_columns orthonormalize power_iteration shared_start",
+    "merge": "MERGES eigenvalue_weights equal_merge merge merge_weights scale_weights subspace_merge",
+    "metrics": "aligned_distances compare pooled_kernel_pca pooled_pca principal_angles unaligned_distances",
+    "synthetic": "PAPER_SHAPES gaussian_data",
+    "vfedpca": "VFedPCA update_local_data",
+})

@@ -23,22 +23,18 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
 from ..cli import Command, data_config
-from ..comm import Federation, allreduce
-from ..data import VFLInputError, load_party_data
-from .akpca import VFedAKPCA
-from .exact import PROTOCOLS, SUM_TOPOLOGIES, ExactFederatedPCA
-from .exact_kernel import ExactFederatedKernelPCA
-from .exchange import TOPOLOGIES
-from .kernels import KERNELS
-from .linalg import shared_start
-from .merge import MERGES
-from .metrics import compare, pooled_kernel_pca, pooled_pca
-from .vfedpca import VFedPCA
+from ..data.validation import VFLInputError
 
 METHODS = ("vfedpca", "exact", "akpca")
+# The parser's choices, declared here so that `vfl pca --help` and option errors import no torch;
+# tests/test_startup.py checks that they equal the library's (exchange.TOPOLOGIES, merge.MERGES,
+# kernels.KERNELS, exact.PROTOCOLS, exact.SUM_TOPOLOGIES).
+TOPOLOGIES = ("server", "complete", "ring", "star")
+MERGES = ("subspace", "paper")
+KERNELS = ("linear", "rbf", "poly", "sigmoid")
+PROTOCOLS = ("auto", "covariance", "rotated", "krylov")
+SUM_TOPOLOGIES = ("tree", "star", "ring")
 
 
 def _gamma(text: str):
@@ -97,6 +93,11 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 def build_estimator(args):
     """The estimator that ``vfl pca`` options describe."""
+    from .akpca import VFedAKPCA
+    from .exact import ExactFederatedPCA
+    from .exact_kernel import ExactFederatedKernelPCA
+    from .vfedpca import VFedPCA
+
     kernel = args.kernel
     if args.method == "vfedpca":
         if kernel not in (None, "linear"):
@@ -119,6 +120,28 @@ def build_estimator(args):
                                    seed=args.seed)
 
 
+def check(args, info: dict) -> None:
+    """Before any party starts: the estimator the options describe (method / kernel combinations), the counts,
+    and the components against the dataset's columns and rows where the launcher knows them."""
+    import math
+
+    counts = [("--components", args.components, 1), ("--periods", args.periods, 1),
+              ("--local-iters", args.local_iters, 1), ("--max-rounds", args.max_rounds, 1),
+              ("--oversample", args.oversample, 0), ("--degree", args.degree, 1)]
+    for option, value, low in counts:
+        if value is not None and value < low:
+            raise VFLInputError(f"{option} must be {'a positive integer' if low else 'an integer >= 0'}, got {value}")
+    if not (math.isfinite(args.tol) and args.tol > 0):
+        raise VFLInputError(f"--tol must be a positive number (the relative residual at which to stop), got {args.tol:g}")
+    build_estimator(args)          # method / kernel combinations (imports torch: after the plain counts)
+    features, rows = info.get("features"), info.get("rows")
+    if features and args.components > features and args.method != "akpca" and args.kernel in (None, "linear"):
+        raise VFLInputError(f"--components {args.components} but {info.get('name', args.dataset)} has {features} "
+                            f"columns: linear PCA has at most {features} components")
+    if rows and args.components > rows:
+        raise VFLInputError(f"--components {args.components} but only {rows} training rows: at most {rows} components")
+
+
 def _wants_server(args) -> bool:
     if args.method == "exact":
         return args.kernel in (None, "linear") and args.protocol != "krylov" and (args.parties or 3) > 1
@@ -127,6 +150,8 @@ def _wants_server(args) -> bool:
 
 def _gather_estimates(fed, est, decentralised: bool):
     """Every data party's final components at the active party (decentralised: they differ)."""
+    import torch
+
     if not decentralised or fed.num_parties == 1:
         return [est.sample_components_] if fed.is_active else None
     n, k = est.n_samples_, est.n_components
@@ -139,7 +164,11 @@ def _gather_estimates(fed, est, decentralised: bool):
     return None
 
 
-def _run(fed: Federation, data, args, log):
+def _run(fed, data, args, log):
+    import torch
+
+    from ..comm import allreduce
+
     if _wants_server(args) and fed.world_size > 1 and fed.coordinator is None:
         what = f"--method exact --protocol {args.protocol}" if args.method == "exact" else "--topology server"
         raise VFLInputError(f"{what} needs a coordinator rank: under torchrun start Q + 1 processes")
@@ -184,6 +213,13 @@ def _run(fed: Federation, data, args, log):
 
 def _evaluate(fed, est, args, log, finals, metrics) -> dict:
     """Distances to the pooled PCA (the oracle), per final estimate and along the history."""
+    import torch
+
+    from ..comm import Federation
+    from ..data import load_party_data
+    from .linalg import shared_start
+    from .metrics import compare, pooled_kernel_pca, pooled_pca
+
     pooled = load_party_data(Federation.local("cpu"), data_config(args)).X_train.to(torch.float64)
     k, n = est.n_components, pooled.shape[0]
     if est.linear:
@@ -214,5 +250,5 @@ def _evaluate(fed, est, args, log, finals, metrics) -> dict:
 COMMANDS = [
     Command("pca", "vertical federated PCA: VFedPCA, VFedAKPCA (Cheung et al.) or exact federated (kernel) PCA",
             _run, add_arguments=_add_arguments, coordinator=_wants_server,
-            data_defaults={"test_fraction": 0.0}),
+            data_defaults={"test_fraction": 0.0}, check=check),
 ]

@@ -12,15 +12,13 @@
 * ``estimator.py`` - ``DPSCD``; ``dpsgd.py`` - ``DPSGD`` (opacus); ``cli.py`` - ``vfl dpscd`` / ``vfl dpsgd``.
 """
 
-from .accountant import (MECHANISMS, PrivacyAccountant, PrivacyBudgetError, calibrate_sigma, check_budget,
-                         epsilon_spent)
-from .dpsgd import DPSGD
-from .estimator import DPSCD
-from .glm import TASKS, Hinge, Logistic, Ridge, make_glm
-from .solver import VARIANTS, DPSCDConfig, FitResult, fit_glm
+from .._lazy import lazy_exports
 
-__all__ = [
-    "DPSCD", "DPSCDConfig", "DPSGD", "FitResult", "Hinge", "Logistic", "MECHANISMS", "PrivacyAccountant",
-    "PrivacyBudgetError", "Ridge", "TASKS", "VARIANTS", "calibrate_sigma", "check_budget", "epsilon_spent",
-    "fit_glm", "make_glm",
-]
+# submodule -> the names it exports (imported on first use: `vfl --help` needs no torch)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "accountant": "MECHANISMS PrivacyAccountant PrivacyBudgetError calibrate_sigma check_budget epsilon_spent",
+    "dpsgd": "DPSGD",
+    "estimator": "DPSCD",
+    "glm": "TASKS Hinge Logistic Ridge make_glm",
+    "solver": "VARIANTS DPSCDConfig FitResult fit_glm",
+})

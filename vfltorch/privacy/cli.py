@@ -24,18 +24,19 @@ from __future__ import annotations
 
 import argparse
 import math
-
-import torch
-
-from ..cli import Command
-from ..data import VFLInputError
 import sys
 
-from .accountant import DEFAULT_MECHANISM, MECHANISMS
-from .glm import TASKS, make_glm
-from .randomness import VOID_NOTE, VOID_TAG
-from .solver import VARIANTS, DPSCDConfig, fit_glm
-from .vertical import PROTOCOLS, ActiveLink
+from ..cli import Command, check_key_option, planned_parties
+from ..data.validation import VFLInputError
+
+# The parser's choices, declared here so that `vfl dpscd --help` and option errors import neither torch nor
+# opacus; tests/test_startup.py checks that they equal the library's (glm.TASKS, accountant.MECHANISMS,
+# accountant.DEFAULT_MECHANISM, solver.VARIANTS, vertical.PROTOCOLS).
+TASKS = ("logistic", "ridge", "svm")
+MECHANISMS = ("rdp", "prv", "gdp")
+DEFAULT_MECHANISM = "prv"
+VARIANTS = ("dual", "seq", "primal", "primal-rows", "nonprivate")
+PROTOCOLS = ("encrypted", "paper")
 
 PAPER_PREPROCESSING = {"scale": "maxabs", "normalize_rows": True}
 
@@ -125,6 +126,8 @@ def resolve_task(glm: str | None, data_task: str) -> str:
 
 def prepare_labels(data, task: str, args):
     """Labels at the active party: regression targets scaled and centred on the training mean."""
+    from .glm import make_glm
+
     if data.y_train is None:
         return None, None, {}
     y_train, y_test = data.y_train, data.y_test
@@ -141,8 +144,10 @@ def prepare_labels(data, task: str, args):
     return y_train, y_test, info
 
 
-def test_metrics(glm, margins: torch.Tensor, y: torch.Tensor, label_scale: float = 1.0) -> dict:
+def test_metrics(glm, margins, y, label_scale: float = 1.0) -> dict:
     """Held-out metrics from the margins x^T theta (at the active party)."""
+    import torch
+
     m, yy = margins.cpu().to(torch.float64), y.cpu().to(torch.float64)
     out = {"test_loss": float(glm.loss(m, yy).mean())}
     if glm.kind == "regression":
@@ -161,6 +166,8 @@ def test_metrics(glm, margins: torch.Tensor, y: torch.Tensor, label_scale: float
 
 
 def _epoch_logger(log, simulated: bool = False):
+    from .randomness import VOID_TAG
+
     prefix = VOID_TAG if simulated else ""
 
     def on_epoch(record):
@@ -173,6 +180,8 @@ def _epoch_logger(log, simulated: bool = False):
 
 def _guarantee(fed, log, simulated: bool, private: bool) -> dict:
     """What every output says about the DP guarantee; the console and TensorBoard hear it too."""
+    from .randomness import VOID_NOTE, VOID_TAG
+
     if not private:
         return {"dp_guarantee": "none (non-private run)"}
     if not simulated:
@@ -183,13 +192,56 @@ def _guarantee(fed, log, simulated: bool, private: bool) -> dict:
     return {"dp_guarantee": "VOID: " + VOID_NOTE}
 
 
-def _dpscd(fed, data, args, log):
-    task = resolve_task(args.glm, data.task)
+def _dpscd_config(args, task: str):
+    """The DP-SCD configuration the options describe: one mapping for the launcher's check and the run."""
+    from .solver import DPSCDConfig
+
     C = args.C if args.C is not None else (math.inf if args.variant == "nonprivate" else 0.01)
-    cfg = DPSCDConfig(task=task, variant=args.variant, epsilon=args.epsilon, delta=args.delta, L=args.L, C=C,
-                      lam=args.lam, epochs=args.epochs, accountant=args.accountant, sampling=args.sampling,
-                      newton_steps=args.newton_steps, protocol=args.vertical_protocol, key_bits=args.key_bits,
-                      insecure_key=args.insecure_key)
+    return DPSCDConfig(task=task, variant=args.variant, epsilon=args.epsilon, delta=args.delta, L=args.L, C=C,
+                       lam=args.lam, epochs=args.epochs, accountant=args.accountant, sampling=args.sampling,
+                       newton_steps=args.newton_steps, protocol=args.vertical_protocol, key_bits=args.key_bits,
+                       insecure_key=args.insecure_key)
+
+
+def _check_label_options(args, info: dict) -> str:
+    """The model for the dataset's task (when the launcher knows it) and the label options; returns the model."""
+    task = resolve_task(args.glm, info["task"]) if info.get("task") in ("binary", "regression") else (
+        args.glm or "logistic")
+    if not (math.isfinite(args.label_scale) and args.label_scale > 0):
+        raise VFLInputError(f"--label-scale must be a positive number, got {args.label_scale:g}")
+    return task
+
+
+def _dpscd_check(args, info: dict) -> None:
+    """Before any party starts: the configuration (solver.validate), the variant against the parties,
+    the batch against the training rows and the Paillier key size."""
+    from types import SimpleNamespace
+
+    from . import primal
+    from .sampling import check_batch
+    from .solver import validate
+
+    cfg = _dpscd_config(args, _check_label_options(args, info))
+    validate(cfg)
+    if args.monitor_every < 0:
+        raise VFLInputError(f"--monitor-every must be >= 0 (0: only at the end), got {args.monitor_every}")
+    parties = planned_parties(args)
+    if cfg.variant in ("primal", "primal-rows") and parties is not None:
+        primal.check_centralised(SimpleNamespace(num_parties=parties))
+    if cfg.variant != "primal" and info.get("rows"):
+        check_batch(cfg.L, info["rows"])
+    if cfg.private and cfg.protocol == "encrypted" and parties != 1:
+        check_key_option(cfg.key_bits, cfg.insecure_key)
+
+
+def _dpscd(fed, data, args, log):
+    from .glm import make_glm
+    from .solver import fit_glm
+    from .vertical import ActiveLink
+
+    task = resolve_task(args.glm, data.task)
+    cfg = _dpscd_config(args, task)
+    C = cfg.C
     simulated = args.simulate_seed is not None
     y_train, y_test, label_info = prepare_labels(data, task, args)
     bar = log.progress(total=None, desc=f"dpscd {args.variant}", unit="step")
@@ -243,16 +295,30 @@ def _dpscd(fed, data, args, log):
     }
 
 
-def _dpsgd_check(args) -> None:
+def _dpsgd_model(args, task: str):
+    """The DP-SGD estimator the options describe: one mapping for the launcher's check and the run."""
+    from .dpsgd import DPSGD
+
+    return DPSGD(task=task, private=not args.non_private, epsilon=args.epsilon, delta=args.delta,
+                 batch_size=args.batch_size, C=args.C if args.C is not None else 1.0, lr=args.lr, lam=args.lam,
+                 epochs=args.epochs, accountant=args.accountant, simulation_seed=args.simulate_seed,
+                 device=args.device, monitor_objective=args.monitor_objective)
+
+
+def _dpsgd_check(args, info: dict) -> None:
     if args.parties not in (None, 1):
         raise VFLInputError(
             f"vfl dpsgd is the centralised DP-SGD baseline (opacus needs the whole model and every column in one "
             f"process), but {args.parties} parties were asked for: run it with --parties 1, or use "
             f"`vfl dpscd --parties {args.parties}` for the vertical method")
+    model = _dpsgd_model(args, _check_label_options(args, info))
+    model._validate(info.get("rows") or sys.maxsize)      # the estimator's own checks; rows when known
 
 
 def _dpsgd(fed, data, args, log):
-    from .dpsgd import DPSGD
+    import torch
+
+    from .glm import make_glm
 
     if fed.num_parties > 1:
         raise VFLInputError(
@@ -261,12 +327,9 @@ def _dpsgd(fed, data, args, log):
             f"`vfl dpscd --parties {fed.num_parties}` for the vertical method")
     task = resolve_task(args.glm, data.task)
     y_train, y_test, label_info = prepare_labels(data, task, args)
-    C = args.C if args.C is not None else 1.0
+    model = _dpsgd_model(args, task)
+    C = model.C
     simulated = args.simulate_seed is not None
-    model = DPSGD(task=task, private=not args.non_private, epsilon=args.epsilon, delta=args.delta,
-                  batch_size=args.batch_size, C=C, lr=args.lr, lam=args.lam, epochs=args.epochs,
-                  accountant=args.accountant, simulation_seed=args.simulate_seed, device=args.device,
-                  monitor_objective=args.monitor_objective)
     model.fit(data.X_train.cpu().numpy(), y_train.cpu().numpy())
     for record in model.history_:
         _epoch_logger(log, simulated)(record)
@@ -310,7 +373,8 @@ def _dpsgd(fed, data, args, log):
 COMMANDS = [
     Command("dpscd", "DP-SCD: differentially private stochastic coordinate descent for ridge, logistic regression "
                      "and the L2-SVM over vertically split columns (Damaskinos et al., AAAI 2021)",
-            _dpscd, add_arguments=_dpscd_arguments, data_defaults=PAPER_PREPROCESSING, tasks=("binary", "regression")),
+            _dpscd, add_arguments=_dpscd_arguments, data_defaults=PAPER_PREPROCESSING, tasks=("binary", "regression"),
+            check=_dpscd_check),
     Command("dpsgd", "the DP-SGD baseline (opacus) on DP-SCD's linear model and data; centralised (--parties 1)",
             _dpsgd, add_arguments=_dpsgd_arguments, data_defaults=PAPER_PREPROCESSING, tasks=("binary", "regression"),
             check=_dpsgd_check),

@@ -331,6 +331,8 @@ def fit_glm(fed: Federation, X: torch.Tensor, y: torch.Tensor | None, cfg: DPSCD
         sampler = BatchSampler(n, cfg.L, cfg.epochs, kind=cfg.resolved_sampling(),
                                rng=numpy_from_seed128(schedule_seed))
     q, steps = sampler.sample_rate, sampler.steps
+    if progress is not None and getattr(progress, "total", None) is None:
+        progress.total = steps                 # the bar's total, known once the schedule is drawn
     if cfg.private:
         rate, compositions = accounted(cfg, sampler, steps)
         sigma = float(cfg.sigma) if cfg.sigma is not None else calibrate_sigma(

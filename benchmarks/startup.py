@@ -1,0 +1,104 @@
+"""Start-up of the `vfl` command: help, option errors and a whole small run, in seconds and as a ratio to
+`python -c pass` measured the same way (a fresh interpreter each time, best of --repeat).
+
+    python -m benchmarks.startup                 # help, option errors, 3 runs of the demo
+    python -m benchmarks.startup --runs 0        # only help and option errors
+    python -m benchmarks.startup --json out.json
+
+For the demo (`vfl fdskl --dataset breast_cancer --parties 3`, what `make demo` runs) it splits the wall
+time into the launcher's start-up (before any party starts), the parties' start (spawn, imports, joining
+the federation), loading the data, training, and the rest (reporting, shutting down), from the run's JSON
+record and the launcher's own timestamps (VFLTORCH_PROFILE_STARTUP=1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+CASES = [
+    ("python -c pass", [sys.executable, "-c", "pass"], 0),
+    ("vfl --help", [sys.executable, "-m", "vfltorch", "--help"], 0),
+    ("vfl fdskl --help", [sys.executable, "-m", "vfltorch", "fdskl", "--help"], 0),
+    ("vfl dpscd --help", [sys.executable, "-m", "vfltorch", "dpscd", "--help"], 0),
+    ("vfl inspect --timeout 0", [sys.executable, "-m", "vfltorch", "inspect", "--timeout", "0"], 2),
+    ("vfl fdskl --dataset nope", [sys.executable, "-m", "vfltorch", "fdskl", "--dataset", "nope"], 2),
+    ("vfl pca --parties 40", [sys.executable, "-m", "vfltorch", "pca", "--parties", "40"], 2),
+    ("vfl hetero-lr --lr 0", [sys.executable, "-m", "vfltorch", "hetero-lr", "--lr", "0"], 2),
+    ("vfl pca --components 0", [sys.executable, "-m", "vfltorch", "pca", "--components", "0"], 2),
+    ("vfl dpscd --epochs -1", [sys.executable, "-m", "vfltorch", "dpscd", "--epochs", "-1"], 2),
+    ("vfl hetero-lr --key-bits 512", [sys.executable, "-m", "vfltorch", "hetero-lr", "--key-bits", "512"], 2),
+]
+DEMO = ["fdskl", "--dataset", "breast_cancer", "--parties", "3", "--quiet"]
+
+
+def best_of(cmd, expect: int, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        times.append(time.perf_counter() - t)
+        if r.returncode != expect:
+            raise SystemExit(f"{' '.join(cmd)}: exit code {r.returncode}, expected {expect}\n{r.stderr}")
+    return min(times)
+
+
+def demo_run(extra: list[str]) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "r.json")
+        profile = os.path.join(d, "profile.txt")
+        env = {**os.environ, "VFLTORCH_PROFILE_STARTUP": profile}
+        t0, t = time.time(), time.perf_counter()
+        r = subprocess.run([sys.executable, "-m", "vfltorch", *DEMO, *extra, "--output-json", out],
+                           capture_output=True, text=True, env=env)
+        wall = time.perf_counter() - t
+        if r.returncode != 0:
+            raise SystemExit(f"demo run failed:\n{r.stderr}")
+        record = json.load(open(out))
+        marks = {}
+        for line in open(profile):
+            event, when = line.split()
+            marks[event] = float(when) - t0
+    spawn = marks["spawn"]
+    joined = max(v for k, v in marks.items() if k.endswith("_joined"))    # the last party to join
+    return {"wall": wall, "launcher_before_parties": spawn, "party_start": joined - spawn,
+            "load": record["load_seconds"], "train": record["train_seconds"],
+            "rest": wall - joined - record["load_seconds"] - record["train_seconds"]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=3, help="fresh interpreters per case (best is kept)")
+    ap.add_argument("--runs", type=int, default=3, help="demo runs (each reported)")
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args(argv)
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load average "
+          f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    base = best_of(CASES[0][1], 0, args.repeat)
+    figures = {"python -c pass": base}
+    print(f"{'command':34s} {'seconds':>8s} {'x python -c pass':>17s}")
+    for name, cmd, expect in CASES:
+        s = base if name == "python -c pass" else best_of(cmd, expect, args.repeat)
+        figures[name] = s
+        print(f"{name:34s} {s:8.3f} {s / base:17.1f}")
+    runs = [demo_run([]) for _ in range(args.runs)]
+    if runs:
+        print(f"\n`vfl {' '.join(DEMO)}` ({args.runs} runs, seconds)")
+        keys = ["wall", "launcher_before_parties", "party_start", "load", "train", "rest"]
+        print("  ".join(f"{k:>23s}" if i == 1 else f"{k:>11s}" for i, k in enumerate(keys)))
+        for r in runs:
+            print("  ".join(f"{r[k]:23.2f}" if i == 1 else f"{r[k]:11.2f}" for i, k in enumerate(keys)))
+        figures["demo_runs"] = runs
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""Fast and early: help and option errors import no method; launch() from python -c; the parser's choices
+and the registry's shapes agree with the library and the data.
+
+Speed itself is measured by benchmarks/startup.py, not here.
+"""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import needs_dataset
+
+HEAVY = ("torch", "opacus", "pandas", "tensorboard", "sklearn", "scipy")
+
+
+def test_method_help_imports_no_heavy_module():
+    """`vfl --help` and `vfl METHOD --help` for every method import none of torch, opacus, pandas, ..."""
+    code = textwrap.dedent(f"""
+        import json, sys
+        from vfltorch.cli import COMMAND_INDEX, main
+        seen = {{}}
+        for argv in [["--help"]] + [[name, "--help"] for name in COMMAND_INDEX]:
+            try:
+                main(argv)
+            except SystemExit:
+                pass
+            seen[" ".join(argv)] = sorted(m for m in {HEAVY!r} if m in sys.modules)
+        print(json.dumps(seen))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    assert {k: v for k, v in seen.items() if v} == {}, seen
+    assert len(seen) >= 9
+
+
+def test_help_prints_each_default_once():
+    """No '(default: ...)' twice, none for flags, none that says None."""
+    from vfltorch.cli import COMMAND_INDEX, HelpFormatter, build_parser, discover_commands
+
+    checked = 0
+    for name in COMMAND_INDEX:
+        commands = discover_commands(name)
+        sub = build_parser(commands)._subparsers._group_actions[0].choices[name]
+        fmt = HelpFormatter("vfl")
+        for action in sub._actions:
+            if not action.help:
+                continue
+            text = fmt._expand_help(action)
+            assert text.count("(default:") <= 1, (name, action.option_strings, text)
+            assert "(default: None)" not in text and "(default: True)" not in text, (name, text)
+            assert "(default: False)" not in text, (name, text)
+            checked += 1
+    assert checked > 150
+
+
+def test_parser_choices_equal_the_library():
+    """The cli modules declare their choices (no torch import for --help); they must match the library's."""
+    from vfltorch.kernels import cli as kcli, losses, random_features
+    from vfltorch.linear import cli as lcli, estimator as lest
+    from vfltorch.pca import cli as pcli, exact, exchange, kernels as pkernels, merge
+    from vfltorch.privacy import accountant, cli as dcli, glm, solver, vertical
+
+    assert kcli.KERNELS == random_features.KERNELS and sorted(kcli.LOSSES) == sorted(losses.LOSSES)
+    assert (lcli.PROTOCOLS, lcli.OPTIMIZERS, lcli.PRECOMPUTE) == (lest.PROTOCOLS, lest.OPTIMIZERS, lest.PRECOMPUTE)
+    assert (lcli.DEFAULT_LR, lcli.DEFAULT_DECAY) == (lest.DEFAULT_LR, lest.DEFAULT_DECAY)
+    assert (pcli.TOPOLOGIES, pcli.MERGES, pcli.KERNELS) == (exchange.TOPOLOGIES, sys.modules[
+        "vfltorch.pca.merge"].MERGES, pkernels.KERNELS)
+    assert (pcli.PROTOCOLS, pcli.SUM_TOPOLOGIES) == (exact.PROTOCOLS, exact.SUM_TOPOLOGIES)
+    assert sorted(dcli.TASKS) == sorted(glm.TASKS) and dcli.VARIANTS == solver.VARIANTS
+    assert (dcli.MECHANISMS, dcli.DEFAULT_MECHANISM) == (accountant.MECHANISMS, accountant.DEFAULT_MECHANISM)
+    assert dcli.PROTOCOLS == vertical.PROTOCOLS
+    assert callable(merge)          # the package still exports the function, not the submodule of that name
+
+
+@pytest.mark.parametrize("name", ["breast_cancer",
+                                  pytest.param("sonar", marks=needs_dataset("sonar")),
+                                  pytest.param("vehicle", marks=needs_dataset("vehicle")),
+                                  pytest.param("yale", marks=needs_dataset("yale"))])
+def test_registry_shapes_match_the_data(name):
+    from vfltorch.data.registry import SHAPES, load_dataset
+
+    ds = load_dataset(name)
+    rows, features, has_test = SHAPES[name]
+    assert ds.X.shape == (rows, features) and (ds.X_test is not None) == has_test
+
+
+def test_launch_from_python_c_runs_a_function_defined_there(tmp_path):
+    """A function defined in `python -c` (as in a notebook) runs in real spawned parties (sent by value)."""
+    code = textwrap.dedent("""
+        from vfltorch.comm import allreduce, launch
+        import torch
+        def total(fed, scale):
+            return float(allreduce(fed, torch.tensor([float(fed.rank + 1)]), "tree")[0]) * scale
+        print("RESULT", launch(total, 2, args=(10,)), launch(lambda fed: fed.rank, 2))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "RESULT [30.0, 30.0] [0, 1]" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.slow
+def test_launch_from_a_script_without_main_guard_says_what_to_change(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("from vfltorch.comm import launch\n\ndef f(fed):\n    return fed.rank\n\n"
+                      "print(launch(f, 2, timeout=60))\n")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode != 0
+    last = r.stderr.strip().splitlines()[-1]
+    assert f"f is defined in the script {script}" in last and 'if __name__ == "__main__":' in last, r.stderr
+
+
+def test_datasets_into_a_closed_pipe_prints_no_traceback():
+    """`vfl datasets | head -1`: the reader is gone before vfl writes; vfl exits quietly."""
+    p = subprocess.Popen([sys.executable, "-m", "vfltorch", "datasets"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    p.stdout.close()                     # no reader left: every write raises EPIPE
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
