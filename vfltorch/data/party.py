@@ -21,7 +21,7 @@ from ..comm import Federation
 from .loaders import load_file
 from .psi import PSIError, align_rows, canonical_id
 from .partition import partition_columns, split_rows
-from .preprocess import clip_columns, impute, normalize_rows, scale_columns
+from .preprocess import ColumnPreprocessing, normalize_rows
 from .registry import REGISTRY, Dataset, load_dataset
 from .labels import decide_task
 from .validation import VFLInputError, check_file_values, check_finite, check_labels, check_same_rows
@@ -48,9 +48,14 @@ class DataConfig:
     clip: float | None = None               # winsorise scaled values to [-clip, clip]
     normalize_rows: bool = False
     dtype: str = "float64"
+    # A saved model's fitted column steps (``ColumnPreprocessing``): applied instead of fitting new ones
+    # (``vfl predict``); impute / scale / clip are then ignored.
+    preprocessing: ColumnPreprocessing | None = None
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        out.pop("preprocessing", None)
+        return out
 
 
 @dataclass
@@ -73,6 +78,7 @@ class PartyData:
     alignment: dict | None = None          # with --party-files: rows per party, aligned, dropped
     aligned_rows: np.ndarray | None = None  # with --party-files: this file's data rows in the aligned order
     aligned_ids: list | None = None         # ... and their IDs (local: never sent)
+    preprocessing: ColumnPreprocessing | None = None   # the column steps fitted on (or given for) these rows
 
     @property
     def n_train(self) -> int:
@@ -123,13 +129,17 @@ def load_party_data(fed: Federation, config: DataConfig) -> PartyData:
     table.X_test = None if table.X_test is None else _dense(table.X_test)
 
     X_tr, X_te, y_tr, y_te = _split(table, config)
-    how = config.impute if config.impute is not None else table.impute
-    X_tr, X_te = impute(X_tr, X_te, how)
+    pre = config.preprocessing
+    if pre is None:
+        how = config.impute if config.impute is not None else table.impute
+        pre = ColumnPreprocessing.fit(X_tr, how, config.scale, config.clip)
+    else:
+        pre.check_columns(X_tr.shape[1])
+    X_tr, X_te = pre.impute_rows(X_tr), pre.impute_rows(X_te)
     check_finite(X_tr, table.feature_names, f"party {party}'s training columns")
     if X_te is not None:
         check_finite(X_te, table.feature_names, f"party {party}'s test columns")
-    X_tr, X_te = scale_columns(X_tr, X_te, config.scale)
-    X_tr, X_te = clip_columns(X_tr, X_te, config.clip)
+    X_tr, X_te = pre.scale_rows(X_tr), pre.scale_rows(X_te)
 
     # Labels stay with the active party.
     if fed.rank != fed.active:
@@ -150,7 +160,7 @@ def load_party_data(fed: Federation, config: DataConfig) -> PartyData:
                      n_total, to(X_tr), to(X_te), to(y_tr),
                      to(y_te), table.classes, label_note=_note(table),
                      alignment=getattr(table, "alignment", None), aligned_rows=getattr(table, "aligned_rows", None),
-                     aligned_ids=getattr(table, "aligned_ids", None))
+                     aligned_ids=getattr(table, "aligned_ids", None), preprocessing=pre)
     if config.normalize_rows:
         data.X_train = normalize_rows(fed, data.X_train)
         if data.X_test is not None:
