@@ -282,7 +282,7 @@ class ShardedModelMixin:
         fed = getattr(self, "fed", None)
         return fed if fed is not None else getattr(self, "_fed", None) or Federation.local("cpu")
 
-    def save(self, path, fed=None, *, extra: dict | None = None):
+    def save(self, path, fed=None, *, extra: dict | None = None, extra_arrays: dict | None = None):
         """Write this party's shard of the fitted model under ``path`` (collective in a federation).
 
         ``fed``: only for estimators that take the federation in ``fit`` (PCA); the others know theirs."""
@@ -294,7 +294,7 @@ class ShardedModelMixin:
                     "coordinator": fed.coordinator is not None,
                     "predict_coordinator": bool(state.pop("predict_coordinator", False)),
                     "hyperparameters": _json_params(params), "state": state, **(extra or {})}
-        self.model_id_ = save_collective(fed, path, manifest, arrays)
+        self.model_id_ = save_collective(fed, path, manifest, {**arrays, **(extra_arrays or {})})
         return self
 
     @classmethod
@@ -306,13 +306,19 @@ class ShardedModelMixin:
         manifest, arrays = load_collective(fed_, path, method=cls._model_method)
         if manifest.get("estimator") not in (None, cls.__name__):
             raise ModelStoreError(f"{path} holds a {manifest.get('estimator')}, not a {cls.__name__}")
-        params = dict(manifest.get("hyperparameters", {}))
-        if "fed" in cls._get_param_names():
-            params["fed"] = fed
-        est = cls(**{k: v for k, v in params.items() if k in cls._get_param_names()})
-        est._restore_shard(manifest, arrays, fed_)
-        est.model_id_ = manifest["model_id"]
-        return est
+        return restore_estimator(cls, manifest, arrays, fed_)
+
+
+def restore_estimator(cls, manifest: dict, arrays: dict, fed):
+    """An estimator of class ``cls`` with the shard's hyperparameters and learned state, for ``fed``."""
+    params = dict(manifest.get("hyperparameters", {}))
+    names = cls._get_param_names()
+    if "fed" in names:
+        params["fed"] = fed if fed.world_size > 1 else None
+    est = cls(**{k: v for k, v in params.items() if k in names})
+    est._restore_shard(manifest, arrays, fed)
+    est.model_id_ = manifest["model_id"]
+    return est
 
 
 def _json_params(params: dict) -> dict:

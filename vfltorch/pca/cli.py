@@ -54,6 +54,9 @@ def _gamma(text: str):
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..predict import add_save_argument
+
+    add_save_argument(p)
     g = p.add_argument_group("pca")
     g.add_argument("--method", choices=METHODS, default="vfedpca",
                    help="vfedpca: merged local power iterations (the paper); exact: the pooled PCA by federated "
@@ -159,6 +162,9 @@ def _run(fed: Federation, data, args, log):
         test_ratio = float((scores ** 2).sum() / total) if total > 0 else 0.0
     with fed.phase("report"):
         sent = fed.gather_json([getattr(est, "bytes_", 0), getattr(est, "messages_", 0)], fed.active)
+    from ..predict import save_estimator
+
+    model_id = save_estimator(fed, args, data, est, fed_arg=True)
     if not fed.is_active:
         return None
     metrics = {"rounds": est.rounds_, "bytes": sum(s[0] for s in sent), "messages": sum(s[1] for s in sent),
@@ -168,6 +174,8 @@ def _run(fed: Federation, data, args, log):
     if test_ratio is not None:
         metrics["test_explained_variance_ratio"] = test_ratio
     record = {"metrics": metrics, "train_seconds": est.fit_seconds_, "pca_method": type(est).__name__}
+    if model_id:
+        record["model"] = {"dir": args.save_model, "model_id": model_id}
     if getattr(est, "protocol_", None) is not None:
         record["protocol"] = est.protocol_          # exact PCA: the protocol that 'auto' chose
     if getattr(est, "converged_", None) is not None:
