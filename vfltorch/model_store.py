@@ -182,6 +182,30 @@ def describe(root) -> dict:
                                   "data", "hyperparameters")}
 
 
+def check_local_shards(root, *, complete: bool) -> dict:
+    """In the launching process: every shard found under ``root`` is readable, unmodified and of one
+    training run; with ``complete`` (all parties local) no rank that prediction needs is missing.
+    Returns ``describe(root)``. The parties check again, each its own shard (across organisations
+    each machine holds only its own)."""
+    ranks = find_ranks(root)
+    shards = {r: read_shard(root, r)[0] for r in ranks}
+    ids = {r: m.get("model_id") for r, m in shards.items()}
+    if len(set(ids.values())) > 1:
+        raise ModelStoreError(f"the shards in {root} come from different training runs (model ids differ: "
+                              + ", ".join(f"party-{r}: {str(i)[:8]}" for r, i in ids.items())
+                              + "): every party needs its shard of the same saved model")
+    first = shards[ranks[0]]
+    if complete:
+        need = list(range(int(first["parties"]))) + ([int(first["parties"])] if first.get("predict_coordinator")
+                                                     else [])
+        missing = [r for r in need if r not in shards]
+        if missing:
+            raise ModelStoreError(f"the model {root} has no shard for "
+                                  + ", ".join(f"party {r} (party-{r}/ is missing)" for r in missing)
+                                  + ": every party needs its own shard from the same training run")
+    return describe(root)
+
+
 # ------------------------------------------------------------------------------ collectives
 def agree_model_id(fed) -> str:
     """A fresh random model id drawn by the active party and told to every rank (coordinator included)."""

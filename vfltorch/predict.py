@@ -32,7 +32,7 @@ import torch
 
 from .cli import Command
 from .data.validation import VFLInputError
-from .model_store import (ModelStoreError, describe, load_collective, settle)
+from .model_store import ModelStoreError, describe, load_collective, settle
 
 SAVE_HELP = ("save the trained model here, one shard per party (DIR/party-<rank>: manifest.json + arrays.npz, "
              "each party writes only its own); score new rows later with `vfl predict --model DIR`")
@@ -105,9 +105,12 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _check(args) -> None:
+    from .comm import under_mpirun, under_torchrun
     from .data.preflight import check_writable_file
+    from .model_store import check_local_shards
 
-    info = describe(args.model)
+    local = not (args.federation or args.backend == "mpi" or under_torchrun() or under_mpirun())
+    info = check_local_shards(args.model, complete=local)
     parties = info["parties"]
     if args.parties is not None and args.parties != parties:
         raise VFLInputError(f"--parties {args.parties}, but the model in {args.model} was trained by {parties} "
