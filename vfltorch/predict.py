@@ -134,6 +134,7 @@ def _data_config(fed, args):
     from .model_store import read_shard
 
     config = data_config(args)
+    config.scoring = True
     try:
         manifest, arrays = read_shard(args.model, fed.rank)
     except ModelStoreError:

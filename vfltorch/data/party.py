@@ -51,6 +51,8 @@ class DataConfig:
     # A saved model's fitted column steps (``ColumnPreprocessing``): applied instead of fitting new ones
     # (``vfl predict``); impute / scale / clip are then ignored.
     preprocessing: ColumnPreprocessing | None = None
+    # Rows to score with a saved model (``vfl predict``): labels are optional, and one class is enough.
+    scoring: bool = False
 
     def as_dict(self) -> dict:
         out = asdict(self)
@@ -148,7 +150,8 @@ def load_party_data(fed: Federation, config: DataConfig) -> PartyData:
         check_labels(y_tr, table.task, "the training labels")
         if y_te is not None:
             check_labels(y_te, table.task, "the test labels")
-        _check_both_classes(y_tr, table, config)
+        if not config.scoring:
+            _check_both_classes(y_tr, table, config)
 
     _check_rows(fed, X_tr.shape[0], 0 if X_te is None else X_te.shape[0])
 
@@ -259,7 +262,7 @@ def _load_own_file(fed: Federation, config: DataConfig) -> Dataset:
         if table.ids is None:
             raise VFLInputError(f"{path}: no ID column {config.id_column!r}")
         check_user_table(table, config)
-        if fed.is_active and table.y is None:
+        if fed.is_active and table.y is None and not config.scoring:
             raise VFLInputError(f"the active party's file {path} has no label column: pass --label-column")
         _check_unique_ids(table.ids, path, config.id_column)
         if fed.is_active:

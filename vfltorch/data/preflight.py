@@ -237,6 +237,8 @@ def _check_party_files(args, parties, local) -> dict:
         table = load_file(f, label_column=args.label_column if i == 0 else None, id_column=args.id_column)
         check_user_table(table, cfg)
         _check_unique_ids(table.ids, f, args.id_column)
+        if i == 0 and table.y is None and getattr(args, "command", None) == "predict":
+            continue                          # rows without labels, scored by a saved model
         if i == 0:
             if table.y is None:
                 raise VFLInputError(f"the active party's file {f} has no label column: pass --label-column")

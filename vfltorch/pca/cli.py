@@ -219,8 +219,15 @@ def _evaluate(fed, est, args, log, finals, metrics) -> dict:
     return out
 
 
+def _check(args) -> None:
+    if getattr(args, "save_model", None) and (args.method == "akpca" or args.kernel not in (None, "linear")):
+        raise VFLInputError("--save-model keeps linear PCA only: kernel PCA cannot score new rows (the kernel "
+                            "between new and training rows would need every party's columns); drop --save-model "
+                            "or use a linear method")
+
+
 COMMANDS = [
     Command("pca", "vertical federated PCA: VFedPCA, VFedAKPCA (Cheung et al.) or exact federated (kernel) PCA",
             _run, add_arguments=_add_arguments, coordinator=_wants_server,
-            data_defaults={"test_fraction": 0.0}),
+            data_defaults={"test_fraction": 0.0}, check=_check),
 ]
