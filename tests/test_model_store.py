@@ -57,7 +57,7 @@ def _round_trip(tmp, name, train_args, compare):
 @pytest.fixture(scope="module")
 def fdskl_model(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fdskl")
-    model, lines = _round_trip(tmp, "fd", ["fdskl", "--parties", "3", "--epochs", "1"],
+    model, lines = _round_trip(tmp, "fd", ["fdskl", "--parties", "2", "--epochs", "1"],
                                ["test_accuracy", "test_auc", "test_error"])
     return tmp, model, lines
 
@@ -66,8 +66,8 @@ def test_fdskl_predict_in_fresh_processes_reproduces_training(fdskl_model):
     tmp, model, lines = fdskl_model
     assert lines[0] == "decision,prediction,label"
     assert {row.split(",")[1] for row in lines[1:]} <= {"malignant", "benign"}
-    # One shard per rank (3 data parties + the dealer), private files.
-    assert sorted(p.name for p in model.iterdir()) == ["party-0", "party-1", "party-2", "party-3"]
+    # One shard per rank (2 data parties + the dealer), private files.
+    assert sorted(p.name for p in model.iterdir()) == ["party-0", "party-1", "party-2"]
     for shard in model.iterdir():
         assert stat.S_IMODE(shard.stat().st_mode) == 0o700
         for f in shard.iterdir():
@@ -76,17 +76,17 @@ def test_fdskl_predict_in_fresh_processes_reproduces_training(fdskl_model):
 
 def test_each_party_writes_only_what_it_holds(fdskl_model):
     _, model, _ = fdskl_model
-    shards = {r: read_shard(model, r) for r in range(4)}
+    shards = {r: read_shard(model, r) for r in range(3)}
     ids = {m["model_id"] for m, _ in shards.values()}
     assert len(ids) == 1 and len(ids.pop()) == 32
-    columns = [list(a["columns"]) for m, a in (shards[r] for r in range(3))]
+    columns = [list(a["columns"]) for m, a in (shards[r] for r in range(2))]
     assert sorted(sum(columns, [])) == list(range(30))                   # disjoint column slices
-    for r in range(3):
+    for r in range(2):
         m, a = shards[r]
         assert m["columns"] == columns[r] and len(m["feature_names"]) == len(columns[r])
         assert a["preprocess_shift"].shape == (len(columns[r]),)          # its own scaler only
         assert ("alpha" in a) == (r == 0) and ("labels" in m) == (r == 0)
-    dealer, arrays = shards[3]
+    dealer, arrays = shards[2]
     assert dealer["role"] == "coordinator" and "alpha" not in arrays and "data" not in dealer
 
 
@@ -100,9 +100,9 @@ def test_predict_refuses_missing_tampered_and_mismatched_shards(fdskl_model, cap
     """Answered in the launching process, before any party starts."""
     tmp, model, _ = fdskl_model
     missing = _copy(model, tmp, "missing")
-    shutil.rmtree(missing / "party-2")
+    shutil.rmtree(missing / "party-1")
     assert main(["predict", "--model", str(missing)]) == 2
-    assert "no shard for party 2" in capsys.readouterr().err
+    assert "no shard for party 1" in capsys.readouterr().err
 
     tampered = _copy(model, tmp, "tampered")
     f = tampered / "party-1" / "arrays.npz"
@@ -121,8 +121,8 @@ def test_predict_refuses_missing_tampered_and_mismatched_shards(fdskl_model, cap
 
     assert main(["predict", "--model", str(tmp / "nowhere")]) == 2
     assert "does not exist" in capsys.readouterr().err
-    assert main(["predict", "--model", str(model), "--parties", "2"]) == 2
-    assert "trained by 3 parties" in capsys.readouterr().err
+    assert main(["predict", "--model", str(model), "--parties", "3"]) == 2
+    assert "trained by 2 parties" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- in-process, centralised
@@ -169,6 +169,20 @@ def test_save_load_pickle_and_joblib_round_trip(case, bc, tmp_path):
         assert np.array_equal(np.asarray(got), np.asarray(expected))
     joblib.dump(est, tmp_path / "e.joblib")
     assert np.array_equal(np.asarray(getattr(joblib.load(tmp_path / "e.joblib"), method)(Xs)), np.asarray(expected))
+
+
+def test_pickles_carry_no_mask_stream_state(bc):
+    from vfltorch.kernels.estimator import FDSKLClassifier
+    from vfltorch.linear.estimator import HeteroLogisticRegression
+
+    X, y = bc
+    fd = FDSKLClassifier(epochs=1, features_per_step=8).fit(X, y)
+    lr = HeteroLogisticRegression(max_epochs=1).fit(torch.as_tensor(X), torch.as_tensor(y))
+    fd2, lr2 = pickle.loads(pickle.dumps(fd)), pickle.loads(pickle.dumps(lr))
+    for before, after in ((fd.feature_map_.masks, fd2.feature_map_.masks), (lr._mask_stream, lr2._mask_stream)):
+        # a fresh stream from the OS, not a copy of the pickled party's
+        assert after is not None
+        assert after.generator.bit_generator.state != before.generator.bit_generator.state
 
 
 def test_loaded_model_refuses_wrong_columns_and_wrong_class(bc, tmp_path):
@@ -219,7 +233,8 @@ def test_unpickling_is_refused_in_shards(tmp_path):
     ("dpsgd", ["dpsgd", "--epochs", "2"], ["test_loss", "test_accuracy", "test_auc"]),
     ("pca", ["pca", "--parties", "3", "--components", "2", "--test-fraction", "0.25"],
      ["test_explained_variance_ratio"]),
-    ("fdskl-paper", ["fdskl", "--parties", "2", "--protocol", "paper", "--epochs", "1"], ["test_accuracy", "test_auc"]),
+    ("fdskl-3", ["fdskl", "--parties", "3", "--epochs", "1"], ["test_accuracy", "test_auc"]),
+    ("fdskl-paper", ["fdskl", "--parties", "3", "--protocol", "paper", "--epochs", "1"], ["test_accuracy", "test_auc"]),
 ])
 def test_cli_round_trip(tmp_path, name, train_args, compare):
     _round_trip(tmp_path, name, train_args, compare)

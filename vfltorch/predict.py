@@ -168,6 +168,9 @@ def _rows(fed, data, args):
 
 
 def _run(fed, data, args, log):
+    import time
+
+    started = time.perf_counter()
     manifest, arrays = load_collective(fed, args.model)
     problem = None
     if data is not None:
@@ -199,6 +202,7 @@ def _run(fed, data, args, log):
     n = len(next(iter(table.values()))) if table else 0
     return {"metrics": metrics, "train_seconds": 0.0, "task": manifest.get("data", {}).get("task"),
             "predict": {"model": str(args.model), "model_id": manifest["model_id"], "method": method,
+                        "seconds": time.perf_counter() - started,
                         "rows": args.rows, "scored_rows": n, "output_csv": written}}
 
 

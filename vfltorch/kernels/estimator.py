@@ -380,6 +380,24 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
 
         restore_fdskl_shard(self, manifest, arrays, fed)
 
+    def __getstate__(self):
+        # A pickle never carries the state of a private mask stream: it is redrawn from the OS on unpickling.
+        state = dict(self.__dict__)
+        fmap = state.get("feature_map_")
+        if fmap is not None and getattr(fmap, "masks", None) is not None:
+            import copy
+
+            fmap = copy.copy(fmap)
+            fmap.masks = None
+            state["feature_map_"] = fmap
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        fmap = self.__dict__.get("feature_map_")
+        if fmap is not None and fmap.masks is None:
+            fmap.masks = self._masks(fmap.fed)[0]
+
 
 class FDSKLClassifier(_FDSKLBase):
     """Binary FDSKL classifier (labels -1 / +1). Losses: logistic (default), smooth_hinge, square."""

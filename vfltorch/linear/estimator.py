@@ -624,10 +624,18 @@ class HeteroLogisticRegression(ShardedModelMixin, BaseEstimator):
         # Pickle what scoring needs, not the training session (keys, pools) or the role (it holds the data).
         state = dict(self.__dict__)
         state.pop("_session_", None)
+        state.pop("_mask_stream", None)          # a private stream's state is never written out
         role = state.get("_role_")
         if role is not None and not isinstance(role, _FittedWeights):
             state["_role_"] = _FittedWeights(getattr(role, "w", None))
         return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        if "_role_" in state:
+            rank = self.fed.rank if self.fed is not None else 0
+            self._mask_stream = (MaskStream(self.mask_seed, rank) if self.mask_seed is not None
+                                 else MaskStream.private(rank))
 
     # ----------------------------------------------------------- gradient
     def loss_and_gradient(self, X=None, y=None, *, coef=None, rows=None):
