@@ -263,3 +263,34 @@ def test_parties_refuse_shards_of_different_runs(tmp_path):
         dirs.append(str(d))
     errors = launch(_load_each_own, 2, args=(dirs,))
     assert errors[0] == errors[1] and "different training runs" in errors[0]
+
+
+@pytest.mark.slow
+def test_predict_unlabelled_party_files_in_their_own_row_order(tmp_path):
+    """New rows without labels, each party's file in its own order: aligned by PSI, scored, IDs in the CSV."""
+    import pandas as pd
+
+    data = load_breast_cancer(as_frame=True)
+    X, y = data.data, np.where(data.target > 0, "pos", "neg")
+    train, new = [], []
+    for r, cols in enumerate(np.array_split(np.arange(30), 2)):
+        f = X.iloc[:, cols].copy()
+        f.insert(0, "id", np.arange(len(X)))
+        if r == 0:
+            f["y"] = y
+        train.append(tmp_path / f"train{r}.csv")
+        f.iloc[:450].to_csv(train[-1], index=False)
+        g = f.iloc[450:].drop(columns=["y"], errors="ignore").sample(frac=1, random_state=r)
+        new.append(tmp_path / f"new{r}.csv")
+        g.to_csv(new[-1], index=False)
+    model, csv = tmp_path / "m", tmp_path / "scores.csv"
+    r = run_vfl("fdskl", "--parties", "2", "--party-files", *map(str, train), "--id-column", "id", "--label-column",
+                "y", "--epochs", "1", "--save-model", str(model), "--quiet")
+    assert r.returncode == 0, r.stderr
+    r = run_vfl("predict", "--model", str(model), "--party-files", *map(str, new), "--id-column", "id",
+                "--output-csv", str(csv), "--quiet")
+    assert r.returncode == 0, r.stderr
+    scores = pd.read_csv(csv)
+    assert list(scores.columns) == ["id", "decision", "prediction"] and len(scores) == len(X) - 450
+    assert sorted(scores["id"]) == list(range(450, len(X)))
+    assert (scores["prediction"].to_numpy() == y[scores["id"].to_numpy()]).mean() > 0.9
