@@ -123,6 +123,9 @@ def test_predict_refuses_missing_tampered_and_mismatched_shards(fdskl_model, cap
     assert "does not exist" in capsys.readouterr().err
     assert main(["predict", "--model", str(model), "--parties", "3"]) == 2
     assert "trained by 2 parties" in capsys.readouterr().err
+    # Training never writes into a folder that holds a model already.
+    assert main(["fdskl", "--save-model", str(model)]) == 2
+    assert "already holds a saved model" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- in-process, centralised

@@ -196,8 +196,7 @@ def check_local_shards(root, *, complete: bool) -> dict:
                               + "): every party needs its shard of the same saved model")
     first = shards[ranks[0]]
     if complete:
-        need = list(range(int(first["parties"]))) + ([int(first["parties"])] if first.get("predict_coordinator")
-                                                     else [])
+        need = list(range(int(first["parties"]))) + ([int(first["parties"])] if first.get("coordinator") else [])
         missing = [r for r in need if r not in shards]
         if missing:
             raise ModelStoreError(f"the model {root} has no shard for "

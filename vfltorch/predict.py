@@ -5,9 +5,9 @@
 
 Training writes one shard per rank under DIR (``vfltorch.model_store``): each
 party its own. ``vfl predict`` starts the same federation as training (the same
-number of data parties, and the dealer where the method's prediction needs one:
-FDSKL's shared protocol), through the same launcher (local processes,
-torchrun or a federation file). Every party reads ONLY its own shard
+number of data parties, and the coordinator if training had one: FDSKL's dealer
+takes part in scoring, the others only check their shard), through the same launcher (local processes,
+torchrun or the same federation file). Every party reads ONLY its own shard
 ``party-<rank>``, loads ITS columns of the new rows and applies ITS saved
 preprocessing (the imputation values and scaling fitted on the training rows,
 never refitted); the parties compare model ids before anything else; then the
@@ -121,8 +121,11 @@ def _check(args) -> None:
 
 
 def _wants_coordinator(args) -> bool:
+    """The federation of training: with its coordinator if it had one (FDSKL's dealer takes part in
+    scoring; hetero-LR's key holder and PCA's server only check their shard), so one federation file
+    serves training and prediction."""
     try:
-        return bool(describe(args.model)["predict_coordinator"])
+        return bool(describe(args.model)["coordinator"])
     except ModelStoreError:
         return False                      # the check reports the missing model
 

@@ -132,6 +132,12 @@ def check_outputs(args) -> None:
     for option in ("save_model", "model_dir"):
         if getattr(args, option, None):
             check_writable_dir(getattr(args, option), "--" + option.replace("_", "-"))
+    if getattr(args, "save_model", None):
+        folder = Path(args.save_model).expanduser()
+        if folder.is_dir() and any(p.name.startswith("party-") for p in folder.iterdir()):
+            # Shards of two runs in one folder would mix; a model is never overwritten by half.
+            raise VFLInputError(f"--save-model {args.save_model} already holds a saved model (party-* folders): "
+                                f"choose a new folder, or delete the old model first")
 
 
 # ------------------------------------------------------------------ data
