@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import math
 
 import numpy as np
 import torch
