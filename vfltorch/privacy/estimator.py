@@ -69,6 +69,11 @@ class GLMPredictions(ShardedModelMixin):
 
     def _restore_shard(self, manifest, arrays, fed):
         state = manifest["state"]
+        if "coef" not in arrays:
+            from ..model_store import ModelStoreError
+
+            raise ModelStoreError("this is a model of `vfl dpscd` (one block of theta per party): score it with "
+                                  "`vfl predict --model DIR`; the DPSCD estimator loads what DPSCD.save wrote")
         self.coef_ = np.asarray(arrays["coef"], dtype=np.float64)
         self.classes_ = None if state["classes"] is None else np.asarray(state["classes"])
         self.n_features_in_ = state["n_features_in"]
