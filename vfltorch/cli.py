@@ -32,7 +32,8 @@ from typing import Callable
 
 from . import __version__
 
-COMMAND_MODULES = ["vfltorch.comm.cli", "vfltorch.kernels.cli", "vfltorch.pca.cli", "vfltorch.privacy.cli", "vfltorch.linear.cli"]
+COMMAND_MODULES = ["vfltorch.comm.cli", "vfltorch.kernels.cli", "vfltorch.pca.cli", "vfltorch.privacy.cli", "vfltorch.linear.cli",
+                   "vfltorch.predict"]
 
 # name -> (module, one-line help): what `vfl --help` lists without importing any method.
 COMMAND_INDEX = {
@@ -45,6 +46,7 @@ COMMAND_INDEX = {
     "dpsgd": ("vfltorch.privacy.cli", "the DP-SGD baseline (opacus), centralised"),
     "hetero-lr": ("vfltorch.linear.cli", "encrypted vertical logistic regression (Paillier coordinator)"),
     "keygen": ("vfltorch.comm.cli", "write this organisation's TLS identity (key + self-signed certificate)"),
+    "predict": ("vfltorch.predict", "score new rows with a model saved by --save-model (each party its own shard)"),
 }
 
 
@@ -74,6 +76,7 @@ class Command:
     needs_data: bool = True
     check: Callable[[argparse.Namespace, dict], None] | None = None
     tasks: tuple[str, ...] | None = None    # data tasks the method handles (None: any); checked before start
+    data_config: Callable | None = None     # (fed, args) -> DataConfig in each party (default: from the options)
 
     def wants_coordinator(self, args) -> bool:
         return self.coordinator(args) if callable(self.coordinator) else bool(self.coordinator)
@@ -290,7 +293,8 @@ def run_party(fed, argv: list[str]) -> dict | None:
     log = RunLog(args.logdir, enabled=fed.is_active, progress=not args.quiet)
     try:
         started = time.perf_counter()
-        data = load_party_data(fed, data_config(args)) if fed.is_data_party else None
+        config = command.data_config(fed, args) if command.data_config else data_config(args)
+        data = load_party_data(fed, config) if fed.is_data_party else None
         fed.barrier()
         load_seconds = time.perf_counter() - started
         try:

@@ -15,9 +15,14 @@ log = logging.getLogger("vfltorch.comm")
 _FIELDS = ("bytes_sent", "bytes_received", "messages_sent", "messages_received")
 
 
+def _zero_counts() -> dict[str, int]:
+    # A module-level factory, not a lambda: a meter (and every estimator holding one) must pickle.
+    return dict.fromkeys(_FIELDS, 0)
+
+
 class CommMeter:
     def __init__(self):
-        self._phases: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(_FIELDS, 0))
+        self._phases: dict[str, dict[str, int]] = defaultdict(_zero_counts)
 
     @classmethod
     def from_dict(cls, phases: dict) -> "CommMeter":

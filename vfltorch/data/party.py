@@ -22,7 +22,7 @@ from ..comm import Federation
 from .loaders import load_file
 from .psi import PSIError, align_rows, canonical_id
 from .partition import partition_columns, split_rows
-from .preprocess import clip_columns, impute, normalize_rows, scale_columns
+from .preprocess import ColumnPreprocessing, normalize_rows
 from .registry import REGISTRY, Dataset, load_dataset
 from .labels import decide_task
 from .validation import VFLInputError, check_file_values, check_finite, check_labels, check_same_rows
@@ -50,9 +50,16 @@ class DataConfig:
     clip: float | None = None               # winsorise scaled values to [-clip, clip]
     normalize_rows: bool = False
     dtype: str = "float64"
+    # A saved model's fitted column steps (``ColumnPreprocessing``): applied instead of fitting new ones
+    # (``vfl predict``); impute / scale / clip are then ignored.
+    preprocessing: ColumnPreprocessing | None = None
+    # Rows to score with a saved model (``vfl predict``): labels are optional, and one class is enough.
+    scoring: bool = False
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        out.pop("preprocessing", None)
+        return out
 
 
 @dataclass
@@ -75,6 +82,7 @@ class PartyData:
     alignment: dict | None = None          # with --party-files: rows per party, aligned, dropped
     aligned_rows: np.ndarray | None = None  # with --party-files: this file's data rows in the aligned order
     aligned_ids: list | None = None         # ... and their IDs (local: never sent)
+    preprocessing: ColumnPreprocessing | None = None   # the column steps fitted on (or given for) these rows
 
     @property
     def n_train(self) -> int:
@@ -125,13 +133,17 @@ def load_party_data(fed: Federation, config: DataConfig) -> PartyData:
     table.X_test = None if table.X_test is None else _dense(table.X_test)
 
     X_tr, X_te, y_tr, y_te = _split(table, config)
-    how = config.impute if config.impute is not None else table.impute
-    X_tr, X_te = impute(X_tr, X_te, how)
+    pre = config.preprocessing
+    if pre is None:
+        how = config.impute if config.impute is not None else table.impute
+        pre = ColumnPreprocessing.fit(X_tr, how, config.scale, config.clip)
+    else:
+        pre.check_columns(X_tr.shape[1])
+    X_tr, X_te = pre.impute_rows(X_tr), pre.impute_rows(X_te)
     check_finite(X_tr, table.feature_names, f"party {party}'s training columns")
     if X_te is not None:
         check_finite(X_te, table.feature_names, f"party {party}'s test columns")
-    X_tr, X_te = scale_columns(X_tr, X_te, config.scale)
-    X_tr, X_te = clip_columns(X_tr, X_te, config.clip)
+    X_tr, X_te = pre.scale_rows(X_tr), pre.scale_rows(X_te)
 
     # Labels stay with the active party.
     if fed.rank != fed.active:
@@ -140,7 +152,8 @@ def load_party_data(fed: Federation, config: DataConfig) -> PartyData:
         check_labels(y_tr, table.task, "the training labels")
         if y_te is not None:
             check_labels(y_te, table.task, "the test labels")
-        _check_both_classes(y_tr, table, config)
+        if not config.scoring:
+            _check_both_classes(y_tr, table, config)
 
     _check_rows(fed, X_tr.shape[0], 0 if X_te is None else X_te.shape[0])
 
@@ -152,7 +165,7 @@ def load_party_data(fed: Federation, config: DataConfig) -> PartyData:
                      n_total, to(X_tr), to(X_te), to(y_tr),
                      to(y_te), table.classes, label_note=_note(table),
                      alignment=getattr(table, "alignment", None), aligned_rows=getattr(table, "aligned_rows", None),
-                     aligned_ids=getattr(table, "aligned_ids", None))
+                     aligned_ids=getattr(table, "aligned_ids", None), preprocessing=pre)
     if config.normalize_rows:
         data.X_train = normalize_rows(fed, data.X_train)
         if data.X_test is not None:
@@ -251,7 +264,7 @@ def _load_own_file(fed: Federation, config: DataConfig) -> Dataset:
         if table.ids is None:
             raise VFLInputError(f"{path}: no ID column {config.id_column!r}")
         check_user_table(table, config)
-        if fed.is_active and table.y is None:
+        if fed.is_active and table.y is None and not config.scoring:
             raise VFLInputError(f"the active party's file {path} has no label column: pass --label-column")
         _check_unique_ids(table.ids, path, config.id_column)
         if fed.is_active:

@@ -131,6 +131,12 @@ def check_outputs(args) -> None:
     for option in ("save_model", "model_dir"):
         if getattr(args, option, None):
             check_writable_dir(getattr(args, option), "--" + option.replace("_", "-"))
+    if getattr(args, "save_model", None):
+        folder = Path(args.save_model).expanduser()
+        if folder.is_dir() and any(p.name.startswith("party-") for p in folder.iterdir()):
+            # Shards of two runs in one folder would mix; a model is never overwritten by half.
+            raise VFLInputError(f"--save-model {args.save_model} already holds a saved model (party-* folders): "
+                                f"choose a new folder, or delete the old model first")
 
 
 # ------------------------------------------------------------------ data
@@ -239,6 +245,8 @@ def _check_party_files(args, parties, local) -> dict:
         table = load_file(f, label_column=args.label_column if i == 0 else None, id_column=args.id_column)
         check_user_table(table, cfg)
         _check_unique_ids(table.ids, f, args.id_column)
+        if i == 0 and table.y is None and getattr(args, "command", None) == "predict":
+            continue                          # rows without labels, scored by a saved model
         if i == 0:
             if table.y is None:
                 raise VFLInputError(f"the active party's file {f} has no label column: pass --label-column")

@@ -88,3 +88,83 @@ def normalize_rows(fed: Federation, X_local: torch.Tensor) -> torch.Tensor:
     """Divide each row (all parties' columns together) by its L2 norm; all-zero rows stay zero."""
     norms = federated_row_norms(fed, X_local)
     return X_local / torch.where(norms > 0, norms, torch.ones_like(norms)).to(X_local.dtype).unsqueeze(1)
+
+
+class ColumnPreprocessing:
+    """One party's fitted column steps (imputation, scaling, clipping): what a saved model keeps.
+
+    ``fit`` learns the statistics from the training rows exactly as ``impute`` / ``scale_columns`` /
+    ``clip_columns`` do; ``impute_rows`` and ``scale_rows`` apply them to any rows, so rows scored
+    later by a saved model (``vfl predict``) go through the training transformation, not a refit.
+    ``state()`` is (JSON metadata, numpy arrays) for a model shard; ``from_state`` rebuilds it.
+    """
+
+    def __init__(self, impute: str = "none", fill=None, scale: str = "none", shift=None, div=None,
+                 clip: float | None = None):
+        self.impute = impute
+        self.fill = None if fill is None else np.asarray(fill, dtype=np.float64)
+        self.scale = scale
+        self.shift = None if shift is None else np.asarray(shift, dtype=np.float64)
+        self.div = None if div is None else np.asarray(div, dtype=np.float64)
+        self.clip = clip
+
+    @classmethod
+    def fit(cls, X_train: np.ndarray, impute: str, scale: str, clip: float | None) -> "ColumnPreprocessing":
+        if impute not in IMPUTERS:
+            raise VFLInputError(f"unknown imputation {impute!r}: choose one of {IMPUTERS}")
+        if scale not in SCALERS:
+            raise VFLInputError(f"unknown scaling {scale!r}: choose one of {SCALERS}")
+        if clip is not None and not clip > 0:
+            raise VFLInputError(f"--clip-values must be a positive number (a bound on the scaled values), got {clip}")
+        fill = None
+        if impute != "none":
+            stat = np.nanmedian if impute == "median" else np.nanmean
+            with np.errstate(all="ignore"):
+                fill = stat(X_train, axis=0)
+            fill = np.where(np.isfinite(fill), fill, 0.0)
+        pre = cls(impute, fill, "none", None, None, clip)
+        if scale != "none":
+            X = pre.impute_rows(X_train)
+            if scale == "minmax":
+                lo, hi = X.min(axis=0), X.max(axis=0)
+                shift, div = lo, hi - lo
+            elif scale == "standard":
+                shift, div = X.mean(axis=0), X.std(axis=0)
+            else:
+                shift, div = np.zeros(X.shape[1]), np.abs(X).max(axis=0)
+            pre.scale, pre.shift, pre.div = scale, shift, np.where(div > 0, div, 1.0)
+        return pre
+
+    def impute_rows(self, X: np.ndarray | None):
+        if X is None or self.fill is None:
+            return X
+        X = X.copy()
+        rows, cols = np.nonzero(np.isnan(X))
+        X[rows, cols] = self.fill[cols]
+        return X
+
+    def scale_rows(self, X: np.ndarray | None):
+        if X is None:
+            return None
+        if self.shift is not None:
+            X = (X - self.shift) / self.div
+        if self.clip is not None:
+            X = np.clip(X, -self.clip, self.clip)
+        return X
+
+    def check_columns(self, n: int) -> None:
+        for name in ("fill", "shift", "div"):
+            a = getattr(self, name)
+            if a is not None and a.shape != (n,):
+                raise VFLInputError(f"the saved preprocessing has {a.shape[0]} columns, the data {n}: score rows "
+                                    f"with the same columns the model was trained on")
+
+    def state(self) -> tuple[dict, dict]:
+        meta = {"impute": self.impute, "scale": self.scale, "clip": self.clip}
+        arrays = {f"preprocess_{k}": getattr(self, k) for k in ("fill", "shift", "div") if getattr(self, k) is not None}
+        return meta, arrays
+
+    @classmethod
+    def from_state(cls, meta: dict, arrays: dict) -> "ColumnPreprocessing":
+        return cls(meta.get("impute", "none"), arrays.get("preprocess_fill"), meta.get("scale", "none"),
+                   arrays.get("preprocess_shift"), arrays.get("preprocess_div"), meta.get("clip"))

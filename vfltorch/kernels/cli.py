@@ -86,6 +86,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--monitor-rows", type=int, default=2000,
                    help="held-out rows for the learning curve (0: none, -1: all)")
     g.add_argument("--log-every", type=int, default=None, help="iterations between curve points (default: ~50 points)")
+    from ..predict import add_save_argument
+
+    add_save_argument(p)
 
 
 def _wants_dealer(args) -> bool:
@@ -158,6 +161,9 @@ def run(fed, data, args, log):
         f = est.decision_function(X_test)
         if f is not None:
             metrics.update(_test_metrics(f, data.y_test, data.task))
+    from ..predict import save_estimator
+
+    model_id = save_estimator(fed, args, data, est)
     if not fed.is_active:
         return None
     if np.isfinite(est.train_loss_):               # the shared protocol never opens f on all training rows
@@ -171,7 +177,8 @@ def run(fed, data, args, log):
                       "alpha_sha256": hashlib.sha256(alpha.tobytes()).hexdigest(), "sigma": est.sigma_,
                       "sigma_seconds": est.sigma_seconds_, "iterations": est.n_iter_,
                       "random_features": est.n_random_features_, "gamma": est._step_size(),
-                      "loss": est._loss().name, "train_comm": est.comm_, "history": est.history_}}
+                      "loss": est._loss().name, "train_comm": est.comm_, "history": est.history_},
+            **({"model": {"dir": args.save_model, "model_id": model_id}} if model_id else {})}
 
 
 def _run_dealer(fed, args):
@@ -180,6 +187,9 @@ def _run_dealer(fed, args):
     est.fit(None)
     if fed.recv_json(fed.active):
         est.decision_function()
+    from ..predict import save_estimator
+
+    save_estimator(fed, args, None, est)
     return None
 
 

@@ -60,6 +60,7 @@ from sklearn.base import BaseEstimator
 
 from ..comm import Federation, MaskStream
 from ..data.validation import VFLInputError
+from ..model_store import ShardedModelMixin
 from .bandwidth import median_sigma
 from .checks import agree, check_hyperparameters, check_shared, label_problem, scaling_problem, warn_scaling
 from .circle import Circle
@@ -80,7 +81,7 @@ PAPER_LEAK = ("protocol='paper' hands the active party the phases w_j^T x_i + b_
               "are reproducing the paper.")
 
 
-class _FDSKLBase(BaseEstimator):
+class _FDSKLBase(ShardedModelMixin, BaseEstimator):
     _task = "binary"
     _default_loss = "logistic"
 
@@ -360,6 +361,42 @@ class _FDSKLBase(BaseEstimator):
 
     def _untransform(self, f: torch.Tensor) -> torch.Tensor:
         return f
+
+    # -------------------------------------------------------- save / load (vfltorch.model_store)
+    _model_method = "fdskl"
+
+    def _model_fed(self):
+        self._check_fitted()
+        return self.feature_map_.fed
+
+    def _shard_state(self):
+        from .persist import fdskl_shard_state
+
+        self._check_fitted()
+        return fdskl_shard_state(self)
+
+    def _restore_shard(self, manifest, arrays, fed):
+        from .persist import restore_fdskl_shard
+
+        restore_fdskl_shard(self, manifest, arrays, fed)
+
+    def __getstate__(self):
+        # A pickle never carries the state of a private mask stream: it is redrawn from the OS on unpickling.
+        state = dict(self.__dict__)
+        fmap = state.get("feature_map_")
+        if fmap is not None and getattr(fmap, "masks", None) is not None:
+            import copy
+
+            fmap = copy.copy(fmap)
+            fmap.masks = None
+            state["feature_map_"] = fmap
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        fmap = self.__dict__.get("feature_map_")
+        if fmap is not None and fmap.masks is None:
+            fmap.masks = self._masks(fmap.fed)[0]
 
 
 class FDSKLClassifier(_FDSKLBase):

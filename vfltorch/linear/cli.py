@@ -53,6 +53,9 @@ def _positive_int(what):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..predict import add_save_argument
+
+    add_save_argument(p)
     g = p.add_argument_group("hetero-LR")
     g.add_argument("--protocol", choices=PROTOCOLS, default="shared",
                    help="shared: the model as additive shares between guest and host, no per-step gradient at any "
@@ -161,6 +164,9 @@ def run(fed, data, args, log_):
         monitor = (X_test, data.y_test)
     est.fit(X_train, None if data is None else data.y_train, monitor=monitor, log=log_, progress=True)
     scores = est.decision_function(X_test) if (X_test is not None or fed.is_coordinator) else None
+    from ..predict import save_estimator
+
+    model_id = save_estimator(fed, args, data, est)
     if not fed.is_active:
         return None
     metrics = {"train_loss": est.train_loss_, "epochs": est.n_epochs_, "iterations": est.n_iter_}
@@ -188,7 +194,8 @@ def run(fed, data, args, log_):
                           "curvature_pairs": est.n_curvature_pairs_, "timings": est.timings_,
                           "roles": {str(fed.active): "guest", str(fed.coordinator): "coordinator",
                                     **{str(r): "host" for r in fed.parties if r != fed.active}},
-                          "history": history}}
+                          "history": history},
+            **({"model": {"dir": args.save_model, "model_id": model_id}} if model_id else {})}
 
 
 def _test_metrics(scores, y) -> dict:

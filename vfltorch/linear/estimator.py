@@ -65,6 +65,7 @@ from sklearn.base import BaseEstimator
 from ..comm import Federation, MaskStream, secure_sum
 from ..crypto import MIN_KEY_BITS, generate_keypair
 from ..data.validation import VFLInputError
+from ..model_store import ShardedModelMixin
 from .batches import BatchPlan
 from .bounds import FEATURE_MAX, PublicBounds, quantize
 from .cipher import PaillierScheme, PlaintextScheme
@@ -109,7 +110,7 @@ _AGREED = ("protocol", "optimizer", "batch_size", "lr", "decay", "decay_sqrt", "
            "mask_bits", "random_state", "obfuscation")
 
 
-class HeteroLogisticRegression(BaseEstimator):
+class HeteroLogisticRegression(ShardedModelMixin, BaseEstimator):
     """Vertical logistic regression on the Taylor loss under Paillier encryption (guest, hosts, coordinator).
 
     Parameters
@@ -586,6 +587,56 @@ class HeteroLogisticRegression(BaseEstimator):
             return None
         return float((pred.cpu() == torch.as_tensor(y, dtype=torch.float64).cpu()).double().mean())
 
+    # -------------------------------------------------- save / load (vfltorch.model_store)
+    _model_method = "hetero-lr"
+
+    def _model_fed(self):
+        return self._federation()
+
+    def _shard_state(self):
+        """This party's block of w (the guest's: and the intercept). No key is stored: scoring is a masked
+        sum of the parties' partial scores, with no encryption."""
+        role = getattr(self, "_role_", None)
+        fed = self._federation()
+        if not fed.is_coordinator and (role is None or getattr(role, "w", None) is None):
+            raise VFLInputError("call fit before saving")
+        w = None if fed.is_coordinator else role.w
+        state = {"n_iter": getattr(self, "n_iter_", None), "n_features_in": None if w is None else
+                 int(w.shape[0]) - int(bool(self.fit_intercept and fed.is_active))}
+        return state, ({} if w is None else {"w": w.detach().cpu().to(torch.float64).numpy()})
+
+    def _restore_shard(self, manifest, arrays, fed):
+        self.fed = fed if fed.world_size > 1 else None
+        w = arrays.get("w")
+        w = None if w is None else torch.as_tensor(w, dtype=torch.float64, device=self.device or fed.device)
+        self._role_ = _FittedWeights(w)
+        self.n_iter_ = manifest["state"].get("n_iter")
+        if w is None:
+            self.coef_, self.intercept_ = None, None
+        elif self.fit_intercept and fed.is_active:
+            self.coef_, self.intercept_ = w[:-1].clone(), float(w[-1])
+        else:
+            self.coef_, self.intercept_ = w.clone(), None
+        self._mask_stream = (MaskStream(self.mask_seed, fed.rank) if self.mask_seed is not None
+                             else MaskStream.private(fed.rank))
+
+    def __getstate__(self):
+        # Pickle what scoring needs, not the training session (keys, pools) or the role (it holds the data).
+        state = dict(self.__dict__)
+        state.pop("_session_", None)
+        state.pop("_mask_stream", None)          # a private stream's state is never written out
+        role = state.get("_role_")
+        if role is not None and not isinstance(role, _FittedWeights):
+            state["_role_"] = _FittedWeights(getattr(role, "w", None))
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        if "_role_" in state:
+            rank = self.fed.rank if self.fed is not None else 0
+            self._mask_stream = (MaskStream(self.mask_seed, rank) if self.mask_seed is not None
+                                 else MaskStream.private(rank))
+
     # ----------------------------------------------------------- gradient
     def loss_and_gradient(self, X=None, y=None, *, coef=None, rows=None):
         """One gradient round of the protocol at a given model, without updating it.
@@ -616,6 +667,15 @@ class HeteroLogisticRegression(BaseEstimator):
             return role.last_gradient
         finally:
             session.scheme.close()
+
+
+class _FittedWeights:
+    """What scoring needs of a fitted party's role: its block w (the guest's with the intercept last)."""
+
+    role = "fitted"
+
+    def __init__(self, w: torch.Tensor | None):
+        self.w = w
 
 
 def _verdict(fed, infos: list, est) -> dict:

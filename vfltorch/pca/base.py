@@ -34,6 +34,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 
 from ..comm import Federation, broadcast, pairwise_tree, secure_allreduce
 from ..data import VFLInputError
+from ..model_store import ShardedModelMixin
 
 
 def as_tensor(X):
@@ -49,7 +50,7 @@ def as_tensor(X):
     return X
 
 
-class FederatedPCABase(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
+class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
     """Set-up and the outputs that every federated PCA estimator shares (see the module docstring).
 
     scikit-learn citizens: ``get_params`` / ``set_params`` / ``clone`` / ``repr`` come from
@@ -210,6 +211,9 @@ class FederatedPCABase(TransformerMixin, BaseEstimator, auto_wrap_output_keys=No
                                 "and training samples would need every party's columns; use transform() for "
                                 "the training samples' embedding")
         if X is None:
+            if self.sample_components_ is None:
+                raise VFLInputError(f"this {type(self).__name__} was loaded from a saved model, which keeps no "
+                                    f"training embedding: pass the rows to transform")
             return self._whiten(self.sample_components_ * self.singular_values_)
         if self.loadings_ is None:
             raise VFLInputError("only a data party can transform its columns of new samples")
@@ -257,6 +261,45 @@ class FederatedPCABase(TransformerMixin, BaseEstimator, auto_wrap_output_keys=No
         if scores.dim() != 2 or scores.shape[1] != k:
             raise VFLInputError(f"expected scores of shape (m, {k}), got {tuple(scores.shape)}")
         return self._whiten(scores.to(self.components_.device), inverse=True) @ self.components_ + self.mean_
+
+    # -------------------------------------------------- save / load (vfltorch.model_store)
+    _model_method = "pca"
+
+    def _shard_state(self):
+        """A data party's loadings (its columns' rows of V S), column means and the spectrum: what
+        ``transform`` of new rows needs. The sample-space components (n x k, one value per training
+        row) are not stored. A coordinator's shard holds nothing but the manifest."""
+        if not hasattr(self, "sample_components_"):
+            raise VFLInputError(f"{type(self).__name__} is not fitted yet: call fit first")
+        if not self.linear:
+            raise VFLInputError(f"{type(self).__name__} cannot be saved for scoring new rows: kernel PCA needs the "
+                                f"kernel between new and training rows, which would need every party's columns")
+        state = {"parties": list(self.parties_), "n_samples": int(self.n_samples_),
+                 "n_features_total": int(self.n_features_total_), "party_widths": list(self.party_widths_)}
+        if self.loadings_ is None:
+            return state, {}
+        arrays = {"loadings": self.loadings_, "mean": self.mean_, "singular_values": self.singular_values_,
+                  "explained_variance": self.explained_variance_,
+                  "explained_variance_ratio": self.explained_variance_ratio_}
+        return state, {k: v.detach().cpu().to(torch.float64).numpy() for k, v in arrays.items()}
+
+    def _restore_shard(self, manifest, arrays, fed):
+        state = manifest["state"]
+        self.parties_ = list(state["parties"])
+        self.n_samples_ = state["n_samples"]
+        self.n_features_total_ = state["n_features_total"]
+        self.party_widths_ = list(state["party_widths"])
+        self.sample_components_ = None
+        t = {k: torch.as_tensor(v, dtype=torch.float64) for k, v in arrays.items()}
+        self.loadings_ = t.get("loadings")
+        self.mean_ = t.get("mean")
+        self.singular_values_ = t.get("singular_values")
+        self.explained_variance_ = t.get("explained_variance")
+        self.explained_variance_ratio_ = t.get("explained_variance_ratio")
+        self.components_ = None
+        if self.loadings_ is not None:
+            s = torch.where(self.singular_values_ > 0, self.singular_values_, torch.ones_like(self.singular_values_))
+            self.components_ = (self.loadings_ / s).T.contiguous()
 
     def _bytes_in(self, fed: Federation) -> dict:
         """This party's meter totals for the fit proper (phases pca/<method>...), since the federation began."""

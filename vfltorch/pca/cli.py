@@ -50,6 +50,9 @@ def _gamma(text: str):
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..predict import add_save_argument
+
+    add_save_argument(p)
     g = p.add_argument_group("pca")
     g.add_argument("--method", choices=METHODS, default="vfedpca",
                    help="vfedpca: merged local power iterations (the paper); exact: the pooled PCA by federated "
@@ -133,6 +136,10 @@ def check(args, info: dict) -> None:
             raise VFLInputError(f"{option} must be {'a positive integer' if low else 'an integer >= 0'}, got {value}")
     if not (math.isfinite(args.tol) and args.tol > 0):
         raise VFLInputError(f"--tol must be a positive number (the relative residual at which to stop), got {args.tol:g}")
+    if getattr(args, "save_model", None) and (args.method == "akpca" or args.kernel not in (None, "linear")):
+        raise VFLInputError("--save-model keeps linear PCA only: kernel PCA cannot score new rows (the kernel "
+                            "between new and training rows would need every party's columns); drop --save-model "
+                            "or use a linear method")
     build_estimator(args)          # method / kernel combinations (imports torch: after the plain counts)
     features, rows = info.get("features"), info.get("rows")
     if features and args.components > features and args.method != "akpca" and args.kernel in (None, "linear"):
@@ -188,6 +195,9 @@ def _run(fed, data, args, log):
         test_ratio = float((scores ** 2).sum() / total) if total > 0 else 0.0
     with fed.phase("report"):
         sent = fed.gather_json([getattr(est, "bytes_", 0), getattr(est, "messages_", 0)], fed.active)
+    from ..predict import save_estimator
+
+    model_id = save_estimator(fed, args, data, est, fed_arg=True)
     if not fed.is_active:
         return None
     metrics = {"rounds": est.rounds_, "bytes": sum(s[0] for s in sent), "messages": sum(s[1] for s in sent),
@@ -197,6 +207,8 @@ def _run(fed, data, args, log):
     if test_ratio is not None:
         metrics["test_explained_variance_ratio"] = test_ratio
     record = {"metrics": metrics, "train_seconds": est.fit_seconds_, "pca_method": type(est).__name__}
+    if model_id:
+        record["model"] = {"dir": args.save_model, "model_id": model_id}
     if getattr(est, "protocol_", None) is not None:
         record["protocol"] = est.protocol_          # exact PCA: the protocol that 'auto' chose
     if getattr(est, "converged_", None) is not None:

@@ -73,6 +73,9 @@ def _common_model_arguments(g) -> None:
 
 def _dpscd_arguments(p) -> None:
     _replace_task_option(p)
+    from ..predict import add_save_argument
+
+    add_save_argument(p)
     g = p.add_argument_group("DP-SCD")
     g.add_argument("--variant", choices=VARIANTS, default="dual",
                    help="dual: DP-SCD (Algorithm 1); seq: seqDP-SCD (Algorithm 3); primal: primal DP-SCD "
@@ -98,6 +101,9 @@ def _dpscd_arguments(p) -> None:
 
 def _dpsgd_arguments(p) -> None:
     _replace_task_option(p)
+    from ..predict import add_save_argument
+
+    add_save_argument(p)
     # DP-SGD is the centralised baseline: one party unless told otherwise.
     p.set_defaults(parties=1)
     g = p.add_argument_group("DP-SGD (opacus)")
@@ -262,6 +268,13 @@ def _dpscd(fed, data, args, log):
     if data.X_test is not None:
         with fed.phase("dpscd/predict"):
             margins = link.sum_at_active(data.X_test @ result.theta)
+    from ..predict import save_arrays
+
+    # theta is the private release (this party's block); labels' scaling and encoding at the active party.
+    model_id = save_arrays(fed, args, data, "dpscd", arrays={"theta": result.theta.detach().cpu().numpy()},
+                           state={"epsilon": result.epsilon, "delta": result.delta,
+                                  "dp_guarantee": guarantee.get("dp_guarantee")},
+                           command={"glm": task, "secure_sum": bool(args.secure_sum), **label_info})
     if not fed.is_active:
         return None
     metrics = {} if objective is None else {"train_objective_not_private": objective}
@@ -292,6 +305,7 @@ def _dpscd(fed, data, args, log):
         "epochs": args.epochs,
         "history": result.history,
         **label_info,
+        **({"model": {"dir": args.save_model, "model_id": model_id}} if model_id else {}),
     }
 
 
@@ -342,7 +356,11 @@ def _dpsgd(fed, data, args, log):
     if data.X_test is not None:
         margins = torch.as_tensor(model.decision_function(data.X_test.cpu().numpy()))
         metrics.update(test_metrics(glm, margins, y_test, label_info.get("label_scale", 1.0)))
+    from ..predict import save_estimator
+
+    model_id = save_estimator(fed, args, data, model, command={"glm": task, **label_info})
     return {
+        **({"model": {"dir": args.save_model, "model_id": model_id}} if model_id else {}),
         "epsilon_by_observer": {"outsider": {"epsilon": model.epsilon_, "sees": "the released model"}} if private
         else None,
         "randomness": "simulation seed (guarantee void)" if simulated else "os entropy (secret, not recorded)",

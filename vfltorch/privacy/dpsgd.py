@@ -47,6 +47,8 @@ class DPSGD(GLMPredictions, BaseEstimator):
     ``guarantee_void_``.
     """
 
+    _model_method = "dpsgd"
+
     def __init__(self, task: str = "logistic", private: bool = True, epsilon: float = 1.0, delta: float = 1e-3,
                  batch_size: int = 100, C: float = 1.0, lr: float = 0.1, lam: float = 1e-4, epochs: int = 10,
                  accountant: str = "prv", sigma: float | None = None, normalize_rows: bool = False,

@@ -17,6 +17,7 @@ from sklearn.base import BaseEstimator
 
 from ..comm import Federation
 from ..data import VFLInputError
+from ..model_store import ShardedModelMixin
 from .glm import make_glm
 from .solver import DPSCDConfig, fit_glm
 
@@ -35,8 +36,8 @@ def unit_rows(X: np.ndarray) -> np.ndarray:
     return X / np.where(norms > 0, norms, 1.0)
 
 
-class GLMPredictions:
-    """predict / score / objective of a fitted linear GLM, from its ``decision_function``.
+class GLMPredictions(ShardedModelMixin):
+    """predict / score / objective / save / load of a fitted linear GLM, from its ``decision_function``.
 
     Shared by DPSCD and the DP-SGD baseline, so both are scored the same way:
     ``classes_`` is None for ridge (predictions are the margins, score R^2),
@@ -55,6 +56,30 @@ class GLMPredictions:
 
         pred = self.predict(X)
         return float(r2_score(y, pred) if self.classes_ is None else accuracy_score(y, pred))
+
+    def _shard_state(self):
+        """theta and the label encoding (one party: these estimators are centralised)."""
+        if not hasattr(self, "coef_"):
+            raise VFLInputError(f"this {type(self).__name__} model is not fitted yet: call fit(X, y) first")
+        classes = None if self.classes_ is None else [c.item() if hasattr(c, "item") else c for c in self.classes_]
+        state = {"classes": classes, "n_features_in": int(self.n_features_in_),
+                 **{k: getattr(self, k + "_", None) for k in ("epsilon", "delta", "sigma", "steps")},
+                 "guarantee_void": bool(getattr(self, "guarantee_void_", False))}
+        return state, {"coef": np.asarray(self.coef_, dtype=np.float64)}
+
+    def _restore_shard(self, manifest, arrays, fed):
+        state = manifest["state"]
+        if "coef" not in arrays:
+            from ..model_store import ModelStoreError
+
+            raise ModelStoreError("this is a model of `vfl dpscd` (one block of theta per party): score it with "
+                                  "`vfl predict --model DIR`; the DPSCD estimator loads what DPSCD.save wrote")
+        self.coef_ = np.asarray(arrays["coef"], dtype=np.float64)
+        self.classes_ = None if state["classes"] is None else np.asarray(state["classes"])
+        self.n_features_in_ = state["n_features_in"]
+        for k in ("epsilon", "delta", "sigma", "steps"):
+            setattr(self, k + "_", state.get(k))
+        self.guarantee_void_ = state.get("guarantee_void", False)
 
     def objective(self, X, y) -> float:
         """The primal objective P(theta) = mean loss + (lam/2) ||theta||^2 on (X, y)."""
@@ -87,6 +112,8 @@ class DPSCD(GLMPredictions, BaseEstimator):
     the non-private variant: the dual variables are not noised enough to be
     released (their support shows which rows were in each batch).
     """
+
+    _model_method = "dpscd"
 
     def __init__(self, task: str = "logistic", variant: str = "dual", epsilon: float = 1.0, delta: float = 1e-3,
                  L: int = 100, C: float = 1.0, lam: float = 1e-4, epochs: float = 10, accountant: str = "prv",

@@ -1,0 +1,299 @@
+"""Saved models, one shard per party: `--save-model`, `vfl predict`, estimator save/load, pickling.
+
+The default suite trains FDSKL once through the real multi-process CLI (3 parties and the dealer),
+scores the held-out rows again in fresh processes with `vfl predict`, and checks the refusals in
+the launching process; every other method's CLI round trip is marked slow. The rest runs in-process.
+"""
+
+import json
+import os
+import pickle
+import shutil
+import stat
+import subprocess
+import sys
+
+import joblib
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_breast_cancer
+from sklearn.preprocessing import minmax_scale
+
+from vfltorch.cli import main
+from vfltorch.data import VFLInputError
+from vfltorch.model_store import ModelStoreError, read_shard
+
+
+def run_vfl(*args, timeout=600):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [os.getcwd(), os.environ.get("PYTHONPATH")] if p)}
+    return subprocess.run([sys.executable, "-m", "vfltorch", *args], capture_output=True, text=True, timeout=timeout,
+                          env=env)
+
+
+def _metrics(path):
+    return json.loads(path.read_text())["metrics"]
+
+
+def _round_trip(tmp, name, train_args, compare):
+    """Train with --save-model, then `vfl predict --rows test` in fresh processes; the scores agree."""
+    model, trained, scored, csv = tmp / name, tmp / f"{name}.json", tmp / f"{name}-predict.json", tmp / f"{name}.csv"
+    r = run_vfl(*train_args, "--save-model", str(model), "--output-json", str(trained), "--quiet")
+    assert r.returncode == 0, r.stderr
+    r = run_vfl("predict", "--model", str(model), "--rows", "test", "--output-json", str(scored),
+                "--output-csv", str(csv), "--quiet")
+    assert r.returncode == 0, r.stderr
+    a, b = _metrics(trained), _metrics(scored)
+    for key in compare:
+        assert b[key] == a[key], (key, a, b)        # identical, not close: the same scores on the same rows
+    record = json.loads(scored.read_text())
+    assert record["predict"]["model_id"] == json.loads(trained.read_text())["model"]["model_id"]
+    lines = csv.read_text().splitlines()
+    assert len(lines) == record["predict"]["scored_rows"] + 1
+    return model, lines
+
+
+# ------------------------------------------------------------------------ FDSKL through the CLI
+@pytest.fixture(scope="module")
+def fdskl_model(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fdskl")
+    model, lines = _round_trip(tmp, "fd", ["fdskl", "--parties", "2", "--epochs", "1"],
+                               ["test_accuracy", "test_auc", "test_error"])
+    return tmp, model, lines
+
+
+def test_fdskl_predict_in_fresh_processes_reproduces_training(fdskl_model):
+    tmp, model, lines = fdskl_model
+    assert lines[0] == "decision,prediction,label"
+    assert {row.split(",")[1] for row in lines[1:]} <= {"malignant", "benign"}
+    # One shard per rank (2 data parties + the dealer), private files.
+    assert sorted(p.name for p in model.iterdir()) == ["party-0", "party-1", "party-2"]
+    for shard in model.iterdir():
+        assert stat.S_IMODE(shard.stat().st_mode) == 0o700
+        for f in shard.iterdir():
+            assert stat.S_IMODE(f.stat().st_mode) == 0o600
+
+
+def test_each_party_writes_only_what_it_holds(fdskl_model):
+    _, model, _ = fdskl_model
+    shards = {r: read_shard(model, r) for r in range(3)}
+    ids = {m["model_id"] for m, _ in shards.values()}
+    assert len(ids) == 1 and len(ids.pop()) == 32
+    columns = [list(a["columns"]) for m, a in (shards[r] for r in range(2))]
+    assert sorted(sum(columns, [])) == list(range(30))                   # disjoint column slices
+    for r in range(2):
+        m, a = shards[r]
+        assert m["columns"] == columns[r] and len(m["feature_names"]) == len(columns[r])
+        assert a["preprocess_shift"].shape == (len(columns[r]),)          # its own scaler only
+        assert ("alpha" in a) == (r == 0) and ("labels" in m) == (r == 0)
+    dealer, arrays = shards[2]
+    assert dealer["role"] == "coordinator" and "alpha" not in arrays and "data" not in dealer
+
+
+def _copy(model, tmp, name):
+    dst = tmp / name
+    shutil.copytree(model, dst)
+    return dst
+
+
+def test_predict_refuses_missing_tampered_and_mismatched_shards(fdskl_model, capsys):
+    """Answered in the launching process, before any party starts."""
+    tmp, model, _ = fdskl_model
+    missing = _copy(model, tmp, "missing")
+    shutil.rmtree(missing / "party-1")
+    assert main(["predict", "--model", str(missing)]) == 2
+    assert "no shard for party 1" in capsys.readouterr().err
+
+    tampered = _copy(model, tmp, "tampered")
+    f = tampered / "party-1" / "arrays.npz"
+    data = bytearray(f.read_bytes())
+    data[-40] ^= 1
+    f.write_bytes(bytes(data))
+    assert main(["predict", "--model", str(tampered)]) == 2
+    assert "modified or damaged" in capsys.readouterr().err
+
+    other = _copy(model, tmp, "other-run")
+    m = json.loads((other / "party-1" / "manifest.json").read_text())
+    m["model_id"] = "0" * 32                                # party 1's shard from another training run
+    (other / "party-1" / "manifest.json").write_text(json.dumps(m))
+    assert main(["predict", "--model", str(other)]) == 2
+    assert "different training runs" in capsys.readouterr().err
+
+    assert main(["predict", "--model", str(tmp / "nowhere")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["predict", "--model", str(model), "--parties", "3"]) == 2
+    assert "trained by 2 parties" in capsys.readouterr().err
+    # Training never writes into a folder that holds a model already.
+    assert main(["fdskl", "--save-model", str(model)]) == 2
+    assert "already holds a saved model" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- in-process, centralised
+@pytest.fixture(scope="module")
+def bc():
+    X, y = load_breast_cancer(return_X_y=True)
+    return minmax_scale(X), np.where(y > 0, 1.0, -1.0)
+
+
+def _estimators():
+    from vfltorch.kernels.estimator import FDSKLClassifier, FDSKLRegressor
+    from vfltorch.linear.estimator import HeteroLogisticRegression
+    from vfltorch.pca.exact import ExactFederatedPCA
+    from vfltorch.pca.vfedpca import VFedPCA
+    from vfltorch.privacy.dpsgd import DPSGD
+    from vfltorch.privacy.estimator import DPSCD
+
+    return [
+        (FDSKLClassifier(epochs=1, features_per_step=8), "decision_function", "y"),
+        (FDSKLRegressor(epochs=1, features_per_step=8), "predict", "y3"),
+        (HeteroLogisticRegression(max_epochs=2), "decision_function", "ty"),
+        # non-private: the same state to save, without the accountant's calibration time
+        (DPSCD(variant="nonprivate", epochs=2, normalize_rows=True), "decision_function", "y"),
+        (DPSGD(private=False, epochs=2, normalize_rows=True), "decision_function", "y"),
+        (VFedPCA(2), "transform", None),
+        (ExactFederatedPCA(2), "transform", None),
+    ]
+
+
+@pytest.mark.parametrize("case", range(7))
+def test_save_load_pickle_and_joblib_round_trip(case, bc, tmp_path):
+    est, method, target = _estimators()[case]
+    X, y = bc
+    tX = torch.as_tensor(X)
+    args = {"y": (X, y), "y3": (X, 3 * y + 1), "ty": (tX, torch.as_tensor(y)), None: (tX,)}[target]
+    est.fit(*args)
+    Xs = args[0]
+    expected = getattr(est, method)(Xs)
+    est.save(tmp_path / "m")
+    loaded = type(est).load(tmp_path / "m")
+    assert loaded.model_id_ == est.model_id_
+    for other in (loaded, pickle.loads(pickle.dumps(est))):
+        got = getattr(other, method)(Xs)
+        assert np.array_equal(np.asarray(got), np.asarray(expected))
+    joblib.dump(est, tmp_path / "e.joblib")
+    assert np.array_equal(np.asarray(getattr(joblib.load(tmp_path / "e.joblib"), method)(Xs)), np.asarray(expected))
+
+
+def test_pickles_carry_no_mask_stream_state(bc):
+    from vfltorch.kernels.estimator import FDSKLClassifier
+    from vfltorch.linear.estimator import HeteroLogisticRegression
+
+    X, y = bc
+    fd = FDSKLClassifier(epochs=1, features_per_step=8).fit(X, y)
+    lr = HeteroLogisticRegression(max_epochs=1).fit(torch.as_tensor(X), torch.as_tensor(y))
+    fd2, lr2 = pickle.loads(pickle.dumps(fd)), pickle.loads(pickle.dumps(lr))
+    for before, after in ((fd.feature_map_.masks, fd2.feature_map_.masks), (lr._mask_stream, lr2._mask_stream)):
+        # a fresh stream from the OS, not a copy of the pickled party's
+        assert after is not None
+        assert after.generator.bit_generator.state != before.generator.bit_generator.state
+
+
+def test_loaded_model_refuses_wrong_columns_and_wrong_class(bc, tmp_path):
+    from vfltorch.kernels.estimator import FDSKLClassifier, FDSKLRegressor
+    from vfltorch.privacy.estimator import DPSCD
+
+    X, y = bc
+    FDSKLClassifier(epochs=1).fit(X, y).save(tmp_path / "m")
+    loaded = FDSKLClassifier.load(tmp_path / "m")
+    with pytest.raises(VFLInputError, match="X has 29 columns but this party was fitted with 30"):
+        loaded.decision_function(X[:, :29])
+    with pytest.raises(ModelStoreError, match="not a FDSKLRegressor"):
+        FDSKLRegressor.load(tmp_path / "m")
+    with pytest.raises(ModelStoreError, match="holds a fdskl model, not dpscd"):
+        DPSCD.load(tmp_path / "m")
+
+
+def test_saved_preprocessing_is_applied_not_refitted(tmp_path):
+    from vfltorch.data.preprocess import ColumnPreprocessing, scale_columns
+
+    rng = np.random.default_rng(0)
+    train, new = rng.normal(size=(50, 4)) * 5 + 2, rng.normal(size=(7, 4))
+    train[3, 1] = np.nan
+    pre = ColumnPreprocessing.fit(train, "median", "standard", 3.0)
+    meta, arrays = pre.state()
+    back = ColumnPreprocessing.from_state(meta, arrays)
+    filled = pre.impute_rows(train)
+    ref_train, ref_new = scale_columns(filled, new, "standard")
+    assert np.array_equal(back.scale_rows(back.impute_rows(new)), np.clip(ref_new, -3, 3))
+    assert np.array_equal(back.scale_rows(filled), np.clip(ref_train, -3, 3))
+    with pytest.raises(VFLInputError, match="saved preprocessing has 4 columns, the data 3"):
+        back.check_columns(3)
+
+
+def test_unpickling_is_refused_in_shards(tmp_path):
+    """A shard's arrays are read with allow_pickle=False: an object array is refused, never unpickled."""
+    from vfltorch.model_store import write_shard
+
+    with pytest.raises(TypeError, match="numeric arrays only"):
+        write_shard(tmp_path, 0, {"method": "x"}, {"bad": np.array([{"a": 1}], dtype=object)})
+
+
+# ----------------------------------------------------------------- the other methods' CLI round trips
+@pytest.mark.slow
+@pytest.mark.parametrize("name,train_args,compare", [
+    ("lr", ["hetero-lr", "--max-epochs", "2"], ["test_accuracy", "test_auc"]),
+    ("dpscd", ["dpscd", "--parties", "2", "--epochs", "2"], ["test_loss", "test_accuracy", "test_auc"]),
+    ("dpsgd", ["dpsgd", "--epochs", "2"], ["test_loss", "test_accuracy", "test_auc"]),
+    ("pca", ["pca", "--parties", "3", "--components", "2", "--test-fraction", "0.25"],
+     ["test_explained_variance_ratio"]),
+    ("fdskl-3", ["fdskl", "--parties", "3", "--epochs", "1"], ["test_accuracy", "test_auc"]),
+    ("fdskl-paper", ["fdskl", "--parties", "3", "--protocol", "paper", "--epochs", "1"], ["test_accuracy", "test_auc"]),
+])
+def test_cli_round_trip(tmp_path, name, train_args, compare):
+    _round_trip(tmp_path, name, train_args, compare)
+
+
+def _load_each_own(fed, dirs):
+    from vfltorch.model_store import load_collective
+
+    try:
+        load_collective(fed, dirs[fed.rank])
+    except ModelStoreError as exc:
+        return str(exc)
+    return None
+
+
+@pytest.mark.slow
+def test_parties_refuse_shards_of_different_runs(tmp_path):
+    """Across organisations each machine holds only its own shard: the parties compare model ids."""
+    from vfltorch.comm import launch
+    from vfltorch.model_store import write_shard
+
+    dirs = []
+    for r, model_id in enumerate(["a" * 32, "b" * 32]):
+        d = tmp_path / f"org{r}"
+        write_shard(d, r, {"method": "dpscd", "model_id": model_id, "parties": 2}, {})
+        dirs.append(str(d))
+    errors = launch(_load_each_own, 2, args=(dirs,))
+    assert errors[0] == errors[1] and "different training runs" in errors[0]
+
+
+@pytest.mark.slow
+def test_predict_unlabelled_party_files_in_their_own_row_order(tmp_path):
+    """New rows without labels, each party's file in its own order: aligned by PSI, scored, IDs in the CSV."""
+    import pandas as pd
+
+    data = load_breast_cancer(as_frame=True)
+    X, y = data.data, np.where(data.target > 0, "pos", "neg")
+    train, new = [], []
+    for r, cols in enumerate(np.array_split(np.arange(30), 2)):
+        f = X.iloc[:, cols].copy()
+        f.insert(0, "id", np.arange(len(X)))
+        if r == 0:
+            f["y"] = y
+        train.append(tmp_path / f"train{r}.csv")
+        f.iloc[:450].to_csv(train[-1], index=False)
+        g = f.iloc[450:].drop(columns=["y"], errors="ignore").sample(frac=1, random_state=r)
+        new.append(tmp_path / f"new{r}.csv")
+        g.to_csv(new[-1], index=False)
+    model, csv = tmp_path / "m", tmp_path / "scores.csv"
+    r = run_vfl("fdskl", "--parties", "2", "--party-files", *map(str, train), "--id-column", "id", "--label-column",
+                "y", "--epochs", "1", "--save-model", str(model), "--quiet")
+    assert r.returncode == 0, r.stderr
+    r = run_vfl("predict", "--model", str(model), "--party-files", *map(str, new), "--id-column", "id",
+                "--output-csv", str(csv), "--quiet")
+    assert r.returncode == 0, r.stderr
+    scores = pd.read_csv(csv)
+    assert list(scores.columns) == ["id", "decision", "prediction"] and len(scores) == len(X) - 450
+    assert sorted(scores["id"]) == list(range(450, len(X)))
+    assert (scores["prediction"].to_numpy() == y[scores["id"].to_numpy()]).mean() > 0.9

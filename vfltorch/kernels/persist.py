@@ -1,0 +1,74 @@
+"""What one party's shard of a saved FDSKL model holds, and how the party's estimator is rebuilt from it.
+
+One function each way (``fdskl_shard_state`` / ``restore_fdskl_shard``), so that a change of
+FDSKL's model representation changes this file only.
+
+A party's shard: its global column indices (the rows of W it draws), sigma, the number of blocks
+of random features, the floating-point type, and the phase key of the blocks it keeps (under the
+paper's protocol a secret of that party; under the shared protocol derived from the public seed).
+W itself is not stored: it is a pure function of (random_state, column, feature) and is redrawn
+for the party's own columns. The active party's shard alone holds alpha (the coefficients, which
+need the labels) and, for regression, the target scaling. The dealer's shard (shared protocol)
+holds the public schedule only. The dealer's cosine table is a fixed public function and is
+rebuilt locally; fresh masks come from the operating system at every prediction.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .circle import Circle
+from .protocol import FederatedFeatureMap
+from .random_features import FourierSampler
+from .shared import cosine_table, pair_table
+
+
+def fdskl_shard_state(est) -> tuple[dict, dict]:
+    fmap = est.feature_map_
+    fed = fmap.fed
+    state = {"n_blocks": fmap.n_blocks, "dtype": str(fmap.dtype).replace("torch.", ""),
+             "sigma": None if not np.isfinite(est.sigma_) else float(est.sigma_),
+             "n_features_in": int(est.n_features_in_),
+             "n_columns_total": int(getattr(est, "n_columns_total_", est.n_features_in_)),
+             "n_iter": int(est.n_iter_), "phase_key": str(fmap._phase_key),
+             "predict_coordinator": bool(est._shared(fed))}
+    arrays = {"columns": np.asarray(est.columns_, dtype=np.int64)}
+    if est.alpha_ is not None and fed.is_active:
+        arrays["alpha"] = est.alpha_.detach().cpu().numpy()
+        state["y_offset"] = float(getattr(est, "y_offset_", 0.0))
+        state["y_scale"] = float(getattr(est, "y_scale_", 1.0))
+    return state, arrays
+
+
+def restore_fdskl_shard(est, manifest: dict, arrays: dict, fed) -> None:
+    state = manifest["state"]
+    est.fed = fed if fed.world_size > 1 else None
+    dtype = getattr(torch, state["dtype"])
+    device = torch.device(est.device) if est.device is not None else fed.device
+    columns = np.asarray(arrays["columns"], dtype=np.int64)
+    sigma = state["sigma"]
+    masks, _ = est._masks(fed)                        # fresh private masks (or the simulation's seeded ones)
+    est.n_features_in_ = state["n_features_in"]
+    est.n_columns_total_ = state["n_columns_total"]
+    est.columns_ = columns
+    est.sigma_ = float("nan") if sigma is None else float(sigma)
+    est.n_iter_ = state["n_iter"]
+    fmap = FederatedFeatureMap(
+        fed, FourierSampler(est.kernel, 1.0 if sigma is None else sigma, est.random_state), columns,
+        est.features_per_step, seed=est.random_state, phase_key=int(state["phase_key"]), masks=masks,
+        circle=Circle(est.angle_bits), dtype=dtype, device=device, max_elements=est.max_elements,
+        public_phases=est.protocol == "shared")
+    for _ in range(state["n_blocks"]):
+        fmap.add_block()                              # W of this party's columns, keepers, kept phases
+    est.feature_map_ = fmap
+    est.n_random_features_ = fmap.n_features
+    est.alpha_ = None
+    if "alpha" in arrays:
+        est.alpha_ = torch.as_tensor(arrays["alpha"]).to(device)
+        if "y_offset" in state:
+            est.y_offset_, est.y_scale_ = state["y_offset"], state["y_scale"]
+    shared = est._shared(fed)
+    est.table_ = None
+    if shared and not fed.is_active:
+        est.table_ = pair_table(cosine_table().to(torch.int64))

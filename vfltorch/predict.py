@@ -1,0 +1,358 @@
+"""``vfl METHOD ... --save-model DIR`` and ``vfl predict --model DIR``: keep a model, score new rows later.
+
+    vfl fdskl --dataset breast_cancer --parties 3 --save-model models/bc
+    vfl predict --model models/bc --dataset new_rows.csv --label-column diagnosis --output-csv scores.csv
+
+Training writes one shard per rank under DIR (``vfltorch.model_store``): each
+party its own. ``vfl predict`` starts the same federation as training (the same
+number of data parties, and the coordinator if training had one: FDSKL's dealer
+takes part in scoring, the others only check their shard), through the same launcher (local processes,
+torchrun or the same federation file). Every party reads ONLY its own shard
+``party-<rank>``, loads ITS columns of the new rows and applies ITS saved
+preprocessing (the imputation values and scaling fitted on the training rows,
+never refitted); the parties compare model ids before anything else; then the
+method's own prediction protocol runs (the same code and messages as the
+scoring at the end of training). The active party gets the predictions (with
+labels: metrics) and writes them with ``--output-csv``; PCA's scores reach
+every data party (the masked sum of ``transform``), the active party writes them.
+
+``--rows all`` (default) scores every row of the given data; ``--rows test``
+the held-out rows of training's split (same ``--test-fraction`` and seed as
+saved), which reproduces the scores training reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+
+import numpy as np
+import torch
+
+from .cli import Command
+from .data.validation import VFLInputError
+from .model_store import ModelStoreError, describe, load_collective, settle
+
+SAVE_HELP = ("save the trained model here, one shard per party (DIR/party-<rank>: manifest.json + arrays.npz, "
+             "each party writes only its own); score new rows later with `vfl predict --model DIR`")
+
+
+def add_save_argument(p: argparse.ArgumentParser) -> None:
+    """The ``--save-model DIR`` option of a training command (checked writable before any party starts)."""
+    p.add_argument("--save-model", metavar="DIR", default=None, help=SAVE_HELP)
+
+
+# ----------------------------------------------------------------------------------- training side
+def data_manifest(fed, args, data) -> tuple[dict, dict]:
+    """What the CLI adds to a data party's shard: columns, preprocessing, data layout, label encoding."""
+    if data is None:
+        return {}, {}
+    meta, arrays = data.preprocessing.state() if data.preprocessing is not None else ({}, {})
+    out = {"columns": [int(c) for c in data.columns], "feature_names": list(data.feature_names),
+           "n_features_total": int(data.n_features_total), "preprocessing": {**meta,
+                                                                            "normalize_rows": bool(args.normalize_rows)},
+           "data": {"dataset": args.dataset, "task": data.task, "partition": args.partition,
+                    "feature_groups": args.feature_groups, "seed": args.seed, "test_fraction": args.test_fraction,
+                    "party_files": bool(args.party_files)}}
+    if fed.is_active:
+        out["labels"] = {"classes": _plain(data.classes), "note": data.label_note}
+    arrays = {**arrays, "columns": np.asarray(data.columns, dtype=np.int64)}
+    return out, arrays
+
+
+def _plain(values):
+    if values is None:
+        return None
+    return [v.item() if hasattr(v, "item") else (v if isinstance(v, (int, float, str, bool)) else str(v))
+            for v in values]
+
+
+def save_estimator(fed, args, data, est, *, command: dict | None = None, fed_arg: bool = False) -> str | None:
+    """``--save-model``: every rank writes its shard of ``est`` plus the CLI's data facts (collective)."""
+    if not getattr(args, "save_model", None):
+        return None
+    extra, arrays = data_manifest(fed, args, data)
+    extra["command"] = command or {}
+    est.save(args.save_model, fed if fed_arg else None, extra=extra, extra_arrays=arrays)
+    return est.model_id_
+
+
+def save_arrays(fed, args, data, method: str, *, state: dict, arrays: dict, command: dict | None = None,
+                predict_coordinator: bool = False) -> str | None:
+    """``--save-model`` for a method run without an estimator object (``vfl dpscd``): same shard layout."""
+    if not getattr(args, "save_model", None):
+        return None
+    from . import __version__
+    from .model_store import role_of, save_collective
+
+    extra, data_arrays = data_manifest(fed, args, data)
+    manifest = {"method": method, "estimator": None, "vfltorch_version": __version__, "role": role_of(fed),
+                "parties": fed.num_parties, "coordinator": fed.coordinator is not None,
+                "predict_coordinator": predict_coordinator, "hyperparameters": {}, "state": state,
+                "command": command or {}, **extra}
+    return save_collective(fed, args.save_model, manifest, {**arrays, **data_arrays})
+
+
+# ----------------------------------------------------------------------------------- predict side
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("predict")
+    g.add_argument("--model", required=True, metavar="DIR", help="a folder written by `vfl METHOD --save-model DIR`")
+    g.add_argument("--rows", choices=["all", "test"], default="all",
+                   help="all: score every row of the data given; test: the held-out rows of training's split "
+                        "(the same --test-fraction and --seed as saved: reproduces training's test scores)")
+    g.add_argument("--output-csv", metavar="PATH", help="the active party writes one line per scored row here")
+
+
+def _check(args) -> None:
+    from .comm import under_mpirun, under_torchrun
+    from .data.preflight import check_writable_file
+    from .model_store import check_local_shards
+
+    local = not (args.federation or args.backend == "mpi" or under_torchrun() or under_mpirun())
+    info = check_local_shards(args.model, complete=local)
+    parties = info["parties"]
+    if args.parties is not None and args.parties != parties:
+        raise VFLInputError(f"--parties {args.parties}, but the model in {args.model} was trained by {parties} "
+                            f"parties: drop --parties, or give {parties}")
+    args.parties = parties
+    if args.output_csv:
+        check_writable_file(args.output_csv, "--output-csv")
+
+
+def _wants_coordinator(args) -> bool:
+    """The federation of training: with its coordinator if it had one (FDSKL's dealer takes part in
+    scoring; hetero-LR's key holder and PCA's server only check their shard), so one federation file
+    serves training and prediction."""
+    try:
+        return bool(describe(args.model)["coordinator"])
+    except ModelStoreError:
+        return False                      # the check reports the missing model
+
+
+def _data_config(fed, args):
+    """This party's data options: the given rows, with the layout and preprocessing of its shard."""
+    from .cli import data_config
+    from .data.preprocess import ColumnPreprocessing
+    from .model_store import read_shard
+
+    config = data_config(args)
+    config.scoring = True
+    try:
+        manifest, arrays = read_shard(args.model, fed.rank)
+    except ModelStoreError:
+        return config                     # load_collective names the problem at every party
+    saved = manifest.get("data") or {}
+    config.partition = saved.get("partition", config.partition)
+    config.feature_groups = saved.get("feature_groups", config.feature_groups)
+    if args.rows == "test":
+        config.test_fraction = float(saved.get("test_fraction") or 0.0)
+        config.seed = int(saved.get("seed", config.seed))
+    else:
+        config.seed = int(saved.get("seed", config.seed))      # a random partition is drawn from it
+        if not args.test_dataset:
+            config.test_fraction = 0.0
+    pre = manifest.get("preprocessing") or {}
+    config.preprocessing = ColumnPreprocessing.from_state(pre, arrays)
+    config.normalize_rows = bool(pre.get("normalize_rows", False))
+    return config
+
+
+def _rows(fed, data, args):
+    if data is None:
+        return None, None, None
+    if args.rows == "test" or args.test_dataset:
+        if data.X_test is None:
+            raise VFLInputError("--rows test: the model was trained on every row (test fraction 0): there are no "
+                                "held-out rows; score --rows all")
+        return data.X_test, data.y_test, None
+    ids = data.aligned_ids if data.aligned_ids is not None else None
+    return data.X_train, data.y_train, ids
+
+
+def _run(fed, data, args, log):
+    import time
+
+    started = time.perf_counter()
+    manifest, arrays = load_collective(fed, args.model)
+    problem = None
+    if data is not None:
+        saved = [int(c) for c in arrays.get("columns", np.zeros(0, dtype=np.int64))]
+        mine = [int(c) for c in data.columns]
+        if len(saved) != len(mine):
+            problem = (f"the data gives this party {len(mine)} columns, its shard was trained on {len(saved)}: "
+                       f"give the same columns (and --party-files order) as in training")
+        elif saved != mine and not manifest.get("data", {}).get("party_files"):
+            problem = (f"the data gives this party columns {mine[:6]}..., its shard was trained on "
+                       f"{saved[:6]}...: use the same dataset layout as in training")
+    settle(fed, problem)
+    X, y, ids = _rows(fed, data, args)
+    method = manifest["method"]
+    runner = {"fdskl": _predict_fdskl, "hetero-lr": _predict_hetero_lr, "dpscd": _predict_dpscd,
+              "dpsgd": _predict_dpsgd, "pca": _predict_pca}.get(method)
+    if runner is None:
+        raise ModelStoreError(f"{args.model} holds a {method} model, which `vfl predict` cannot score")
+    out = runner(fed, manifest, arrays, X, y)
+    if not fed.is_active:
+        return None
+    table, metrics = out
+    written = None
+    if args.output_csv:
+        from .runlog import write_atomic
+
+        write_atomic(args.output_csv, _csv(table, ids))
+        written = args.output_csv
+    n = len(next(iter(table.values()))) if table else 0
+    return {"metrics": metrics, "train_seconds": 0.0, "task": manifest.get("data", {}).get("task"),
+            "predict": {"model": str(args.model), "model_id": manifest["model_id"], "method": method,
+                        "seconds": time.perf_counter() - started,
+                        "rows": args.rows, "scored_rows": n, "output_csv": written}}
+
+
+def _csv(table: dict, ids) -> str:
+    buf = io.StringIO()
+    cols = (["id"] if ids is not None else []) + list(table)
+    buf.write(",".join(cols) + "\n")
+    n = len(next(iter(table.values())))
+    for i in range(n):
+        row = ([str(ids[i])] if ids is not None else []) + [_fmt(table[c][i]) for c in table]
+        buf.write(",".join(row) + "\n")
+    return buf.getvalue()
+
+
+def _fmt(v) -> str:
+    if isinstance(v, (float, np.floating)):
+        return repr(float(v))
+    return str(v.item() if hasattr(v, "item") else v)
+
+
+def _restore(manifest, arrays, fed, classes: dict):
+    from .model_store import restore_estimator
+
+    cls = classes[manifest["estimator"]]
+    return restore_estimator(cls, manifest, arrays, fed)
+
+
+def _labels_out(manifest, signs: np.ndarray) -> np.ndarray:
+    """-1 / +1 decisions as the data's own labels where the shard knows them (binary: classes[-1] is +1)."""
+    classes = (manifest.get("labels") or {}).get("classes")
+    if classes and len(classes) == 2:
+        return np.where(signs > 0, classes[1], classes[0]).astype(object)
+    return signs
+
+
+def _predict_fdskl(fed, manifest, arrays, X, y):
+    from .kernels.cli import _test_metrics
+    from .kernels.estimator import FDSKLClassifier, FDSKLRegressor
+
+    est = _restore(manifest, arrays, fed, {"FDSKLClassifier": FDSKLClassifier, "FDSKLRegressor": FDSKLRegressor})
+    if X is not None:
+        X = X.to(est.feature_map_.dtype)
+    f = est.decision_function(X) if not fed.is_coordinator else est.decision_function()
+    if not fed.is_active:
+        return None
+    f = torch.as_tensor(f)
+    task = manifest.get("data", {}).get("task")
+    metrics = {} if y is None else _test_metrics(f, y, task)
+    if task == "binary":
+        signs = np.where(f.numpy() >= 0, 1.0, -1.0)
+        table = {"decision": f.numpy(), "prediction": _labels_out(manifest, signs)}
+    else:
+        table = {"prediction": f.numpy()}
+    return _with_labels(table, y, manifest), metrics
+
+
+def _predict_hetero_lr(fed, manifest, arrays, X, y):
+    from .linear.cli import _test_metrics
+    from .linear.estimator import HeteroLogisticRegression
+
+    est = _restore(manifest, arrays, fed, {"HeteroLogisticRegression": HeteroLogisticRegression})
+    u = est.decision_function(X) if fed.is_data_party else None
+    if not fed.is_active:
+        return None
+    u = u.cpu()
+    metrics = {} if y is None else _test_metrics(u, y)
+    signs = np.where(u.numpy() >= 0, 1.0, -1.0)
+    table = {"decision": u.numpy(), "probability": torch.sigmoid(u).numpy(), "prediction": _labels_out(manifest, signs)}
+    return _with_labels(table, y, manifest), metrics
+
+
+def _glm_outputs(manifest, margins: torch.Tensor, y):
+    from .privacy.cli import test_metrics
+    from .privacy.glm import make_glm
+
+    command = manifest.get("command") or {}
+    glm = make_glm(command["glm"])
+    scale, mean = command.get("label_scale", 1.0), command.get("label_mean", 0.0)
+    metrics = {}
+    if y is not None:
+        yy = y.cpu().to(torch.float64)
+        if glm.kind == "regression":
+            yy = yy / scale - mean
+        metrics = test_metrics(glm, margins, yy, scale)
+    m = margins.cpu().to(torch.float64).numpy()
+    if glm.kind == "regression":
+        table = {"prediction": (m + mean) * scale}
+    else:
+        table = {"decision": m, "prediction": _labels_out(manifest, np.where(m > 0, 1.0, -1.0))}
+    return _with_labels(table, y, manifest), metrics
+
+
+def _predict_dpscd(fed, manifest, arrays, X, y):
+    from .privacy.vertical import ActiveLink
+
+    theta = torch.as_tensor(arrays["theta"], dtype=torch.float64)
+    margins = None
+    if fed.is_data_party:
+        link = ActiveLink(fed, secure=bool((manifest.get("command") or {}).get("secure_sum", False)))
+        with fed.phase("dpscd/predict"):
+            margins = link.sum_at_active(X.to(torch.float64) @ theta.to(X.device))
+    if not fed.is_active:
+        return None
+    return _glm_outputs(manifest, margins, y)
+
+
+def _predict_dpsgd(fed, manifest, arrays, X, y):
+    from .privacy.dpsgd import DPSGD
+
+    est = _restore(manifest, arrays, fed, {"DPSGD": DPSGD})
+    margins = torch.as_tensor(est.decision_function(X.cpu().numpy()))
+    return _glm_outputs(manifest, margins, y)
+
+
+def _predict_pca(fed, manifest, arrays, X, y):
+    from .comm import allreduce
+    from .pca.akpca import VFedAKPCA
+    from .pca.exact import ExactFederatedPCA
+    from .pca.vfedpca import VFedPCA
+
+    est = _restore(manifest, arrays, fed, {"VFedPCA": VFedPCA, "ExactFederatedPCA": ExactFederatedPCA,
+                                           "VFedAKPCA": VFedAKPCA})
+    if not fed.is_data_party:
+        return None
+    X = X.to(torch.float64)
+    scores = est.transform(X, fed)
+    part = ((X - est.mean_.to(X.device)) ** 2).sum().reshape(1)
+    with fed.phase("pca/transform"):
+        total = allreduce(fed, part, "tree", parties=fed.parties) if fed.num_parties > 1 else part
+    if not fed.is_active:
+        return None
+    ratio = float((scores ** 2).sum() / total) if float(total) > 0 else 0.0
+    s = scores.cpu().numpy()
+    return {f"pc{j + 1}": s[:, j] for j in range(s.shape[1])}, {"test_explained_variance_ratio": ratio}
+
+
+def _with_labels(table: dict, y, manifest) -> dict:
+    if y is None:
+        return table
+    yy = y.cpu().numpy()
+    classes = (manifest.get("labels") or {}).get("classes")
+    if classes and len(classes) == 2 and manifest.get("data", {}).get("task") == "binary":
+        yy = np.where(yy > 0, classes[1], classes[0]).astype(object)
+    return {**table, "label": yy}
+
+
+COMMANDS = [
+    Command("predict", "score new rows with a model saved by `vfl METHOD --save-model DIR` (each party its shard)",
+            _run, add_arguments=_add_arguments, coordinator=_wants_coordinator, check=_check,
+            data_config=_data_config),
+]
