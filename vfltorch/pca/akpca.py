@@ -54,8 +54,9 @@ class VFedAKPCA(FederatedPCABase):
     def __init__(self, n_components: int = 1, *, kernel: str = "rbf", gamma: float | str | None = None,
                  degree: int = 3, coef0: float = 1.0, local_iters: int | None = None, topology: str = "server",
                  weight_scaling: bool = False, include_self: bool = True, merge: str = "subspace",
-                 seed: int = 0):
+                 seed: int = 0, fed: Federation | None = None):
         self.n_components = n_components
+        self.fed = fed
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -67,7 +68,7 @@ class VFedAKPCA(FederatedPCABase):
         self.merge = merge
         self.seed = seed
 
-    def fit(self, X: torch.Tensor | None = None, fed: Federation | None = None, parties=None) -> "VFedAKPCA":
+    def _fit(self, X: torch.Tensor | None, fed: Federation | None, parties) -> "VFedAKPCA":
         check_kernel(self.kernel)
         check_topology(self.topology)
         check_merge(self.merge)
@@ -100,7 +101,7 @@ class VFedAKPCA(FederatedPCABase):
         self._finish(fed, parties, X if client else None, U)
         return self
 
-    def transform(self, X=None, fed=None) -> torch.Tensor:
+    def _transform(self, X=None, fed=None) -> torch.Tensor:
         """The training samples' embedding: the merged unit directions (n x k); no new samples (see base).
 
         Not U sqrt(lambda) like ``ExactFederatedKernelPCA.transform()``: the scale would be
@@ -110,7 +111,7 @@ class VFedAKPCA(FederatedPCABase):
         sqrt(eigenvalues_) if both are fitted, or compare directions (``aligned_distances``).
         """
         if X is not None:
-            return super().transform(X, fed)
+            return super()._transform(X, fed)
         if not hasattr(self, "sample_components_"):
             raise RuntimeError("VFedAKPCA is not fitted yet: call fit first")
         return self.sample_components_

@@ -143,16 +143,16 @@ def _run(fed: Federation, data, args, log):
     if _wants_server(args) and fed.world_size > 1 and fed.coordinator is None:
         what = f"--method exact --protocol {args.protocol}" if args.method == "exact" else "--topology server"
         raise VFLInputError(f"{what} needs a coordinator rank: under torchrun start Q + 1 processes")
-    est = build_estimator(args)
+    est = build_estimator(args).set_params(fed=fed)
     X = None if data is None else data.X_train.to(args.device)
-    est.fit(X, fed)
+    est.fit(X)
     decentralised = args.method in ("vfedpca", "akpca") and args.topology != "server"
     evaluate = args.evaluate and not args.party_files
     finals = _gather_estimates(fed, est, decentralised) if evaluate else None
     test_ratio = None
     if data is not None and data.X_test is not None and est.linear:
         # Variance of the held-out rows captured by the components: scores through a sum over the parties.
-        scores = est.transform(data.X_test.to(args.device), fed)
+        scores = est.transform(data.X_test.to(args.device))
         part = ((data.X_test.to(args.device, torch.float64) - est.mean_) ** 2).sum().reshape(1)
         with fed.phase("pca/transform"):
             total = allreduce(fed, part, "tree", parties=fed.parties)
