@@ -88,6 +88,7 @@ class BinaryLabels:
     @staticmethod
     def fit(est, y, n_rows: int | None = None) -> np.ndarray:
         """Set ``est.classes_`` and return y as float64 -1 / +1 (numpy)."""
+        require_y(est, y)
         if isinstance(y, torch.Tensor):
             y = y.detach().cpu().numpy()
         y = column_or_1d(y, warn=True)
@@ -99,8 +100,11 @@ class BinaryLabels:
         classes = np.unique(y)
         if len(classes) != 2:
             shown = classes[:6].tolist()
-            raise VFLInputError(f"a binary classifier needs exactly two classes in y, got {len(classes)} class(es) "
-                                f"{shown}{'...' if len(classes) > 6 else ''}")
+            more = "..." if len(classes) > 6 else ""
+            if len(classes) > 2:
+                raise VFLInputError(f"Only binary classification is supported: {type(est).__name__} needs exactly "
+                                    f"two classes in y, got {len(classes)} classes {shown}{more}")
+            raise VFLInputError(f"{type(est).__name__} needs two classes in y, got only one class {shown}")
         est.classes_ = classes
         return np.where(y == classes[1], 1.0, -1.0)
 
@@ -122,6 +126,12 @@ class BinaryLabels:
             t = torch.as_tensor(labels.astype(np.float64))
             return t.to(like.device) if like is not None else t
         return labels
+
+
+def require_y(est, y) -> None:
+    """A supervised fit without labels: scikit-learn's wording."""
+    if y is None:
+        raise VFLInputError(f"{type(est).__name__} requires y to be passed, but the target y is None")
 
 
 def proba_columns(p_positive) -> np.ndarray:
@@ -152,4 +162,4 @@ def resolve_fed(est, fed, where: str = "fit"):
 
 
 __all__ = ["BinaryLabels", "NotFittedError", "binary_classifier_tags", "check_fitted", "features", "output",
-           "proba_columns", "resolve_fed"]
+           "proba_columns", "require_y", "resolve_fed"]

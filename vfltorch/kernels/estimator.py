@@ -58,9 +58,11 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.metaestimators import available_if
+from sklearn.utils.validation import _check_y
 
 from ..comm import Federation, MaskStream
-from ..data.estimator_input import BinaryLabels, binary_classifier_tags, check_fitted, features, proba_columns
+from ..data.estimator_input import (BinaryLabels, binary_classifier_tags, check_fitted, features, proba_columns,
+                                    require_y)
 from ..data.validation import VFLInputError
 from .bandwidth import median_sigma
 from .checks import agree, check_hyperparameters, check_shared, label_problem, scaling_problem, warn_scaling
@@ -187,7 +189,9 @@ class _FDSKLBase(BaseEstimator):
         if fed.is_coordinator:
             return self._fit_dealer(fed, monitor, log)
         device = torch.device(self.device) if self.device is not None else fed.device
-        X, _ = features(self, X, reset=True, federated=fed.num_parties > 1)
+        # The median heuristic needs two rows (centralised: scikit-learn's message names the sample count).
+        X, _ = features(self, X, reset=True, federated=fed.num_parties > 1,
+                        ensure_min_samples=2 if isinstance(self.sigma, str) else 1)
         X = self._as_tensor(X, device)
         loss = self._loss()
         problems = []
@@ -298,7 +302,8 @@ class _FDSKLBase(BaseEstimator):
 
     def _encode_targets(self, y, n: int):
         """The active party's training targets as the method needs them (the classifier: -1 / +1)."""
-        return y
+        require_y(self, y)
+        return y if isinstance(y, torch.Tensor) else _check_y(y, y_numeric=True, estimator=self)
 
     def _encode_known(self, y):
         """Held-out targets, encoded as at fit."""
@@ -396,8 +401,6 @@ class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
         return binary_classifier_tags(super().__sklearn_tags__())
 
     def _encode_targets(self, y, n: int):
-        if y is None:
-            return None
         return torch.as_tensor(BinaryLabels.fit(self, y, n))
 
     def _encode_known(self, y):

@@ -65,7 +65,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from ..comm import Federation, MaskStream, secure_sum
 from ..crypto import MIN_KEY_BITS, generate_keypair
 from ..data.estimator_input import (BinaryLabels, NotFittedError, binary_classifier_tags, features, output,
-                                    proba_columns)
+                                    proba_columns, require_y)
 from ..data.validation import VFLInputError
 from .batches import BatchPlan
 from .bounds import FEATURE_MAX, PublicBounds, quantize
@@ -494,6 +494,8 @@ class HeteroLogisticRegression(ClassifierMixin, BaseEstimator):
             X = torch.as_tensor(X)
             if not X.is_floating_point():
                 X = X.to(torch.float64)
+        if not federated and X is not None:
+            require_y(self, y)
         if y is not None and (fed.is_active or not federated):
             try:
                 y = torch.as_tensor(BinaryLabels.fit(self, y, None if X is None else X.shape[0]),

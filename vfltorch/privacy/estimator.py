@@ -20,7 +20,7 @@ from sklearn.utils.validation import column_or_1d
 
 from ..comm import Federation
 from ..data import VFLInputError
-from ..data.estimator_input import BinaryLabels, check_fitted, features, proba_columns
+from ..data.estimator_input import BinaryLabels, check_fitted, features, proba_columns, require_y
 from .glm import make_glm
 from .solver import DPSCDConfig, fit_glm
 
@@ -64,6 +64,7 @@ class GLMPredictions:
         """(X float64 numpy, y as the method trains on it: -1 / +1 for the binary tasks), ``classes_`` set."""
         X, _ = features(self, X, reset=True)
         X = as_matrix(X)
+        require_y(self, y)
         if make_glm(self.task).kind == "regression":
             if isinstance(y, torch.Tensor):
                 y = y.detach().cpu().numpy()
