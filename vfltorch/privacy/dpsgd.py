@@ -48,7 +48,7 @@ class DPSGD(GLMPredictions, BaseEstimator):
     """
 
     def __init__(self, task: str = "logistic", private: bool = True, epsilon: float = 1.0, delta: float = 1e-3,
-                 batch_size: int = 100, C: float = 1.0, lr: float = 0.1, lam: float = 1e-4, epochs: int = 10,
+                 batch_size: int = 100, C: float = 1.0, lr: float = 2.0, lam: float = 1e-4, epochs: int = 10,
                  accountant: str = "prv", sigma: float | None = None, normalize_rows: bool = False,
                  simulation_seed: int | None = None, device: str = "cpu", monitor_every: int = 1,
                  monitor_objective: bool = False):

@@ -1,6 +1,6 @@
 """``DPSCD``: a scikit-learn style estimator for (DP-)SCD on one machine.
 
-    model = DPSCD(task="logistic", epsilon=1.0, delta=1e-3, L=100, C=1.0, lam=1e-4, epochs=10)
+    model = DPSCD(task="logistic", epsilon=1.0, delta=1e-3, L=100, C=0.01, lam=1e-4, epochs=10)
     model.fit(X, y)              # X: rows of L2 norm <= 1 (or normalize_rows=True)
     model.predict(X_test); model.epsilon_, model.sigma_, model.history_
 
@@ -10,6 +10,8 @@ paper's lambda (``lambda`` is a Python keyword).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -120,7 +122,10 @@ class DPSCD(GLMPredictions, BaseEstimator):
 
     Parameters follow the paper: ``epsilon``, ``delta`` the budget; ``L`` the
     mini-batch size; ``C`` the clipping bound of a coordinate step; ``lam``
-    the L2 regularisation lambda; ``epochs`` passes over the data.
+    the L2 regularisation lambda; ``epochs`` passes over the data. ``C=None``
+    (the default) is 0.01 for the private variants (as ``vfl dpscd``: with unit
+    rows a larger bound only adds noise; C=1 gave one class on breast_cancer)
+    and no clipping (inf) for ``nonprivate``.
     ``variant``: ``dual`` (DP-SCD), ``seq`` (seqDP-SCD), ``primal`` (primal
     DP-SCD) or ``nonprivate`` (SCD). ``accountant``: opacus' ``rdp``, ``prv``
     or ``gdp`` (``prv``, the default, is the tightest). The batch schedule and
@@ -139,7 +144,7 @@ class DPSCD(GLMPredictions, BaseEstimator):
     """
 
     def __init__(self, task: str = "logistic", variant: str = "dual", epsilon: float = 1.0, delta: float = 1e-3,
-                 L: int = 100, C: float = 1.0, lam: float = 1e-4, epochs: float = 10, accountant: str = "prv",
+                 L: int = 100, C: float | None = None, lam: float = 1e-4, epochs: float = 10, accountant: str = "prv",
                  sampling: str | None = None, newton_steps: int = 1, sigma: float | None = None,
                  normalize_rows: bool = False, simulation_seed: int | None = None, device: str = "cpu",
                  monitor_every: int = 1, monitor_objective: bool = False):
@@ -162,8 +167,9 @@ class DPSCD(GLMPredictions, BaseEstimator):
         self.monitor_objective = monitor_objective
 
     def _config(self) -> DPSCDConfig:
+        C = self.C if self.C is not None else (math.inf if self.variant == "nonprivate" else 0.01)
         return DPSCDConfig(task=self.task, variant=self.variant, epsilon=self.epsilon, delta=self.delta, L=self.L,
-                           C=self.C, lam=self.lam, epochs=self.epochs, accountant=self.accountant,
+                           C=C, lam=self.lam, epochs=self.epochs, accountant=self.accountant,
                            sampling=self.sampling, newton_steps=self.newton_steps, sigma=self.sigma)
 
     def fit(self, X, y, *, noise_blocks=None, on_step=None):
