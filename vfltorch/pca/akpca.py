@@ -37,9 +37,11 @@ class VFedAKPCA(FederatedPCABase):
     """Vertical federated "advanced" kernel PCA (see the module docstring).
 
     Parameters: ``n_components``; ``kernel`` ('rbf', 'sigmoid', 'poly'; 'linear'
-    gives one period of VFedPCA with sqrt weights); ``gamma`` (default
-    1 / total features; 'scale': scikit-learn's 1 / (F var(X))), ``degree``, ``coef0`` (scikit-learn's kernel
-    conventions); ``local_iters`` (None: dense eigensolver; else power
+    gives one period of VFedPCA with sqrt weights); ``gamma`` ('scale', the default: scikit-learn's
+    1 / (F var(X)) over every entry of the pooled matrix, from one masked sum of three numbers per party;
+    None: 1 / total features, which on unscaled columns such as breast_cancer's makes the RBF kernel
+    nearly the identity and the merged direction meaningless, distance 1.37; a number), ``degree``,
+    ``coef0`` (scikit-learn's kernel conventions); ``local_iters`` (None: dense eigensolver; else power
     iterations); ``topology``, ``weight_scaling``, ``include_self`` as in
     ``VFedPCA``; ``seed`` (the shared start / sign reference).
 
@@ -51,7 +53,7 @@ class VFedAKPCA(FederatedPCABase):
     method = "akpca"
     linear = False
 
-    def __init__(self, n_components: int = 1, *, kernel: str = "rbf", gamma: float | str | None = None,
+    def __init__(self, n_components: int = 1, *, kernel: str = "rbf", gamma: float | str | None = "scale",
                  degree: int = 3, coef0: float = 1.0, local_iters: int | None = None, topology: str = "server",
                  weight_scaling: bool = False, include_self: bool = True, merge: str = "subspace",
                  seed: int = 0, fed: Federation | None = None):

@@ -74,7 +74,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--kernel", choices=KERNELS, default=None,
                    help="akpca (default rbf) or exact kernel PCA (default linear: plain PCA)")
     g.add_argument("--gamma", type=_gamma, default=None,
-                   help="kernel gamma: a number, or 'scale' for 1 / (features x variance) (default 1 / total features)")
+                   help="kernel gamma: a number, or 'scale' for 1 / (features x variance) (default: 'scale' for "
+                        "akpca, 1 / total features for exact kernel PCA)")
     g.add_argument("--degree", type=int, default=3, help="poly kernel degree")
     g.add_argument("--coef0", type=float, default=1.0, help="poly / sigmoid kernel offset")
     g.add_argument("--protocol", choices=PROTOCOLS, default="auto",
@@ -106,7 +107,7 @@ def build_estimator(args):
                        weight_scaling=args.weight_scaling, include_self=args.include_self, center=args.center,
                        merge=args.merge, seed=args.seed)
     if args.method == "akpca":
-        return VFedAKPCA(args.components, kernel=kernel or "rbf", gamma=args.gamma, degree=args.degree,
+        return VFedAKPCA(args.components, kernel=kernel or "rbf", gamma=args.gamma or "scale", degree=args.degree,
                          coef0=args.coef0, local_iters=args.local_iters, topology=args.topology,
                          weight_scaling=args.weight_scaling, include_self=args.include_self, merge=args.merge,
                          seed=args.seed)
