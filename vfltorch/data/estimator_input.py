@@ -58,18 +58,21 @@ def features(est, X, *, reset: bool, federated: bool = False, ensure_min_samples
     """This party's columns as float64 numpy (from numpy / pandas / lists) or as the torch tensor given.
 
     Returns ``(X, was_torch)``. ``reset=True`` at fit (sets ``n_features_in_``), False afterwards
-    (checks it). ``federated=True``: convert only; the estimator checks with the other parties.
+    (checks it). ``federated=True``: convert (and set ``n_features_in_``, this party's columns) only; the
+    estimator checks the rest together with the other parties.
     """
     if isinstance(X, torch.Tensor):
         if X.dim() != 2:
             raise VFLInputError(f"X must be a 2-D array (rows x columns), got a tensor of shape {tuple(X.shape)}")
-        if not federated:
+        if reset or not federated:
             _check_count(est, X.shape[1], reset)
         return X, True
     if federated:
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2:
             raise VFLInputError(f"X must be a 2-D array (rows x columns), got shape {X.shape}")
+        if reset:
+            _check_count(est, X.shape[1], reset)
         return X, False
     return validate_data(est, X, reset=reset, dtype=np.float64, ensure_min_samples=ensure_min_samples), False
 
