@@ -35,7 +35,7 @@ STRUCTURED = {"sonar": [3, 5, 10], "vehicle": [3, 5, 10], "pima": [2, 4, 8], "gl
 
 @dataclass
 class Job:
-    """One fit: ``estimator(**params).fit(own columns, fed, parties=range(p))``."""
+    """One fit: ``estimator(**params, fed=fed).fit(own columns, parties=range(p))``."""
 
     name: str
     dataset: str
@@ -93,7 +93,7 @@ def _party(fed, jobs):
         X = party_columns(job.dataset, job.p, fed.rank, job.scale) if fed.is_data_party else None
         est = job.estimator(**job.params)
         started = time.perf_counter()
-        est.fit(X, fed, parties)
+        est.set_params(fed=fed).fit(X, parties=parties)
         elapsed = time.perf_counter() - started
         out.append({
             "components": getattr(est, "sample_components_", None),

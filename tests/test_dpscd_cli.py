@@ -34,7 +34,7 @@ def test_dpscd_across_two_parties_writes_the_record_and_the_curves(tmp_path):
     assert 0 < record["epsilon"] <= 2.0 and record["delta"] == 1e-3 and record["accountant"] == "rdp"
     assert record["sample_rate"] == pytest.approx(20 / 427) and record["steps"] == round(3 * 427 / 20)
     assert record["noise_std"] == pytest.approx(record["sigma"] * np.sqrt(2) * 0.2)
-    assert record["config"]["scale"] == "maxabs" and record["config"]["normalize_rows"] is True
+    assert record["config"]["scale"] == "standard" and record["config"]["normalize_rows"] is True
     assert set(record["metrics"]) >= {"test_accuracy", "test_auc"}
     assert not any("objective" in k for k in record["metrics"])          # not private: only when asked for
     assert record["comm"]["1"]["phases"]["dpscd/margins"]["bytes_sent"] > 0
@@ -122,7 +122,7 @@ def test_help_names_the_models_and_the_paper_options():
                    "--vertical-protocol", "--monitor-objective"):
         assert option in text, option
     args = parser.parse_args(["dpscd", "--task", "svm"])
-    assert args.glm == "svm" and args.task is None and args.scale == "maxabs" and args.normalize_rows
+    assert args.glm == "svm" and args.task is None and args.scale == "standard" and args.normalize_rows
     # Privacy defaults: PRV, OS entropy (no simulation seed), the encrypted protocol, no objective.
     assert args.accountant == "prv" and args.simulate_seed is None and args.vertical_protocol == "encrypted"
     assert not args.monitor_objective

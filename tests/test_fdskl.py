@@ -206,8 +206,8 @@ def two_party_job(fed):
     passive = fed.rank == 1
     X0 = data.X_train[:, :0] if passive else data.X_train
     attempt("zero_columns", lambda: FDSKLClassifier(fed, **SMALL).fit(X0, data.y_train))
-    y01 = None if data.y_train is None else (data.y_train > 0).double()
-    attempt("labels01", lambda: FDSKLClassifier(fed, **SMALL).fit(data.X_train, y01))
+    y1 = None if data.y_train is None else torch.ones_like(data.y_train)       # any two labels work; one does not
+    attempt("one_class", lambda: FDSKLClassifier(fed, **SMALL).fit(data.X_train, y1))
     attempt("hyper", lambda: FDSKLClassifier(fed, **dict(SMALL, gamma=1.0 + fed.rank)).fit(data.X_train,
                                                                                            data.y_train))
     y_everywhere = torch.ones(data.n_train)
@@ -227,7 +227,7 @@ def test_two_parties_lemma1_time_budget_and_bad_input():
     e = res[0]["errors"]
     assert e == res[1]["errors"]                          # every party raises the same message
     assert "party 1 (passive) has no columns" in e["zero_columns"]
-    assert "labels -1 and +1, got [0.0, 1.0]" in e["labels01"] and "2 * y - 1" in e["labels01"]
+    assert "only one class [1.0]" in e["one_class"]
     assert "different hyperparameters" in e["hyper"]
     assert "only the active party may hold them" in e["passive_labels"]
     assert "different numbers of rows" in e["predict_rows"]
@@ -261,8 +261,8 @@ def test_bad_hyperparameters_get_clear_messages(kw, message):
 
 def test_labels_and_scaling_are_checked():
     data = bc()
-    with pytest.raises(VFLInputError, match=re.escape("need labels -1 and +1, got [0.0, 1.0]")):
-        FDSKLClassifier(**SMALL).fit(data.X_train, (data.y_train > 0).double())
+    with pytest.raises(VFLInputError, match=re.escape("only one class [1.0]")):     # any two labels are fine
+        FDSKLClassifier(**SMALL).fit(data.X_train, torch.ones_like(data.y_train))
     raw = load_party_data(Federation.local(), DataConfig(dataset="breast_cancer", scale="none", seed=0))
     with pytest.warns(ScalingWarning, match="--scale minmax"):
         FDSKLClassifier(**dict(SMALL, epochs=0.2)).fit(raw.X_train, raw.y_train)

@@ -40,7 +40,7 @@ def party_job(fed):
 
     # Bad input first: every process stops with the same clear message, and the federation stays usable.
     errors = {}
-    for name, kw, labels in [("labels", {}, None if y is None else (y + 1) / 2),
+    for name, kw, labels in [("labels", {}, None if y is None else torch.ones_like(y)),
                              ("batch", {"batch_size": 10_000}, y)]:
         try:
             HeteroLogisticRegression(fed, **dict(RUNS["sgd"], **kw)).fit(X, labels)
@@ -171,7 +171,8 @@ def load_party_data_cols(full, rank):
 
 def test_bad_input_stops_every_process_with_the_same_message(results):
     for r in range(PARTIES + 1):
-        assert "labels must be -1 and +1, got [0.0, 1.0]" in results[r]["errors"]["labels"]
+        assert "party 0 (active): HeteroLogisticRegression needs two classes in y, got only one class [1.0]" \
+            in results[r]["errors"]["labels"]
         assert "batch_size=10000 is larger than the training set (455 rows)" in results[r]["errors"]["batch"]
 
 

@@ -51,7 +51,7 @@ def _data(n=80, d=4, seed=0):
 
 
 @pytest.mark.parametrize("kwargs,labels,message", [
-    ({}, "zero-one", "labels must be -1 and +1, got [0.0, 1.0]"),
+    ({}, "one-class", "needs two classes in y, got only one class [1.0]"),      # any two labels are fine
     ({"batch_size": 81}, None, "batch_size=81 is larger than the training set (80 rows)"),
     ({"lr": 0.0}, None, "learning rate must be a positive number"),
     ({"lr": -0.1}, None, "learning rate must be a positive number"),
@@ -62,8 +62,8 @@ def _data(n=80, d=4, seed=0):
 ])
 def test_bad_input_is_refused_with_a_message_that_says_what_to_fix(kwargs, labels, message):
     X, y = _data()
-    if labels == "zero-one":
-        y = (y + 1) / 2
+    if labels == "one-class":
+        y = torch.ones_like(y)
     with pytest.raises(VFLInputError, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")
                        .replace(")", r"\)").replace("+", r"\+")):
         HeteroLogisticRegression(**{"batch_size": 16, **kwargs}).fit(X, y)

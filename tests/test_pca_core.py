@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+from sklearn.exceptions import NotFittedError
 import torch
 
 from vfltorch.comm import Federation
@@ -247,21 +248,21 @@ def test_bad_hyperparameters_say_what_to_fix(make, message):
 
 
 def test_bad_data_says_what_to_fix():
-    with pytest.raises(VFLInputError, match="2-D tensor"):
+    with pytest.raises(VFLInputError, match="2-D array"):
         VFedPCA().fit(torch.zeros(5))
     bad = low_rank_data()
     bad[3, 2] = float("nan")
     with pytest.raises(VFLInputError, match="NaN or inf"):
         ExactFederatedPCA().fit(bad)
-    with pytest.raises(RuntimeError, match="not fitted"):
+    with pytest.raises(NotFittedError, match="not fitted"):
         VFedPCA().transform()
-    with pytest.raises(VFLInputError, match="this party's 16 columns"):
+    with pytest.raises(VFLInputError, match="expecting 16 features"):
         ExactFederatedPCA().fit(low_rank_data()).transform(torch.zeros(3, 4, dtype=torch.float64))
 
 
 def test_narrow_parties_are_warned_about():
     with pytest.warns(UserWarning, match="one column: exactly"):
-        VFedPCA(1).fit(low_rank_data(f=1), Federation.local())
+        VFedPCA(1, fed=Federation.local()).fit(low_rank_data(f=1))
 
 
 def test_exact_krylov_warns_and_says_not_converged_when_max_rounds_stops_it():
@@ -302,10 +303,12 @@ def test_numpy_input_components_and_inverse_transform_match_scikit_learn():
     signs = torch.sign((est.components_ * torch.as_tensor(sk.components_)).sum(1))
     torch.testing.assert_close(est.components_ * signs[:, None], torch.as_tensor(sk.components_),
                                rtol=1e-8, atol=1e-10)
-    scores = est.transform(new)
-    torch.testing.assert_close(scores * signs, torch.as_tensor(sk.transform(new)), rtol=1e-8, atol=1e-8)
-    torch.testing.assert_close(est.inverse_transform(scores), torch.as_tensor(sk.inverse_transform(sk.transform(new))),
-                               rtol=1e-8, atol=1e-8)
+    scores = est.transform(new)                             # numpy out
+    assert type(scores) is type(est.inverse_transform(scores)) is type(new)
+    torch.testing.assert_close(torch.as_tensor(scores) * signs, torch.as_tensor(sk.transform(new)), rtol=1e-8,
+                               atol=1e-8)
+    torch.testing.assert_close(torch.as_tensor(est.inverse_transform(scores)),
+                               torch.as_tensor(sk.inverse_transform(sk.transform(new))), rtol=1e-8, atol=1e-8)
     torch.testing.assert_close(est.explained_variance_, torch.as_tensor(sk.explained_variance_), rtol=1e-8, atol=0)
     with pytest.raises(VFLInputError, match="no inverse_transform"):
         ExactFederatedKernelPCA(2, kernel="rbf", gamma=0.1).fit(X).inverse_transform(scores[:, :2])
@@ -320,11 +323,12 @@ def test_exact_kernel_pca_transforms_new_rows_as_scikit_learn(kernel):
     sk = KernelPCA(2, kernel=kernel, gamma=0.01, degree=3, coef0=1.0, eigen_solver="dense").fit(X)
     est = ExactFederatedKernelPCA(2, kernel=kernel, gamma=0.01).fit(X)
     expected = torch.as_tensor(sk.transform(new))
-    got = est.transform(new)
+    got = torch.as_tensor(est.transform(new))               # numpy in, numpy out
     signs = torch.sign((got * expected).sum(0))
     torch.testing.assert_close(got * signs, expected, rtol=1e-7, atol=1e-7)
     # the training rows through the new-row path give the training embedding U sqrt(lambda)
-    torch.testing.assert_close(est.transform(X), est.transform(), rtol=1e-7, atol=1e-7)
+    torch.testing.assert_close(torch.as_tensor(est.transform(X)), torch.as_tensor(est.transform()), rtol=1e-7,
+                               atol=1e-7)
 
 
 def test_estimators_are_scikit_learn_citizens():
@@ -352,9 +356,10 @@ def test_whiten_matches_scikit_learn():
     sk = PCA(3, whiten=True).fit(X)
     est = ExactFederatedPCA(3, whiten=True).fit(X)
     signs = torch.sign((est.components_ * torch.as_tensor(sk.components_)).sum(1))
-    torch.testing.assert_close(est.transform(new) * signs, torch.as_tensor(sk.transform(new)), rtol=1e-8, atol=1e-8)
-    torch.testing.assert_close(est.transform() * signs, torch.as_tensor(sk.transform(X)), rtol=1e-8, atol=1e-8)
-    torch.testing.assert_close(est.inverse_transform(est.transform(new)),
+    T = torch.as_tensor
+    torch.testing.assert_close(T(est.transform(new)) * signs, T(sk.transform(new)), rtol=1e-8, atol=1e-8)
+    torch.testing.assert_close(T(est.transform()) * signs, T(sk.transform(X)), rtol=1e-8, atol=1e-8)
+    torch.testing.assert_close(T(est.inverse_transform(est.transform(new))),
                                torch.as_tensor(sk.inverse_transform(sk.transform(new))), rtol=1e-8, atol=1e-8)
 
 

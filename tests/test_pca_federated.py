@@ -49,7 +49,7 @@ def party_job(fed):
         if fed.is_data_party and parties is not None and fed.rank not in parties:
             marks[name] = (start, start)
             return
-        est.fit(data, fed, parties)
+        est.set_params(fed=fed).fit(data, parties=parties)
         out[name] = _state(est)
         marks[name] = (start, len(fed.transcript))
         return est
@@ -60,7 +60,7 @@ def party_job(fed):
     exact = run("exact-secure", ExactFederatedPCA(3))
     run("exact-subset", ExactFederatedPCA(2), parties=[0, 2])
     if fed.is_data_party:
-        out["transform"] = exact.transform(new_rows()[:, columns(fed.rank)], fed)
+        out["transform"] = exact.transform(new_rows()[:, columns(fed.rank)])
         out["train_scores"] = exact.transform()
     for topo in ("server", "complete", "ring", "star"):
         run(f"merge-{topo}", VFedPCA(K, periods=1, topology=topo))
@@ -71,7 +71,7 @@ def party_job(fed):
     run("akpca-star", VFedAKPCA(1, kernel="sigmoid", gamma=0.001, topology="star", weight_scaling=True))
     rbf = run("exact-rbf", ExactFederatedKernelPCA(2, kernel="rbf", gamma=0.01))
     if fed.is_data_party:
-        out["kernel_transform"] = rbf.transform(new_rows()[:, columns(fed.rank)], fed)
+        out["kernel_transform"] = rbf.transform(new_rows()[:, columns(fed.rank)])
     run("exact-poly", ExactFederatedKernelPCA(2, kernel="poly", gamma=0.01, secure=False, sum_topology="star"))
     # A party with a single column: its eigenvector and eigenvalue give the column away (see docs/pca.md).
     narrow = X[:, :1] if fed.rank == 2 else X

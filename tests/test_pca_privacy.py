@@ -43,7 +43,7 @@ def job(fed):
         start = len(fed.transcript)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            est.fit(X, fed)
+            est.set_params(fed=fed).fit(X)
         out[name] = {"span": (start, len(fed.transcript)), "warnings": [str(w.message) for w in caught],
                      "components": est.sample_components_, "eigenvalues": est.eigenvalues_,
                      "protocol": est.protocol_}

@@ -19,6 +19,7 @@ _WHERE = {
     "load_dataset": "registry", "resolve_data_dir": "registry",
     "VFLInputError": "validation", "check_finite": "validation", "check_labels": "validation",
     "check_partition": "validation", "check_same_rows": "validation",
+    "NotFittedError": "estimator_input",
 }
 
 __all__ = sorted(_WHERE)

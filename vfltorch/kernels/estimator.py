@@ -56,9 +56,13 @@ import warnings
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.utils.metaestimators import available_if
+from sklearn.utils.validation import _check_y
 
 from ..comm import Federation, MaskStream
+from ..data.estimator_input import (BinaryLabels, binary_classifier_tags, check_fitted, features, proba_columns,
+                                    require_y)
 from ..data.validation import VFLInputError
 from ..model_store import ShardedModelMixin
 from .bandwidth import median_sigma
@@ -186,11 +190,19 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         if fed.is_coordinator:
             return self._fit_dealer(fed, monitor, log)
         device = torch.device(self.device) if self.device is not None else fed.device
+        # The median heuristic needs two rows (centralised: scikit-learn's message names the sample count).
+        X, _ = features(self, X, reset=True, federated=fed.num_parties > 1,
+                        ensure_min_samples=2 if isinstance(self.sigma, str) else 1)
         X = self._as_tensor(X, device)
         loss = self._loss()
         problems = []
         if fed.is_active:
-            problem = label_problem(y, self._task, X.shape[0])
+            try:
+                y = self._encode_targets(y, X.shape[0])
+            except VFLInputError as exc:     # reported through agree(): every party raises it together
+                problems.append(str(exc))
+                y = None
+            problem = None if problems else label_problem(y, self._task, X.shape[0])
             if problem:
                 problems.append(problem)
         elif y is not None:
@@ -230,8 +242,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
             X_mon = self._as_tensor(monitor[0], device, X.dtype)
             y_mon = None
             if fed.is_active and monitor[1] is not None:
-                y_mon = torch.as_tensor(np.asarray(monitor[1]) if not isinstance(monitor[1], torch.Tensor)
-                                        else monitor[1])
+                y_mon = torch.as_tensor(self._encode_known(monitor[1]))
             monitor = (X_mon, y_mon)
         cfg = self._config(loss, X.shape[0])
         if shared:
@@ -290,6 +301,15 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
     def _prepare_targets(self, y: torch.Tensor) -> torch.Tensor:
         return y.to(torch.float64)
 
+    def _encode_targets(self, y, n: int):
+        """The active party's training targets as the method needs them (the classifier: -1 / +1)."""
+        require_y(self, y)
+        return y if isinstance(y, torch.Tensor) else _check_y(y, y_numeric=True, estimator=self)
+
+    def _encode_known(self, y):
+        """Held-out targets, encoded as at fit."""
+        return np.asarray(y) if not isinstance(y, torch.Tensor) else y
+
     def _comm_ranks(self, fed: Federation) -> list[int]:
         return fed.parties + ([fed.coordinator] if self._shared(fed) else [])
 
@@ -309,8 +329,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
 
     # ------------------------------------------------------------ predict
     def _check_fitted(self):
-        if not hasattr(self, "feature_map_"):
-            raise VFLInputError(f"this {type(self).__name__} is not fitted yet: call fit first")
+        check_fitted(self, "feature_map_")
 
     def decision_function(self, X=None):
         """f(x) for the rows of X (this party's columns): values at the active party, None elsewhere.
@@ -325,6 +344,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         if fed.is_coordinator:
             X = None
         else:
+            X, _ = features(self, X, reset=False, federated=fed.num_parties > 1)
             X = self._as_tensor(X, self.feature_map_.device, self.feature_map_.dtype)
             if X.shape[1] != self.n_features_in_:
                 problems.append(f"X has {X.shape[1]} columns but this party was fitted with {self.n_features_in_}")
@@ -399,29 +419,58 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
             fmap.masks = self._masks(fmap.fed)[0]
 
 
-class FDSKLClassifier(_FDSKLBase):
-    """Binary FDSKL classifier (labels -1 / +1). Losses: logistic (default), smooth_hinge, square."""
+def _logistic_loss(est) -> bool:
+    return (est.loss or est._default_loss) == "logistic"
+
+
+class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
+    """Binary FDSKL classifier. Losses: logistic (default), smooth_hinge, square.
+
+    Labels: any two values (``classes_``, sorted; the second is the positive class), trained on as
+    -1 / +1; ``predict`` returns them. ``predict_proba`` exists with the logistic loss only (f is
+    then the log-odds of ``classes_[1]``).
+    """
 
     _task = "binary"
     _default_loss = "logistic"
 
+    def __sklearn_tags__(self):
+        return binary_classifier_tags(super().__sklearn_tags__())
+
+    def _encode_targets(self, y, n: int):
+        return torch.as_tensor(BinaryLabels.fit(self, y, n))
+
+    def _encode_known(self, y):
+        return BinaryLabels.encode(self, y)
+
     def predict(self, X):
-        """-1 / +1 labels at the active party (the sign of f; 0 counts as +1), None elsewhere."""
+        """The labels of fit at the active party (the sign of f; 0 counts as ``classes_[1]``), None elsewhere.
+
+        torch input and numeric labels give a float64 tensor, else a numpy array.
+        """
         f = self.decision_function(X)
         if f is None:
             return None
-        return np.where(f >= 0, 1.0, -1.0) if isinstance(f, np.ndarray) else torch.where(f >= 0, 1.0, -1.0).to(f.dtype)
+        return BinaryLabels.decode(self, f >= 0, as_torch=isinstance(f, torch.Tensor),
+                                   like=f if isinstance(f, torch.Tensor) else None)
+
+    @available_if(_logistic_loss)
+    def predict_proba(self, X):
+        """[P(classes_[0]), P(classes_[1])] = [sigmoid(-f), sigmoid(f)] at the active party (n x 2 numpy)."""
+        f = self.decision_function(X)
+        if f is None:
+            return None
+        return proba_columns(torch.sigmoid(torch.as_tensor(f)))
 
     def score(self, X, y=None):
         """Accuracy at the active party (every party must call it with its own columns), None elsewhere."""
         f = self.decision_function(X)
         if f is None:
             return None
-        return held_out_metrics(torch.as_tensor(f), torch.as_tensor(np.asarray(y) if not isinstance(y, torch.Tensor)
-                                                                     else y), "binary")["accuracy"]
+        return held_out_metrics(torch.as_tensor(f), torch.as_tensor(self._encode_known(y)), "binary")["accuracy"]
 
 
-class FDSKLRegressor(_FDSKLBase):
+class FDSKLRegressor(RegressorMixin, _FDSKLBase):
     """FDSKL regression with the square loss. With ``normalize_y`` the active party fits (y - mean) / std."""
 
     _task = "regression"

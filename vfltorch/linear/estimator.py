@@ -60,10 +60,12 @@ import time
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, ClassifierMixin
 
 from ..comm import Federation, MaskStream, secure_sum
 from ..crypto import MIN_KEY_BITS, generate_keypair
+from ..data.estimator_input import (BinaryLabels, NotFittedError, binary_classifier_tags, features, output,
+                                    proba_columns, require_y)
 from ..data.validation import VFLInputError
 from ..model_store import ShardedModelMixin
 from .batches import BatchPlan
@@ -110,7 +112,7 @@ _AGREED = ("protocol", "optimizer", "batch_size", "lr", "decay", "decay_sqrt", "
            "mask_bits", "random_state", "obfuscation")
 
 
-class HeteroLogisticRegression(ShardedModelMixin, BaseEstimator):
+class HeteroLogisticRegression(ShardedModelMixin, ClassifierMixin, BaseEstimator):
     """Vertical logistic regression on the Taylor loss under Paillier encryption (guest, hosts, coordinator).
 
     Parameters
@@ -147,7 +149,14 @@ class HeteroLogisticRegression(ShardedModelMixin, BaseEstimator):
     random_state: the public seed of mini-batches and Hessian samples.
     mask_seed: SIMULATION ONLY: a seed for this party's masks (None, the default: the operating system's
         randomness). A seeded run warns and its record says it carries no privacy guarantee.
+
+    scikit-learn: a binary classifier. X: numpy, pandas or torch (numpy in, numpy out; torch in, torch
+    out); y: any two labels (``classes_``, the second the positive class), mapped to -1 / +1 inside;
+    ``predict`` returns them, ``predict_proba`` gives [P(classes_[0]), P(classes_[1])] (n x 2, numpy).
     """
+
+    def __sklearn_tags__(self):
+        return binary_classifier_tags(super().__sklearn_tags__())
 
     def __init__(self, fed: Federation | None = None, *, protocol: str = "shared", optimizer: str = "sqn",
                  batch_size: int | None = None,
@@ -249,6 +258,8 @@ class HeteroLogisticRegression(ShardedModelMixin, BaseEstimator):
                     f"(--insecure-key).")
 
     def _check_data(self, fed, X, y) -> None:
+        if getattr(self, "_label_problem", None):
+            raise VFLInputError(self._label_problem)
         if fed.world_size > 1 and self.protocol == "shared":
             if fed.num_parties != 2:
                 raise VFLInputError(f"the shared protocol runs between one guest and one host (2 data parties), "
@@ -416,6 +427,7 @@ class HeteroLogisticRegression(ShardedModelMixin, BaseEstimator):
         through a secure sum and records the test AUC in ``history_``.
         ``log`` is a ``vfltorch.runlog.RunLog`` (TensorBoard curves at the guest).
         """
+        X, y, monitor = self._fit_inputs(X, y, monitor)
         fed, session, role = self._start(X, y, monitor)
         if monitor is not None and fed.is_active and fed.world_size > 1:
             logging.getLogger("vfltorch.linear").warning(MONITOR_WARNING)
@@ -468,6 +480,39 @@ class HeteroLogisticRegression(ShardedModelMixin, BaseEstimator):
                 bar.close()
             session.scheme.close()
         return self
+
+    def _fit_inputs(self, X, y, monitor):
+        """The edge: this party's columns as a float64 tensor, the guest's labels as -1 / +1 (``classes_``).
+
+        In a federation a bad label set is reported through the agreement (every process raises the same
+        error) instead of here, where the other processes would wait for this one until the timeout.
+        """
+        fed = self._federation()
+        federated = fed.world_size > 1
+        self._label_problem = None
+        if X is not None:
+            X, _ = features(self, X, reset=True, federated=federated)
+            X = torch.as_tensor(X)
+            if not X.is_floating_point():
+                X = X.to(torch.float64)
+        if not federated and X is not None:
+            require_y(self, y)
+        if y is not None and (fed.is_active or not federated):
+            try:
+                y = torch.as_tensor(BinaryLabels.fit(self, y, None if X is None else X.shape[0]),
+                                    device=X.device if X is not None else None)
+            except VFLInputError as exc:
+                if not federated:
+                    raise
+                self._label_problem = f"{fed.name()}: {exc}"
+        if monitor is not None and X is not None:
+            X_mon, y_mon = monitor
+            X_mon, _ = features(self, X_mon, reset=False, federated=federated)
+            X_mon = torch.as_tensor(X_mon).to(X.device, torch.float64)
+            if y_mon is not None and hasattr(self, "classes_"):
+                y_mon = torch.as_tensor(BinaryLabels.encode(self, y_mon))
+            monitor = (X_mon, y_mon)
+        return X, y, monitor
 
     def _monitor_auc(self, fed, monitor):
         if monitor is None or fed.is_coordinator:
@@ -546,7 +591,8 @@ class HeteroLogisticRegression(ShardedModelMixin, BaseEstimator):
             return None
         role = getattr(self, "_role_", None)
         if role is None or getattr(role, "w", None) is None:
-            raise VFLInputError("call fit before scoring")
+            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet. Call 'fit' with "
+                                 f"appropriate arguments before using this estimator.")
         w = role.w
         Xd = X.detach().to(w.device, torch.float64)
         if self.fit_intercept and fed.is_active:
@@ -565,27 +611,37 @@ class HeteroLogisticRegression(ShardedModelMixin, BaseEstimator):
         fed = self._federation()
         if fed.is_coordinator:
             return None
+        if getattr(getattr(self, "_role_", None), "w", None) is None:
+            self._scores(fed, X)                               # raises NotFittedError
         if X is None:
             raise VFLInputError(f"{fed.name()} must pass its columns of the rows to score")
+        X, as_torch = features(self, X, reset=False, federated=fed.world_size > 1)
         with fed.phase(PHASE_PREDICT):
-            return self._scores(fed, X)
+            u = self._scores(fed, torch.as_tensor(X))
+        return None if u is None else output(u, as_torch)
 
     def predict_proba(self, X=None):
-        """P(y = +1 | x) = sigmoid(u) at the guest."""
+        """[P(classes_[0] | x), P(classes_[1] | x)] = [sigmoid(-u), sigmoid(u)] at the guest (n x 2 numpy)."""
         u = self.decision_function(X)
-        return None if u is None else torch.sigmoid(u)
+        return None if u is None else proba_columns(torch.sigmoid(torch.as_tensor(u)))
 
     def predict(self, X=None):
-        """Labels in {-1, +1} at the guest."""
+        """The labels of fit (``classes_``) at the guest: torch float64 for torch input and numeric labels."""
         u = self.decision_function(X)
-        return None if u is None else torch.where(u >= 0, 1.0, -1.0).to(torch.float64)
+        if u is None:
+            return None
+        return BinaryLabels.decode(self, u >= 0, as_torch=isinstance(u, torch.Tensor))
 
-    def score(self, X=None, y=None):
-        """Accuracy at the guest (None elsewhere)."""
+    def score(self, X=None, y=None, sample_weight=None):
+        """Accuracy at the guest (None elsewhere), labels as given to fit."""
         pred = self.predict(X)
         if pred is None:
             return None
-        return float((pred.cpu() == torch.as_tensor(y, dtype=torch.float64).cpu()).double().mean())
+        from sklearn.metrics import accuracy_score
+
+        y = y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else np.asarray(y)
+        pred = pred.detach().cpu().numpy() if isinstance(pred, torch.Tensor) else pred
+        return float(accuracy_score(y, pred, sample_weight=sample_weight))
 
     # -------------------------------------------------- save / load (vfltorch.model_store)
     _model_method = "hetero-lr"

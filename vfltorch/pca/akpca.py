@@ -37,9 +37,11 @@ class VFedAKPCA(FederatedPCABase):
     """Vertical federated "advanced" kernel PCA (see the module docstring).
 
     Parameters: ``n_components``; ``kernel`` ('rbf', 'sigmoid', 'poly'; 'linear'
-    gives one period of VFedPCA with sqrt weights); ``gamma`` (default
-    1 / total features; 'scale': scikit-learn's 1 / (F var(X))), ``degree``, ``coef0`` (scikit-learn's kernel
-    conventions); ``local_iters`` (None: dense eigensolver; else power
+    gives one period of VFedPCA with sqrt weights); ``gamma`` ('scale', the default: scikit-learn's
+    1 / (F var(X)) over every entry of the pooled matrix, from one masked sum of three numbers per party;
+    None: 1 / total features, which on unscaled columns such as breast_cancer's makes the RBF kernel
+    nearly the identity and the merged direction meaningless, distance 1.37; a number), ``degree``,
+    ``coef0`` (scikit-learn's kernel conventions); ``local_iters`` (None: dense eigensolver; else power
     iterations); ``topology``, ``weight_scaling``, ``include_self`` as in
     ``VFedPCA``; ``seed`` (the shared start / sign reference).
 
@@ -51,11 +53,12 @@ class VFedAKPCA(FederatedPCABase):
     method = "akpca"
     linear = False
 
-    def __init__(self, n_components: int = 1, *, kernel: str = "rbf", gamma: float | str | None = None,
+    def __init__(self, n_components: int = 1, *, kernel: str = "rbf", gamma: float | str | None = "scale",
                  degree: int = 3, coef0: float = 1.0, local_iters: int | None = None, topology: str = "server",
                  weight_scaling: bool = False, include_self: bool = True, merge: str = "subspace",
-                 seed: int = 0):
+                 seed: int = 0, fed: Federation | None = None):
         self.n_components = n_components
+        self.fed = fed
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -67,7 +70,7 @@ class VFedAKPCA(FederatedPCABase):
         self.merge = merge
         self.seed = seed
 
-    def fit(self, X: torch.Tensor | None = None, fed: Federation | None = None, parties=None) -> "VFedAKPCA":
+    def _fit(self, X: torch.Tensor | None, fed: Federation | None, parties) -> "VFedAKPCA":
         check_kernel(self.kernel)
         check_topology(self.topology)
         check_merge(self.merge)
@@ -100,7 +103,7 @@ class VFedAKPCA(FederatedPCABase):
         self._finish(fed, parties, X if client else None, U)
         return self
 
-    def transform(self, X=None, fed=None) -> torch.Tensor:
+    def _transform(self, X=None, fed=None) -> torch.Tensor:
         """The training samples' embedding: the merged unit directions (n x k); no new samples (see base).
 
         Not U sqrt(lambda) like ``ExactFederatedKernelPCA.transform()``: the scale would be
@@ -110,7 +113,7 @@ class VFedAKPCA(FederatedPCABase):
         sqrt(eigenvalues_) if both are fitted, or compare directions (``aligned_distances``).
         """
         if X is not None:
-            return super().transform(X, fed)
+            return super()._transform(X, fed)
         if not hasattr(self, "sample_components_"):
             raise RuntimeError("VFedAKPCA is not fitted yet: call fit first")
         return self.sample_components_

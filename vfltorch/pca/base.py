@@ -21,10 +21,14 @@ Conventions (all estimators):
   (``secure_allreduce``) over the parties of ||X_i^T u_j||^2 and ||X_i||_F^2:
   k + 1 numbers per party, of which only the totals are revealed (in the
   decentralised topologies: for the first party's estimate).
-* ``fit(X, fed=None, parties=None)``: ``X`` is this party's block (``None`` at
-  the coordinator), ``fed`` the party's ``Federation`` (default
-  ``Federation.local()``: one party, the centralised algorithm), ``parties``
-  the data ranks taking part (default all).
+* ``Estimator(..., fed=fed).fit(X, parties=None)``: ``X`` is this party's block
+  (``None`` at the coordinator), ``fed`` the party's ``Federation``, a
+  constructor argument as for every vfltorch estimator (default
+  ``Federation.local()``: one party, the centralised algorithm; the old
+  ``fit(X, fed)`` still works and warns ``DeprecationWarning``), ``parties``
+  the data ranks taking part (default all). ``X`` may be numpy, pandas or
+  torch: scores come back as numpy for numpy / pandas input, as torch tensors
+  for torch input.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from ..comm import Federation, broadcast, pairwise_tree, secure_allreduce
 from ..data import VFLInputError
 from ..model_store import ShardedModelMixin
+from ..data.estimator_input import check_fitted, features, output, resolve_fed
 
 
 def as_tensor(X):
@@ -55,9 +60,9 @@ class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_
 
     scikit-learn citizens: ``get_params`` / ``set_params`` / ``clone`` / ``repr`` come from
     ``BaseEstimator`` (every constructor argument is an attribute of the same name), ``fit_transform``
-    from here. ``fit(X, fed=None, parties=None)``: a scikit-learn caller's ``fit(X, y=None)`` passes
-    ``None`` for ``fed`` (one party, the centralised algorithm). ``set_output`` (pandas output) is not
-    wired: scores are torch tensors, and ``transform()`` without ``X`` must stay callable.
+    from here. ``fit(X, y=None, *, parties=None)``: ``y`` is ignored (scikit-learn's convention for
+    transformers); the federation is the constructor's ``fed``. ``set_output`` (pandas output) is not
+    wired, and ``transform()`` without ``X`` must stay callable (the training samples' scores).
     """
 
     def __init_subclass__(cls, **kwargs):
@@ -66,6 +71,41 @@ class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_
 
     method = "pca"          # phase names: pca/<method>
     linear = True           # explained variance / scores of the linear model make sense
+
+    def fit(self, X=None, y=None, fed=None, parties=None):
+        """Fit on this party's columns ``X`` (None at a coordinator); ``y`` is ignored.
+
+        ``fed`` here is deprecated (pass it to the constructor); ``fit(X, fed, parties)``, the old
+        positional form, still works and warns.
+        """
+        if isinstance(y, Federation):                      # the old fit(X, fed[, parties])
+            if fed is not None and parties is None:
+                parties = fed
+            fed, y = y, None
+        elif fed is not None and not isinstance(fed, Federation) and parties is None:
+            fed, parties = None, fed                       # the old fit(X, None, parties)
+        fed = resolve_fed(self, fed)
+        self._fed_in_fit = fed
+        federated = fed is not None and fed.world_size > 1
+        self._torch_io = X is None or isinstance(X, torch.Tensor)
+        if X is not None:
+            X, _ = features(self, X, reset=True, federated=federated)
+            X = as_tensor(X)
+        return self._fit(X, fed, parties)
+
+    def transform(self, X=None, fed=None):
+        """Scores of the training samples (``X=None``) or of new rows of this party's columns (see ``_transform``).
+
+        numpy / pandas in, numpy out; torch in (or ``X=None`` after a torch fit), torch out.
+        """
+        check_fitted(self, "sample_components_")
+        fed = resolve_fed(self, fed, "transform") if fed is not None else getattr(self, "_fed_in_fit", None)
+        as_torch = getattr(self, "_torch_io", True)
+        if X is not None:
+            as_torch = isinstance(X, torch.Tensor)
+            X, _ = features(self, X, reset=False, federated=fed is not None and fed.world_size > 1)
+            X = as_tensor(X)
+        return output(self._transform(X, fed), as_torch)
 
     def _setup(self, X, fed: Federation | None, parties, *, needs_coordinator: bool = False):
         """Validate, agree on n (and the total number of features) across the parties."""
@@ -186,7 +226,7 @@ class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_
             s = torch.where(self.singular_values_ > 0, self.singular_values_, torch.ones_like(self.singular_values_))
             self.components_ = (self.loadings_ / s).T.contiguous()
 
-    def transform(self, X: torch.Tensor | None = None, fed: Federation | None = None) -> torch.Tensor:
+    def _transform(self, X: torch.Tensor | None = None, fed: Federation | None = None) -> torch.Tensor:
         """Scores of samples on the components, at every data party.
 
         ``X=None``: the training samples, U S (n x k), computed locally. New
@@ -204,8 +244,6 @@ class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_
         Gram matrix). ``whiten=True`` divides the scores by
         sqrt(explained_variance_), as scikit-learn's ``PCA(whiten=True)``.
         """
-        if not hasattr(self, "sample_components_"):
-            raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit first")
         if not self.linear:
             raise VFLInputError(f"{type(self).__name__}.transform takes no new samples: a kernel between new "
                                 "and training samples would need every party's columns; use transform() for "
@@ -238,9 +276,9 @@ class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_
         sd = torch.where(sd > 0, sd, torch.ones_like(sd)).to(scores.device)
         return scores * sd if inverse else scores / sd
 
-    def fit_transform(self, X=None, fed=None, parties=None) -> torch.Tensor:
+    def fit_transform(self, X=None, y=None, fed=None, parties=None):
         """``fit`` then the training samples' scores (``transform()``, no further message)."""
-        return self.fit(X, fed, parties).transform()
+        return self.fit(X, y, fed, parties).transform()
 
     def inverse_transform(self, scores) -> torch.Tensor:
         """This party's columns reconstructed from scores (m x k): scores V_i^T + mean_i (m x f_i), locally.
@@ -249,18 +287,19 @@ class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_
         message is needed; each party gets back only its own columns. For the exact
         method this is scikit-learn's ``PCA.inverse_transform`` restricted to them.
         """
-        if not hasattr(self, "sample_components_"):
-            raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit first")
+        check_fitted(self, "sample_components_")
         if not self.linear:
             raise VFLInputError(f"{type(self).__name__} has no inverse_transform (kernel PCA has no linear "
                                 f"map back to the features)")
         if getattr(self, "components_", None) is None:
             raise VFLInputError("only a data party can reconstruct (its own) columns")
+        as_torch = isinstance(scores, torch.Tensor)
         scores = as_tensor(scores).to(torch.float64)
         k = self.components_.shape[0]
         if scores.dim() != 2 or scores.shape[1] != k:
             raise VFLInputError(f"expected scores of shape (m, {k}), got {tuple(scores.shape)}")
-        return self._whiten(scores.to(self.components_.device), inverse=True) @ self.components_ + self.mean_
+        return output(self._whiten(scores.to(self.components_.device), inverse=True) @ self.components_ + self.mean_,
+                      as_torch)
 
     # -------------------------------------------------- save / load (vfltorch.model_store)
     _model_method = "pca"

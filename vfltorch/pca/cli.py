@@ -73,7 +73,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--kernel", choices=KERNELS, default=None,
                    help="akpca (default rbf) or exact kernel PCA (default linear: plain PCA)")
     g.add_argument("--gamma", type=_gamma, default=None,
-                   help="kernel gamma: a number, or 'scale' for 1 / (features x variance) (default 1 / total features)")
+                   help="kernel gamma: a number, or 'scale' for 1 / (features x variance) (default: 'scale' for "
+                        "akpca, 1 / total features for exact kernel PCA)")
     g.add_argument("--degree", type=int, default=3, help="poly kernel degree")
     g.add_argument("--coef0", type=float, default=1.0, help="poly / sigmoid kernel offset")
     g.add_argument("--protocol", choices=PROTOCOLS, default="auto",
@@ -110,7 +111,7 @@ def build_estimator(args):
                        weight_scaling=args.weight_scaling, include_self=args.include_self, center=args.center,
                        merge=args.merge, seed=args.seed)
     if args.method == "akpca":
-        return VFedAKPCA(args.components, kernel=kernel or "rbf", gamma=args.gamma, degree=args.degree,
+        return VFedAKPCA(args.components, kernel=kernel or "rbf", gamma=args.gamma or "scale", degree=args.degree,
                          coef0=args.coef0, local_iters=args.local_iters, topology=args.topology,
                          weight_scaling=args.weight_scaling, include_self=args.include_self, merge=args.merge,
                          seed=args.seed)
@@ -179,16 +180,16 @@ def _run(fed, data, args, log):
     if _wants_server(args) and fed.world_size > 1 and fed.coordinator is None:
         what = f"--method exact --protocol {args.protocol}" if args.method == "exact" else "--topology server"
         raise VFLInputError(f"{what} needs a coordinator rank: under torchrun start Q + 1 processes")
-    est = build_estimator(args)
+    est = build_estimator(args).set_params(fed=fed)
     X = None if data is None else data.X_train.to(args.device)
-    est.fit(X, fed)
+    est.fit(X)
     decentralised = args.method in ("vfedpca", "akpca") and args.topology != "server"
     evaluate = args.evaluate and not args.party_files
     finals = _gather_estimates(fed, est, decentralised) if evaluate else None
     test_ratio = None
     if data is not None and data.X_test is not None and est.linear:
         # Variance of the held-out rows captured by the components: scores through a sum over the parties.
-        scores = est.transform(data.X_test.to(args.device), fed)
+        scores = est.transform(data.X_test.to(args.device))
         part = ((data.X_test.to(args.device, torch.float64) - est.mean_) ** 2).sum().reshape(1)
         with fed.phase("pca/transform"):
             total = allreduce(fed, part, "tree", parties=fed.parties)

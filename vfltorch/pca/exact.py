@@ -144,8 +144,10 @@ class ExactFederatedPCA(FederatedPCABase):
 
     def __init__(self, n_components: int = 1, *, protocol: str = "auto", oversample: int | None = None,
                  tol: float = 1e-10, max_rounds: int = 1000, secure: bool = True, sum_topology: str = "tree",
-                 center: bool = True, seed: int = 0, mask_seed: int | None = None, whiten: bool = False):
+                 center: bool = True, seed: int = 0, mask_seed: int | None = None, whiten: bool = False,
+                 fed: Federation | None = None):
         self.n_components = n_components
+        self.fed = fed
         self.protocol = protocol
         self.oversample = oversample
         self.tol = tol
@@ -157,7 +159,7 @@ class ExactFederatedPCA(FederatedPCABase):
         self.whiten = whiten
         self.mask_seed = mask_seed
 
-    def fit(self, X: torch.Tensor | None = None, fed: Federation | None = None, parties=None) -> "ExactFederatedPCA":
+    def _fit(self, X: torch.Tensor | None, fed: Federation | None, parties) -> "ExactFederatedPCA":
         if self.sum_topology not in SUM_TOPOLOGIES:
             raise VFLInputError(f"unknown sum topology {self.sum_topology!r}: "
                                 f"choose one of {', '.join(SUM_TOPOLOGIES)}")

@@ -13,7 +13,7 @@ K = prod_i exp(-gamma D_i) = exp(-gamma D) with D computed from G). So:
 4. U and lambda go back to every party down the pairwise tree; each party
    projects its own data, Z_i = X_i^T U.
 
-New rows (``transform(X_new, fed)``): every party sends [X_new,i X_i^T | row norms
+New rows (``transform(X_new)``): every party sends [X_new,i X_i^T | row norms
 of X_new,i] (m x (n + 1)) into a masked sum at the holder, which evaluates the
 cross-kernel from the pooled cross-Gram matrix (and, for RBF, the pooled
 training diagonal it kept), centres it with the training kernel's means as
@@ -66,8 +66,9 @@ class ExactFederatedKernelPCA(FederatedPCABase):
 
     def __init__(self, n_components: int = 1, *, kernel: str = "rbf", gamma: float | str | None = None,
                  degree: int = 3, coef0: float = 1.0, secure: bool = True, sum_topology: str = "tree", seed: int = 0,
-                 mask_seed: int | None = None):
+                 mask_seed: int | None = None, fed: Federation | None = None):
         self.n_components = n_components
+        self.fed = fed
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -77,8 +78,7 @@ class ExactFederatedKernelPCA(FederatedPCABase):
         self.seed = seed
         self.mask_seed = mask_seed
 
-    def fit(self, X: torch.Tensor | None = None, fed: Federation | None = None,
-            parties=None) -> "ExactFederatedKernelPCA":
+    def _fit(self, X: torch.Tensor | None, fed: Federation | None, parties) -> "ExactFederatedKernelPCA":
         check_kernel(self.kernel)
         if self.sum_topology not in SUM_TOPOLOGIES:
             raise VFLInputError(f"unknown sum topology {self.sum_topology!r}: "
@@ -120,7 +120,7 @@ class ExactFederatedKernelPCA(FederatedPCABase):
         self._finish(fed, parties, X, U)
         return self
 
-    def transform(self, X=None, fed=None) -> torch.Tensor:
+    def _transform(self, X=None, fed=None) -> torch.Tensor:
         """Kernel PCA scores: ``X=None``: the training samples', U sqrt(lambda); new rows: this party's
         columns of them (m x f_i), through the masked cross-Gram sum (module docstring), at every party."""
         if not hasattr(self, "sample_components_"):

@@ -100,8 +100,9 @@ class VFedPCA(FederatedPCABase):
     def __init__(self, n_components: int = 1, *, periods: int = 10, local_iters: int = 10,
                  topology: str = "server", warm_start: bool = False, weight_scaling: bool = False,
                  include_self: bool = True, update_data: bool = True, center: bool = True,
-                 merge: str = "subspace", seed: int = 0, whiten: bool = False):
+                 merge: str = "subspace", seed: int = 0, whiten: bool = False, fed: Federation | None = None):
         self.n_components = n_components
+        self.fed = fed
         self.periods = periods
         self.local_iters = local_iters
         self.topology = topology
@@ -114,7 +115,7 @@ class VFedPCA(FederatedPCABase):
         self.seed = seed
         self.whiten = whiten
 
-    def fit(self, X: torch.Tensor | None = None, fed: Federation | None = None, parties=None) -> "VFedPCA":
+    def _fit(self, X: torch.Tensor | None, fed: Federation | None, parties) -> "VFedPCA":
         check_topology(self.topology)
         check_merge(self.merge)
         for name in ("periods", "local_iters"):

@@ -33,7 +33,7 @@ from sklearn.base import BaseEstimator
 
 from ..data import VFLInputError
 from .accountant import PrivacyAccountant, calibrate_sigma, check_budget, check_mechanism
-from .estimator import GLMPredictions, as_matrix, unit_rows
+from .estimator import GLMPredictions, unit_rows
 from .glm import make_glm
 from .randomness import Randomness
 
@@ -50,7 +50,7 @@ class DPSGD(GLMPredictions, BaseEstimator):
     _model_method = "dpsgd"
 
     def __init__(self, task: str = "logistic", private: bool = True, epsilon: float = 1.0, delta: float = 1e-3,
-                 batch_size: int = 100, C: float = 1.0, lr: float = 0.1, lam: float = 1e-4, epochs: int = 10,
+                 batch_size: int = 100, C: float = 1.0, lr: float = 2.0, lam: float = 1e-4, epochs: int = 10,
                  accountant: str = "prv", sigma: float | None = None, normalize_rows: bool = False,
                  simulation_seed: int | None = None, device: str = "cpu", monitor_every: int = 1,
                  monitor_objective: bool = False):
@@ -98,18 +98,9 @@ class DPSGD(GLMPredictions, BaseEstimator):
         from torch.utils.data import DataLoader, TensorDataset
 
         glm = make_glm(self.task)
-        X = as_matrix(X)
+        X, y = self._fit_inputs(X, y)
         if self.normalize_rows:
             X = unit_rows(X)
-        y = np.asarray(y).reshape(-1)
-        if glm.kind == "binary":
-            self.classes_ = np.unique(y)
-            if len(self.classes_) != 2:
-                raise VFLInputError(f"task {self.task!r} is binary: y must have exactly two values")
-            y = np.where(y == self.classes_[1], 1.0, -1.0)
-        else:
-            self.classes_ = None
-            y = y.astype(np.float64)
         n, d = X.shape
         self._validate(n)
         dev = torch.device(self.device)
@@ -184,12 +175,6 @@ class DPSGD(GLMPredictions, BaseEstimator):
         for sigma, q, steps in engine.accountant.history:
             acc.step(sigma, q, steps)
         return acc.epsilon(self.delta)
-
-    def decision_function(self, X) -> np.ndarray:
-        X = as_matrix(X)
-        if self.normalize_rows:
-            X = unit_rows(X)
-        return X @ self.coef_
 
 
 def _weight(model) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """``DPSCD``: a scikit-learn style estimator for (DP-)SCD on one machine.
 
-    model = DPSCD(task="logistic", epsilon=1.0, delta=1e-3, L=100, C=1.0, lam=1e-4, epochs=10)
+    model = DPSCD(task="logistic", epsilon=1.0, delta=1e-3, L=100, C=0.01, lam=1e-4, epochs=10)
     model.fit(X, y)              # X: rows of L2 norm <= 1 (or normalize_rows=True)
     model.predict(X_test); model.epsilon_, model.sigma_, model.history_
 
@@ -11,13 +11,19 @@ paper's lambda (``lambda`` is a Python keyword).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator
+from sklearn.utils._tags import ClassifierTags, RegressorTags
+from sklearn.utils.metaestimators import available_if
+from sklearn.utils.validation import column_or_1d
 
 from ..comm import Federation
 from ..data import VFLInputError
 from ..model_store import ShardedModelMixin
+from ..data.estimator_input import BinaryLabels, check_fitted, features, proba_columns, require_y
 from .glm import make_glm
 from .solver import DPSCDConfig, fit_glm
 
@@ -36,19 +42,66 @@ def unit_rows(X: np.ndarray) -> np.ndarray:
     return X / np.where(norms > 0, norms, 1.0)
 
 
+def _is_logistic(est) -> bool:
+    return est.task == "logistic"
+
+
 class GLMPredictions(ShardedModelMixin):
-    """predict / score / objective / save / load of a fitted linear GLM, from its ``decision_function``.
+    """Edge validation, labels, predict / predict_proba / score / objective / save / load of a fitted linear GLM.
 
     Shared by DPSCD and the DP-SGD baseline, so both are scored the same way:
     ``classes_`` is None for ridge (predictions are the margins, score R^2),
-    else the two labels (sign of the margin, score accuracy).
+    else the two labels (sign of the margin, score accuracy). scikit-learn
+    sees a classifier (logistic, svm) or a regressor (ridge), by ``task``.
     """
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        regression = self.task == "ridge"
+        tags.estimator_type = "regressor" if regression else "classifier"
+        tags.classifier_tags = None if regression else ClassifierTags(multi_class=False)
+        tags.regressor_tags = RegressorTags() if regression else None
+        return tags
+
+    def _fit_inputs(self, X, y):
+        """(X float64 numpy, y as the method trains on it: -1 / +1 for the binary tasks), ``classes_`` set."""
+        X, _ = features(self, X, reset=True)
+        X = as_matrix(X)
+        require_y(self, y)
+        if make_glm(self.task).kind == "regression":
+            if isinstance(y, torch.Tensor):
+                y = y.detach().cpu().numpy()
+            y = column_or_1d(y, warn=True).astype(np.float64)
+            if y.shape[0] != X.shape[0]:
+                raise VFLInputError(f"y has {y.shape[0]} targets for {X.shape[0]} rows of X")
+            if not np.isfinite(y).all():
+                raise VFLInputError("y contains NaN or infinite values")
+            self.classes_ = None
+            return X, y
+        return X, BinaryLabels.fit(self, y, X.shape[0])
+
+    def _predict_rows(self, X) -> np.ndarray:
+        check_fitted(self, "coef_")
+        X, _ = features(self, X, reset=False)
+        X = as_matrix(X)
+        return unit_rows(X) if self.normalize_rows else X
+
+    def decision_function(self, X) -> np.ndarray:
+        """Margins x^T theta (numpy)."""
+        return self._predict_rows(X) @ self.coef_
+
     def predict(self, X) -> np.ndarray:
+        """Labels (the two classes of fit) for the binary tasks, the fitted values for ridge."""
         margin = self.decision_function(X)
         if self.classes_ is None:
             return margin
-        return np.where(margin > 0, self.classes_[1], self.classes_[0])
+        return BinaryLabels.decode(self, margin > 0)
+
+    @available_if(_is_logistic)
+    def predict_proba(self, X) -> np.ndarray:
+        """task='logistic': [P(classes_[0]), P(classes_[1])] = [sigmoid(-m), sigmoid(m)] of the margin m."""
+        m = self.decision_function(X)
+        return proba_columns(1.0 / (1.0 + np.exp(-np.clip(m, -500, 500))))
 
     def score(self, X, y) -> float:
         """Accuracy for the binary tasks, R^2 for ridge (scikit-learn's conventions)."""
@@ -85,8 +138,7 @@ class GLMPredictions(ShardedModelMixin):
         """The primal objective P(theta) = mean loss + (lam/2) ||theta||^2 on (X, y)."""
         margins = torch.as_tensor(self.decision_function(X))
         glm = make_glm(self.task)
-        y = np.asarray(y, dtype=np.float64) if self.classes_ is None else \
-            np.where(np.asarray(y) == self.classes_[1], 1.0, -1.0)
+        y = np.asarray(y, dtype=np.float64) if self.classes_ is None else BinaryLabels.encode(self, y)
         return float(glm.loss(margins, torch.as_tensor(y)).mean()) + 0.5 * self.lam * float(self.coef_ @ self.coef_)
 
 
@@ -95,7 +147,10 @@ class DPSCD(GLMPredictions, BaseEstimator):
 
     Parameters follow the paper: ``epsilon``, ``delta`` the budget; ``L`` the
     mini-batch size; ``C`` the clipping bound of a coordinate step; ``lam``
-    the L2 regularisation lambda; ``epochs`` passes over the data.
+    the L2 regularisation lambda; ``epochs`` passes over the data. ``C=None``
+    (the default) is 0.01 for the private variants (as ``vfl dpscd``: with unit
+    rows a larger bound only adds noise; C=1 gave one class on breast_cancer)
+    and no clipping (inf) for ``nonprivate``.
     ``variant``: ``dual`` (DP-SCD), ``seq`` (seqDP-SCD), ``primal`` (primal
     DP-SCD) or ``nonprivate`` (SCD). ``accountant``: opacus' ``rdp``, ``prv``
     or ``gdp`` (``prv``, the default, is the tightest). The batch schedule and
@@ -116,7 +171,7 @@ class DPSCD(GLMPredictions, BaseEstimator):
     _model_method = "dpscd"
 
     def __init__(self, task: str = "logistic", variant: str = "dual", epsilon: float = 1.0, delta: float = 1e-3,
-                 L: int = 100, C: float = 1.0, lam: float = 1e-4, epochs: float = 10, accountant: str = "prv",
+                 L: int = 100, C: float | None = None, lam: float = 1e-4, epochs: float = 10, accountant: str = "prv",
                  sampling: str | None = None, newton_steps: int = 1, sigma: float | None = None,
                  normalize_rows: bool = False, simulation_seed: int | None = None, device: str = "cpu",
                  monitor_every: int = 1, monitor_objective: bool = False):
@@ -139,34 +194,16 @@ class DPSCD(GLMPredictions, BaseEstimator):
         self.monitor_objective = monitor_objective
 
     def _config(self) -> DPSCDConfig:
+        C = self.C if self.C is not None else (math.inf if self.variant == "nonprivate" else 0.01)
         return DPSCDConfig(task=self.task, variant=self.variant, epsilon=self.epsilon, delta=self.delta, L=self.L,
-                           C=self.C, lam=self.lam, epochs=self.epochs, accountant=self.accountant,
+                           C=C, lam=self.lam, epochs=self.epochs, accountant=self.accountant,
                            sampling=self.sampling, newton_steps=self.newton_steps, sigma=self.sigma)
-
-    def _rows(self, X, what="X") -> np.ndarray:
-        X = as_matrix(X, what)
-        return unit_rows(X) if self.normalize_rows else X
-
-    def _labels(self, y, n: int) -> np.ndarray:
-        y = np.asarray(y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else y).reshape(-1)
-        if y.shape[0] != n:
-            raise VFLInputError(f"y has {y.shape[0]} labels for {n} rows of X")
-        if make_glm(self.task).kind == "regression":
-            y = y.astype(np.float64)
-            if not np.isfinite(y).all():
-                raise VFLInputError("y contains NaN or infinite values")
-            self.classes_ = None
-            return y
-        classes = np.unique(y)
-        if len(classes) != 2:
-            raise VFLInputError(f"task {self.task!r} is binary: y must have exactly two values, got {classes[:6]}")
-        self.classes_ = classes
-        return np.where(y == classes[1], 1.0, -1.0)
 
     def fit(self, X, y, *, noise_blocks=None, on_step=None):
         """Train on rows ``X`` and labels ``y`` (binary: any two values, the larger is the positive class)."""
-        X = self._rows(X)
-        y = self._labels(y, X.shape[0])
+        X, y = self._fit_inputs(X, y)
+        if self.normalize_rows:
+            X = unit_rows(X)
         fed = Federation.local(self.device)
         dev = fed.device
         Xt = torch.as_tensor(X, dtype=torch.float64, device=dev)
@@ -193,15 +230,3 @@ class DPSCD(GLMPredictions, BaseEstimator):
         self.train_seconds_ = result.train_seconds
         self.n_features_in_ = X.shape[1]
         return self
-
-    def _check_fitted(self):
-        if not hasattr(self, "coef_"):
-            raise VFLInputError("this DPSCD model is not fitted yet: call fit(X, y) first")
-
-    def decision_function(self, X) -> np.ndarray:
-        self._check_fitted()
-        X = self._rows(X)
-        if X.shape[1] != self.n_features_in_:
-            raise VFLInputError(f"X has {X.shape[1]} features, the model was fitted on {self.n_features_in_}")
-        return X @ self.coef_
-
