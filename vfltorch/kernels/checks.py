@@ -68,6 +68,17 @@ def check_hyperparameters(est) -> None:
             continue
         if not (isinstance(value, (int, np.integer)) and value >= 1):
             raise VFLInputError(f"{name} must be a positive integer, got {value!r}")
+    n_components = getattr(est, "n_components", None)
+    if n_components is not None and not (isinstance(n_components, (int, np.integer))
+                                         and not isinstance(n_components, bool) and n_components >= 1):
+        raise VFLInputError(f"n_components (the number D of random features of the bounded model) must be a "
+                            f"positive integer, or None for the paper's model that grows by r features per "
+                            f"iteration; got {n_components!r}")
+    solver = getattr(est, "solver", "adam")
+    if solver not in ("adam", "dsg"):
+        raise VFLInputError(f"solver must be 'adam' (the default: Adam steps on all D coefficients, averaged "
+                            f"iterates) or 'dsg' (the paper's constant-step doubly stochastic step on one block of "
+                            f"r features); got {solver!r}")
     if est.epochs is None and est.max_time is None:
         raise VFLInputError("give a number of epochs, a time budget (max_time seconds), or both")
     if est.epochs is not None and not est.epochs > 0:
@@ -91,7 +102,7 @@ def check_hyperparameters(est) -> None:
 
 def check_shared(est) -> None:
     """Options the shared protocol (Q > 1) cannot run with."""
-    if est.protocol == "shared" and est.schedule != "cached":
+    if est.protocol == "shared" and est.schedule != "cached" and getattr(est, "n_components", None) is None:
         raise VFLInputError("protocol='shared' runs the cached schedule only (f kept as shares for every "
                             "training row); schedule='paper' needs protocol='paper'")
     if est.protocol == "shared" and est.angle_bits != 16:

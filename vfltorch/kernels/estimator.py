@@ -68,6 +68,9 @@ from .protocol import FederatedFeatureMap
 from .shared import share_table, shared_decision_values, train_shared
 from .random_features import FourierSampler, derive_key
 from .trainer import DSGConfig, held_out_metrics, train_dsg
+from .budget import train_budget
+
+ADAM_STEP = 0.1                  # the bounded model's default step (Adam's learning rate, decayed as 1/sqrt(epoch))
 
 
 class LeakWarning(UserWarning):
@@ -89,7 +92,8 @@ class _FDSKLBase(BaseEstimator):
                  features_per_step: int = 32, epochs: float | None = 5.0, max_time: float | None = None,
                  schedule: str = "cached", random_state: int = 0, mask_seed="random", angle_bits: int = 16,
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
-                 prefetch: int = 1, device=None, protocol: str = "shared"):
+                 prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1024,
+                 solver: str = "adam"):
         self.fed = fed
         self.kernel = kernel
         self.sigma = sigma
@@ -110,14 +114,28 @@ class _FDSKLBase(BaseEstimator):
         self.prefetch = prefetch
         self.device = device
         self.protocol = protocol
+        self.n_components = n_components
+        self.solver = solver
 
     # ------------------------------------------------------------ helpers
     def _loss(self):
         return get_loss(self.loss or self._default_loss, self._task)
 
     def _step_size(self) -> float:
-        """gamma, or the loss's default step: 16 for logistic, 4 for smooth hinge, 1 for square."""
-        return float(self.gamma) if self.gamma is not None else self._loss().default_step
+        """gamma, or the default: Adam's 0.1 (bounded model), else the loss's step (logistic 16, smooth hinge 4,
+        square 1)."""
+        if self.gamma is not None:
+            return float(self.gamma)
+        if self._bounded() and self.solver == "adam":
+            return ADAM_STEP
+        return self._loss().default_step
+
+    def _bounded(self) -> bool:
+        """A fixed budget of n_components random features (budget.py); None: the paper's growing model."""
+        return self.n_components is not None
+
+    def _n_blocks(self) -> int:
+        return -(-int(self.n_components) // int(self.features_per_step))
 
     def _batch_size(self, n: int) -> int:
         """B, or about n / 32 (32 iterations per epoch) clipped to [32, 1024]."""
@@ -233,7 +251,14 @@ class _FDSKLBase(BaseEstimator):
                                         else monitor[1])
             monitor = (X_mon, y_mon)
         cfg = self._config(loss, X.shape[0])
-        if shared:
+        if self._bounded():
+            table = share_table(fed, fed.coordinator) if shared else None
+            if shared:
+                self.table_ = table
+            result = train_budget(fed, self.feature_map_, X, y_fit, cfg, n_blocks=self._n_blocks(),
+                                  dealer=fed.coordinator if shared else None, table=table, monitor=monitor,
+                                  log=log, progress=progress and fed.is_active)
+        elif shared:
             self.table_ = share_table(fed, fed.coordinator)
             result = train_shared(fed, self.feature_map_, X, y_fit, cfg, dealer=fed.coordinator, table=self.table_,
                                   monitor=monitor, log=log, progress=progress and fed.is_active)
@@ -248,7 +273,8 @@ class _FDSKLBase(BaseEstimator):
                          epochs=self.epochs, max_time=self.max_time, schedule=self.schedule,
                          seed=derive_key(self.random_state, 0xBA7C), log_every=self.log_every,
                          prefetch=int(self.prefetch), task=self._task,
-                         y_offset=getattr(self, "y_offset_", 0.0), y_scale=getattr(self, "y_scale_", 1.0))
+                         y_offset=getattr(self, "y_offset_", 0.0), y_scale=getattr(self, "y_scale_", 1.0),
+                         solver=self.solver, max_elements=int(self.max_elements))
 
     def _fit_dealer(self, fed: Federation, monitor, log):
         """The dealer's side of fit: it follows the public schedule, deals masks and triples, holds no data."""
@@ -271,8 +297,13 @@ class _FDSKLBase(BaseEstimator):
         if plan.get("monitor_rows") is not None:
             mon = (torch.zeros(plan["monitor_rows"], 0, dtype=torch.float64), None)
         # The step comes from the active party's plan: the dealer does not know the task's default loss.
-        result = train_shared(fed, self.feature_map_, empty, None, self._config(self._loss(), n, plan["step"]),
-                              dealer=fed.coordinator, table=self.table_, monitor=mon, log=None)
+        cfg = self._config(self._loss(), n, plan["step"])
+        if self._bounded():
+            result = train_budget(fed, self.feature_map_, empty, None, cfg, n_blocks=self._n_blocks(),
+                                  dealer=fed.coordinator, table=self.table_, monitor=mon)
+        else:
+            result = train_shared(fed, self.feature_map_, empty, None, cfg, dealer=fed.coordinator,
+                                  table=self.table_, monitor=mon, log=None)
         return self._finish(fed, result)
 
     def _finish(self, fed: Federation, result):
@@ -395,12 +426,14 @@ class FDSKLRegressor(_FDSKLBase):
                  features_per_step: int = 32, epochs: float | None = 5.0, max_time: float | None = None,
                  schedule: str = "cached", random_state: int = 0, mask_seed="random", angle_bits: int = 16,
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
-                 prefetch: int = 1, device=None, protocol: str = "shared", normalize_y: bool = True):
+                 prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1024,
+                 solver: str = "adam", normalize_y: bool = True):
         super().__init__(fed, kernel=kernel, sigma=sigma, loss=loss, lam=lam, gamma=gamma, batch_size=batch_size,
                          features_per_step=features_per_step, epochs=epochs, max_time=max_time, schedule=schedule,
                          random_state=random_state, mask_seed=mask_seed, angle_bits=angle_bits,
                          median_pairs=median_pairs, log_every=log_every, max_elements=max_elements,
-                         prefetch=prefetch, device=device, protocol=protocol)
+                         prefetch=prefetch, device=device, protocol=protocol, n_components=n_components,
+                         solver=solver)
         self.normalize_y = normalize_y
 
     def _prepare_targets(self, y: torch.Tensor) -> torch.Tensor:
