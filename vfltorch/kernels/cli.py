@@ -44,6 +44,15 @@ def _mask_seed(text: str):
         raise argparse.ArgumentTypeError(f"--mask-seed takes 'random', 'seed' or an integer, got {text!r}") from None
 
 
+def _n_components(text: str):
+    if text.lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--n-components takes a positive integer or 'none', got {text!r}") from None
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("FDSKL")
     g.add_argument("--protocol", choices=["shared", "paper"], default="shared",
@@ -58,11 +67,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="loss (the paper's Table 1); default logistic for classification, square for regression")
     g.add_argument("--lam", "--lambda", dest="lam", type=float, default=1e-5, help="regularisation lambda")
     g.add_argument("--gamma", type=float, default=None,
-                   help="constant step size; default per loss: logistic 16, smooth hinge 4, square 1")
+                   help="step size; default 0.1 (Adam's rate) for the bounded model with --solver adam, else per loss: "
+                        "logistic 16, smooth hinge 4, square 1 (constant)")
     g.add_argument("--batch-size", type=int, default=None,
                    help="rows B per iteration (B = 1: the paper); default n / 32 clipped to [32, 1024]")
     g.add_argument("--features-per-step", type=int, default=32,
-                   help="new random features r per iteration (r = 1: the paper)")
+                   help="random features r per block (r = 1: the paper); the growing model adds a block per "
+                        "iteration, the bounded one has n_components / r blocks")
+    g.add_argument("--n-components", type=_n_components, default=1024, metavar="D",
+                   help="random features D of the bounded model (default 1024): O(n D) per epoch, O(m D) to "
+                        "score m rows; 'none': the paper's model, which grows by r features per iteration")
+    g.add_argument("--solver", choices=["adam", "dsg"], default="adam",
+                   help="bounded model: 'adam' (default: Adam steps on all D coefficients, step decayed as "
+                        "1/sqrt(epoch), averaged iterates) or 'dsg' (the paper's constant step on one block)")
     g.add_argument("--epochs", type=float, default=None,
                    help="passes over the training rows (default 5, unless --time-budget is given alone)")
     g.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
@@ -119,7 +136,8 @@ def _estimator(fed, args, task: str):
                      batch_size=args.batch_size, features_per_step=args.features_per_step, epochs=epochs,
                      max_time=args.time_budget, schedule=args.schedule, random_state=args.seed,
                      mask_seed=args.mask_seed, angle_bits=args.angle_bits, log_every=args.log_every,
-                     prefetch=args.prefetch, protocol=args.protocol, device=args.device)
+                     prefetch=args.prefetch, protocol=args.protocol, device=args.device,
+                     n_components=args.n_components, solver=args.solver)
 
 
 def check(args) -> None:
@@ -178,7 +196,8 @@ def _run_dealer(fed, args):
                           batch_size=args.batch_size, features_per_step=args.features_per_step, epochs=epochs,
                           max_time=args.time_budget, schedule=args.schedule, random_state=args.seed,
                           mask_seed=args.mask_seed, angle_bits=args.angle_bits, log_every=args.log_every,
-                          prefetch=args.prefetch, protocol=args.protocol, device=args.device)
+                          prefetch=args.prefetch, protocol=args.protocol, device=args.device,
+                          n_components=args.n_components, solver=args.solver)
     est.fit(None)
     if fed.recv_json(fed.active):
         est.decision_function()

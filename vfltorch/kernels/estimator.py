@@ -70,7 +70,9 @@ from .random_features import FourierSampler, derive_key
 from .trainer import DSGConfig, held_out_metrics, train_dsg
 from .budget import train_budget
 
-ADAM_STEP = 0.1                  # the bounded model's default step (Adam's learning rate, decayed as 1/sqrt(epoch))
+# The bounded model's default Adam rate (decayed as 1/sqrt(epoch)) per unit of the loss's constant DSG step: Adam
+# moves every coefficient by about its rate, so f moves by about rate * sqrt(D); 0.1 for the logistic loss at D = 1024.
+ADAM_STEP_SCALE = 1.0 / 160.0
 
 
 class LeakWarning(UserWarning):
@@ -122,12 +124,13 @@ class _FDSKLBase(BaseEstimator):
         return get_loss(self.loss or self._default_loss, self._task)
 
     def _step_size(self) -> float:
-        """gamma, or the default: Adam's 0.1 (bounded model), else the loss's step (logistic 16, smooth hinge 4,
-        square 1)."""
+        """gamma, or the loss's constant step (logistic 16, smooth hinge 4, square 1); for the bounded model's
+        Adam steps that step / 160 * sqrt(1024 / D) (logistic: 0.1 at D = 1024)."""
         if self.gamma is not None:
             return float(self.gamma)
         if self._bounded() and self.solver == "adam":
-            return ADAM_STEP
+            return self._loss().default_step * ADAM_STEP_SCALE * (1024.0 / (self._n_blocks() *
+                                                                          int(self.features_per_step))) ** 0.5
         return self._loss().default_step
 
     def _bounded(self) -> bool:
@@ -138,8 +141,13 @@ class _FDSKLBase(BaseEstimator):
         return -(-int(self.n_components) // int(self.features_per_step))
 
     def _batch_size(self, n: int) -> int:
-        """B, or about n / 32 (32 iterations per epoch) clipped to [32, 1024]."""
-        return int(self.batch_size) if self.batch_size is not None else int(min(1024, max(32, n // 32)))
+        """B, or by default: bounded model n / 128 clipped to [32, 256] (its epoch costs n D whatever B, and
+        more, smaller steps converge faster); growing model n / 32 clipped to [32, 1024]."""
+        if self.batch_size is not None:
+            return int(self.batch_size)
+        if self._bounded():
+            return int(min(256, max(32, n // 128)))
+        return int(min(1024, max(32, n // 32)))
 
     def _federation(self) -> Federation:
         return self.fed if self.fed is not None else Federation.local(self.device or "cpu")
