@@ -132,7 +132,7 @@ def federated_job(fed, name):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--datasets", nargs="+", default=DATASETS)
-    p.add_argument("--svc-max-rows", type=int, default=40_000)
+    p.add_argument("--svc-max-rows", type=int, default=60_000)
     p.add_argument("--federated", action="store_true", help="also FDSKL defaults across --parties processes")
     p.add_argument("--parties", type=int, default=4)
     p.add_argument("--no-growing", action="store_true", help="skip the paper's growing model")

@@ -67,7 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="loss (the paper's Table 1); default logistic for classification, square for regression")
     g.add_argument("--lam", "--lambda", dest="lam", type=float, default=1e-5, help="regularisation lambda")
     g.add_argument("--gamma", type=float, default=None,
-                   help="step size; default 0.1 (Adam's rate) for the bounded model with --solver adam, else per loss: "
+                   help="step size; default for the bounded model with --solver adam: Adam rate = the loss step / 320 (logistic 0.05), else per loss: "
                         "logistic 16, smooth hinge 4, square 1 (constant)")
     g.add_argument("--batch-size", type=int, default=None,
                    help="rows B per iteration (B = 1: the paper); default n / 32 clipped to [32, 1024]")

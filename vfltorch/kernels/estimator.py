@@ -71,8 +71,8 @@ from .trainer import DSGConfig, held_out_metrics, train_dsg
 from .budget import train_budget
 
 # The bounded model's default Adam rate (decayed as 1/sqrt(epoch)) per unit of the loss's constant DSG step: Adam
-# moves every coefficient by about its rate, so f moves by about rate * sqrt(D); 0.1 for the logistic loss at D = 1024.
-ADAM_STEP_SCALE = 1.0 / 160.0
+# moves every coefficient by about its rate, so f moves by about rate * sqrt(D); 0.05 for the logistic loss at D = 1024.
+ADAM_STEP_SCALE = 1.0 / 320.0
 
 
 class LeakWarning(UserWarning):
@@ -125,7 +125,7 @@ class _FDSKLBase(BaseEstimator):
 
     def _step_size(self) -> float:
         """gamma, or the loss's constant step (logistic 16, smooth hinge 4, square 1); for the bounded model's
-        Adam steps that step / 160 * sqrt(1024 / D) (logistic: 0.1 at D = 1024)."""
+        Adam steps that step / 320 * sqrt(1024 / D) (logistic: 0.05 at D = 1024)."""
         if self.gamma is not None:
             return float(self.gamma)
         if self._bounded() and self.solver == "adam":
