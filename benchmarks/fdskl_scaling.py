@@ -118,20 +118,20 @@ def a9a_job(fed, kwargs):
     return out
 
 
-def run_a9a(protocol: str, n_components, parties: int) -> dict:
+def run_a9a(protocol: str, n_components, parties: int, epochs: float) -> dict:
     from vfltorch.comm import launch
 
-    kwargs = dict(protocol=protocol, n_components=n_components, epochs=5.0, random_state=0)
+    kwargs = dict(protocol=protocol, n_components=n_components, epochs=epochs, random_state=0)
     out = launch(a9a_job, parties, args=(kwargs,), coordinator=protocol == "shared", timeout=3600)
     a = out[0]
     return {"protocol": protocol, "n_components": n_components, "features": a["features"], "rows": a["rows"],
             "predict_bytes": sum(o["predict_bytes"] for o in out), "test_accuracy": a["accuracy"],
-            "train_seconds": a["train_seconds"]}
+            "train_seconds": a["train_seconds"], "epochs": epochs}
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    p.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000])
     p.add_argument("--parties", type=int, default=4)
     p.add_argument("--protocols", nargs="+", default=["paper", "shared"], choices=["paper", "shared"])
     p.add_argument("--n-components", type=int, default=1024)
@@ -140,6 +140,8 @@ def main(argv=None) -> int:
                    help="N=EPOCHS overrides, e.g. 1000000=0.25 (a fraction of an epoch, scaled up)")
     p.add_argument("--unbounded-up-to", type=int, default=0, help="also run n_components=None for n <= this")
     p.add_argument("--a9a-predict", action="store_true")
+    p.add_argument("--a9a-epochs", type=float, default=5.0, help="training epochs before the a9a prediction")
+    p.add_argument("--a9a-growing-shared", action="store_true", help="also the growing model under shared (slow)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output-dir", type=Path, default=Path("results/fdskl_scaling"))
     args = p.parse_args(argv)
@@ -157,8 +159,9 @@ def main(argv=None) -> int:
                 print(json.dumps(rec), flush=True)
     if args.a9a_predict:
         for protocol in args.protocols:
-            for D in ([None, args.n_components] if protocol == "paper" else [args.n_components]):
-                rec = run_a9a(protocol, D, args.parties)
+            for D in ([None, args.n_components] if protocol == "paper" or args.a9a_growing_shared
+                      else [args.n_components]):
+                rec = run_a9a(protocol, D, args.parties, args.a9a_epochs)
                 predict.append(rec)
                 print(json.dumps(rec), flush=True)
     (args.output_dir / "fdskl_scaling.json").write_text(json.dumps({"scaling": rows, "a9a_predict": predict},
@@ -171,11 +174,11 @@ def main(argv=None) -> int:
                      f"{r['seconds_per_epoch']:.1f} | {r['bytes_per_epoch'] / 1e6:,.1f} MB | "
                      f"{', '.join(f'{m:.0f}' for m in r['peak_rss_mb'])} |")
     if predict:
-        lines += ["", "| protocol | model | features | test rows | predict bytes (all ranks) | test accuracy |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["", "| protocol | model | epochs | features | test rows | predict bytes (all ranks) | test accuracy |",
+                  "|---|---|---|---|---|---|---|"]
         for r in predict:
             model = f"D = {r['n_components']}" if r["n_components"] else "growing"
-            lines.append(f"| {r['protocol']} | {model} | {r['features']} | {r['rows']:,} | "
+            lines.append(f"| {r['protocol']} | {model} | {r['epochs']:g} | {r['features']} | {r['rows']:,} | "
                          f"{r['predict_bytes'] / 1e6:,.1f} MB | {100 * r['test_accuracy']:.2f} |")
     (args.output_dir / "fdskl_scaling.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

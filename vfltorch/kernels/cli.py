@@ -131,7 +131,7 @@ def _estimator(fed, args, task: str):
     from .estimator import FDSKLClassifier, FDSKLRegressor
 
     epochs = args.epochs if args.epochs is not None else (None if args.time_budget is not None else 5.0)
-    Estimator = FDSKLClassifier if task == "binary" else FDSKLRegressor
+    Estimator = FDSKLRegressor if task == "regression" else FDSKLClassifier      # multiclass: one-vs-rest
     return Estimator(fed, kernel=args.kernel, sigma=args.sigma, loss=args.loss, lam=args.lam, gamma=args.gamma,
                      batch_size=args.batch_size, features_per_step=args.features_per_step, epochs=epochs,
                      max_time=args.time_budget, schedule=args.schedule, random_state=args.seed,
@@ -152,9 +152,9 @@ def run(fed, data, args, log):
 
     if fed.is_coordinator:
         return _run_dealer(fed, args)
-    if data.task not in ("binary", "regression"):
-        raise VFLInputError(f"FDSKL does binary classification and regression; {data.dataset} is a {data.task} "
-                            f"task. Pick a binary or regression dataset (see `vfl datasets`).")
+    if data.task not in ("binary", "regression", "multiclass"):
+        raise VFLInputError(f"FDSKL does classification and regression; {data.dataset} is a {data.task} "
+                            f"task. Pick a classification or regression dataset (see `vfl datasets`).")
     dtype = getattr(torch, args.precision)
     X_train, X_test = data.X_train.to(dtype), None if data.X_test is None else data.X_test.to(dtype)
     est = _estimator(fed, args, data.task)
@@ -170,7 +170,12 @@ def run(fed, data, args, log):
     if X_test is not None:
         f = est.decision_function(X_test)
         if f is not None:
-            metrics.update(_test_metrics(f, data.y_test, data.task))
+            if data.task == "multiclass":
+                pred = est.classes_[np.asarray(torch.as_tensor(f).argmax(dim=1))]     # f: rows x classes
+                metrics["test_accuracy"] = float(np.mean(pred == np.asarray(data.y_test)))
+                metrics["test_error"] = 1.0 - metrics["test_accuracy"]
+            else:
+                metrics.update(_test_metrics(f, data.y_test, data.task))
     if not fed.is_active:
         return None
     if np.isfinite(est.train_loss_):               # the shared protocol never opens f on all training rows
@@ -222,5 +227,5 @@ COMMANDS = [
     Command("fdskl", "FDSKL: kernel classification / regression with doubly stochastic random features "
                      "(Gu et al., KDD 2020)", run, add_arguments=add_arguments,
             coordinator=_wants_dealer, data_defaults={"scale": "minmax", "test_fraction": 0.25},
-            tasks=("binary", "regression"), check=check),
+            tasks=("binary", "regression", "multiclass"), check=check),
 ]

@@ -402,20 +402,110 @@ class _FDSKLBase(BaseEstimator):
 
 
 class FDSKLClassifier(_FDSKLBase):
-    """Binary FDSKL classifier (labels -1 / +1). Losses: logistic (default), smooth_hinge, square."""
+    """FDSKL classifier. Binary with labels -1 / +1; with three or more distinct labels one-vs-rest:
+    one binary model per class (``estimators_``), the class of the largest decision value wins.
+    Losses: logistic (default), smooth_hinge, square."""
 
     _task = "binary"
     _default_loss = "logistic"
 
+    def fit(self, X, y=None, *, columns=None, monitor=None, log=None, progress: bool = False):
+        fed = self._federation()
+        classes = self._agree_classes(fed, y)
+        self.estimators_ = None
+        if classes is None:
+            return super().fit(X, y, columns=columns, monitor=monitor, log=log, progress=progress)
+        return self._fit_one_vs_rest(fed, X, y, classes, columns, monitor, log, progress)
+
+    def _agree_classes(self, fed: Federation, y):
+        """The number of classes (>= 3: one-vs-rest) or None (binary), from the active party to every rank.
+
+        Only the count crosses the wire; the class values stay at the active party.
+        """
+        count = None
+        if fed.is_active and y is not None:
+            values = np.unique(np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y).reshape(-1))
+            count = int(len(values)) if len(values) >= 3 else None
+        shared = self._shared(fed) and fed.coordinator is not None
+        ranks = fed.parties + ([fed.coordinator] if shared else [])
+        if fed.rank not in ranks:
+            return None
+        with fed.phase("fdskl/setup"):
+            return fed.broadcast_json({"classes": count}, fed.active, ranks=ranks)["classes"]
+
+    def _fit_one_vs_rest(self, fed, X, y, count, columns, monitor, log, progress):
+        """One binary model per class, fitted one after the other by every rank (same features: same seed)."""
+        params = self.get_params()
+        labels = mon_labels = None
+        if fed.is_active:
+            labels = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y).reshape(-1)
+            self.classes_ = np.unique(labels)
+            if monitor is not None and monitor[1] is not None:
+                mon_labels = np.asarray(monitor[1].cpu() if isinstance(monitor[1], torch.Tensor) else monitor[1])
+        self.estimators_ = []
+        for k in range(count):
+            est = FDSKLClassifier(**params)
+            y_k = mon = None
+            if fed.is_active:
+                y_k = np.where(labels == self.classes_[k], 1.0, -1.0)
+            if monitor is not None:
+                mon = (monitor[0], None if mon_labels is None else np.where(mon_labels == self.classes_[k], 1.0, -1.0))
+            _FDSKLBase.fit(est, X, y_k, columns=columns, monitor=mon, log=log if k == 0 else None,
+                           progress=progress)
+            est.estimators_ = None
+            self.estimators_.append(est)
+        first = self.estimators_[0]
+        for name in ("sigma_", "sigma_seconds_", "n_features_in_", "columns_", "feature_map_", "n_random_features_",
+                     "batch_loss_", "train_loss_"):
+            if hasattr(first, name):
+                setattr(self, name, getattr(first, name))
+        if hasattr(first, "n_columns_total_"):
+            self.n_columns_total_ = first.n_columns_total_
+        if hasattr(first, "table_"):
+            self.table_ = first.table_
+        self.n_iter_ = sum(e.n_iter_ for e in self.estimators_)
+        self.train_seconds_ = sum(e.train_seconds_ for e in self.estimators_)
+        self.history_ = first.history_
+        self.alpha_ = torch.stack([e.alpha_ for e in self.estimators_], dim=1) if fed.is_active else None
+        self.comm_ = None
+        if fed.is_active:
+            every = [e.comm_ for e in self.estimators_]
+            self.comm_ = {"train_bytes_sent_per_party": [sum(v) for v in zip(*(c["train_bytes_sent_per_party"]
+                                                                                for c in every))],
+                          "train_messages_sent_per_party": [sum(v) for v in zip(*(c["train_messages_sent_per_party"]
+                                                                                  for c in every))],
+                          "train_bytes_sent_total": sum(c["train_bytes_sent_total"] for c in every)}
+            self.comm_["bytes_per_iteration"] = self.comm_["train_bytes_sent_total"] / max(1, self.n_iter_)
+        return self
+
+    def decision_function(self, X=None):
+        """f(x) at the active party: (rows,) for a binary model, (rows, classes) one-vs-rest; None elsewhere."""
+        if getattr(self, "estimators_", None):
+            parts = [e.decision_function(X) for e in self.estimators_]
+            if parts[0] is None:
+                return None
+            return np.stack(parts, axis=1) if isinstance(parts[0], np.ndarray) else torch.stack(parts, dim=1)
+        return super().decision_function(X)
+
     def predict(self, X):
-        """-1 / +1 labels at the active party (the sign of f; 0 counts as +1), None elsewhere."""
+        """Labels at the active party (binary: the sign of f, 0 counts as +1; one-vs-rest: the class of the
+        largest f), None elsewhere."""
         f = self.decision_function(X)
         if f is None:
             return None
+        if getattr(self, "estimators_", None):
+            winner = np.asarray(torch.as_tensor(f).argmax(dim=1))
+            out = self.classes_[winner]
+            return out if isinstance(f, np.ndarray) else torch.as_tensor(out)
         return np.where(f >= 0, 1.0, -1.0) if isinstance(f, np.ndarray) else torch.where(f >= 0, 1.0, -1.0).to(f.dtype)
 
     def score(self, X, y=None):
         """Accuracy at the active party (every party must call it with its own columns), None elsewhere."""
+        if getattr(self, "estimators_", None):
+            pred = self.predict(X)
+            if pred is None:
+                return None
+            return float(np.mean(np.asarray(pred) == np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y)))
         f = self.decision_function(X)
         if f is None:
             return None
