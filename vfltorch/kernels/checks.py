@@ -34,6 +34,17 @@ def check_hyperparameters(est) -> None:
     from .losses import LOSSES
     from .random_features import KERNELS
 
+    n_components = getattr(est, "n_components", None)
+    if n_components is not None and not (isinstance(n_components, (int, np.integer))
+                                         and not isinstance(n_components, bool) and n_components >= 1):
+        raise VFLInputError(f"n_components (the number D of random features of the bounded model) must be a "
+                            f"positive integer, or None for the paper's model that grows by r features per "
+                            f"iteration; got {n_components!r}")
+    solver = getattr(est, "solver", "adam")
+    if solver not in ("adam", "dsg"):
+        raise VFLInputError(f"solver must be 'adam' (the default: Adam steps on all D coefficients, averaged "
+                            f"iterates) or 'dsg' (the paper's constant-step doubly stochastic step on one block of "
+                            f"r features); got {solver!r}")
     if est.kernel not in KERNELS:
         raise VFLInputError(f"kernel={est.kernel!r} is not supported: choose one of {', '.join(KERNELS)}")
     if not (isinstance(est.sigma, str) and est.sigma == "median"):
@@ -68,17 +79,6 @@ def check_hyperparameters(est) -> None:
             continue
         if not (isinstance(value, (int, np.integer)) and value >= 1):
             raise VFLInputError(f"{name} must be a positive integer, got {value!r}")
-    n_components = getattr(est, "n_components", None)
-    if n_components is not None and not (isinstance(n_components, (int, np.integer))
-                                         and not isinstance(n_components, bool) and n_components >= 1):
-        raise VFLInputError(f"n_components (the number D of random features of the bounded model) must be a "
-                            f"positive integer, or None for the paper's model that grows by r features per "
-                            f"iteration; got {n_components!r}")
-    solver = getattr(est, "solver", "adam")
-    if solver not in ("adam", "dsg"):
-        raise VFLInputError(f"solver must be 'adam' (the default: Adam steps on all D coefficients, averaged "
-                            f"iterates) or 'dsg' (the paper's constant-step doubly stochastic step on one block of "
-                            f"r features); got {solver!r}")
     if est.epochs is None and est.max_time is None:
         raise VFLInputError("give a number of epochs, a time budget (max_time seconds), or both")
     if est.epochs is not None and not est.epochs > 0:
