@@ -151,3 +151,17 @@ def test_bounded_hyperparameters_are_checked():
         FDSKLClassifier(n_components=0).fit(data.X_train, data.y_train)
     with pytest.raises(VFLInputError, match="solver must be"):
         FDSKLClassifier(solver="lbfgs").fit(data.X_train, data.y_train)
+
+
+@pytest.mark.slow
+def test_defaults_learn_the_hard_synthetic_case():
+    """20 dense columns, 9:1, 4 clusters per class: logistic regression stays at 89.9%, RBF SVC 96.5%.
+
+    The paper's growing model with its constant step reached 91.5%; the defaults reach 95.9% (centralised,
+    the same model as federated to the angle rounding). About a minute.
+    """
+    from benchmarks.fdskl_accuracy import hard_synthetic
+
+    Xtr, ytr, Xte, yte = hard_synthetic()
+    clf = FDSKLClassifier().fit(Xtr.astype(np.float32), ytr)
+    assert clf.score(Xte.astype(np.float32), yte) > 0.955
