@@ -7,7 +7,9 @@
   additive shares (the active party learns f on its batch rows and g only).
 * ``protocol`` - the paper's Algorithm 3 (masked phases over totally different trees) and
   Algorithm 2 (decision values), batched over rows and features.
-* ``trainer`` - Algorithm 1, batched (B samples, r features per iteration).
+* ``budget`` - the bounded model (default): D random features, O(n D) per epoch, O(m D) to score
+  m rows, Adam or the paper's step; under both protocols.
+* ``trainer`` - Algorithm 1, batched (B samples, r new features per iteration: the growing model).
 * ``losses`` - square, logistic, smooth hinge (the paper's Table 1).
 * ``bandwidth`` - the median-heuristic kernel width through a secure sum.
 * ``estimator`` - ``FDSKLClassifier`` / ``FDSKLRegressor`` (scikit-learn style).
@@ -15,6 +17,7 @@
 """
 
 from .bandwidth import median_sigma
+from .budget import train_budget
 from .checks import ScalingWarning
 from .circle import Circle, KeptPhases
 from .estimator import FDSKLClassifier, FDSKLRegressor, LeakWarning
@@ -26,5 +29,5 @@ from .trainer import DSGConfig, TrainResult, train_dsg
 __all__ = [
     "Circle", "DSGConfig", "FDSKLClassifier", "FDSKLRegressor", "FederatedFeatureMap", "FourierSampler",
     "KERNELS", "KeptPhases", "LeakWarning", "LOSSES", "LogisticLoss", "Loss", "ScalingWarning", "SmoothHingeLoss", "SquareLoss",
-    "TrainResult", "feature_map", "get_loss", "median_sigma", "train_dsg",
+    "TrainResult", "feature_map", "get_loss", "median_sigma", "train_budget", "train_dsg",
 ]
