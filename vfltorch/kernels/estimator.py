@@ -21,6 +21,13 @@ global indices), ``n_iter_``, ``n_random_features_``, ``feature_map_`` (this
 party's share of the random features), ``train_seconds_``, ``history_``
 (the learning curve, active party), ``comm_`` (bytes per party and phase).
 
+Model. ``n_components=D`` (default 1024): a bounded model of D random features trained by
+``budget.py`` (an epoch costs O(n D) compute and bytes, scoring m rows O(m D)), with
+``solver='adam'`` (default: Adam on all D coefficients, averaged iterates) or ``'dsg'`` (the
+paper's constant step on one block per iteration). ``n_components=None``: the paper's model,
+which grows by r = ``features_per_step`` features per iteration (``trainer.py`` / ``shared.py``).
+``FDSKLClassifier`` trains one-vs-rest when the labels take three or more values.
+
 Privacy. ``protocol='shared'`` (the default with Q > 1; the federation needs
 a coordinator, which deals masks and triples): the active party learns f on
 its mini-batch rows, the r gradient sums per iteration, f on the rows it
