@@ -6,7 +6,11 @@
   paper's protocol (constant in t: an epoch costs O(n D)), and scoring m rows
   sends 2 (2Q - 2) m D bytes, whatever the number of iterations;
 * one-vs-rest on wine (3 classes) under the shared protocol equals its
-  centralised twin.
+  centralised twin;
+* the active party's attack on what it receives while *training* the bounded
+  model (the phases, or masked phases, of every batch it evaluates, pooled
+  over an epoch): least squares with phase unwrapping rebuilds the passive
+  columns under the paper's protocol and fails under the default.
 """
 
 import math
@@ -47,6 +51,57 @@ def bc(fed):
     return load_party_data(fed, DataConfig(dataset="breast_cancer", scale="minmax", seed=0))
 
 
+ATTACK = dict(batch_size=32, epochs=1, random_state=3, sigma=1.0, n_components=448, features_per_step=16)
+
+
+def spy_on_training(fed):
+    """Record, at the active party, the outputs of Algorithm 3 it receives during training (test instrumentation:
+    the same values the protocol hands it; nothing is changed)."""
+    import vfltorch.kernels.budget as budget
+    from vfltorch.kernels.protocol import FederatedFeatureMap
+
+    seen = []
+    dealt, phases = budget.dealt_phases, FederatedFeatureMap.phases
+
+    def dealt_spy(fmap, X, blocks, dealer):
+        ph = dealt(fmap, X, blocks, dealer)
+        if fed.is_active:
+            seen.append(ph.S.clone())
+        return ph
+
+    def phases_spy(self, X, blocks):
+        theta = phases(self, X, blocks)
+        if fed.is_active:
+            seen.append(theta.clone())
+        return theta
+
+    budget.dealt_phases = dealt_spy
+    FederatedFeatureMap.phases = phases_spy
+
+    def stop():
+        budget.dealt_phases, FederatedFeatureMap.phases = dealt, phases
+        return seen
+    return stop
+
+
+def attack_fits(fed, data):
+    """Train the bounded model once per protocol with the spy on; return the active party's pooled view."""
+    out = {}
+    for protocol in ("paper", "shared"):
+        if fed.is_coordinator and protocol == "paper":
+            continue
+        stop = spy_on_training(fed)
+        est = FDSKLClassifier(fed, protocol=protocol, **ATTACK)
+        if data is None:
+            est.fit(None)
+        else:
+            est.fit(data.X_train, data.y_train, columns=data.columns)
+        seen = stop()
+        if fed.is_active:
+            out[protocol] = {"batches": seen, "omega": est.feature_map_.omega.clone(), "sigma": est.sigma_}
+    return out
+
+
 def job(fed):
     warnings.simplefilter("ignore")
     out = {}
@@ -81,6 +136,7 @@ def job(fed):
         out["ovr"] = {"f": ovr.decision_function(torch.tensor(Xte)), "n_models": len(ovr.estimators_)}
         if fed.is_active:
             out["ovr"]["classes"] = ovr.classes_
+    out["attack"] = attack_fits(fed, data)
     return out
 
 
@@ -165,3 +221,46 @@ def test_defaults_learn_the_hard_synthetic_case():
     Xtr, ytr, Xte, yte = hard_synthetic()
     clf = FDSKLClassifier().fit(Xtr.astype(np.float32), ytr)
     assert clf.score(Xte.astype(np.float32), yte) > 0.955
+
+
+def training_view(view, n, epochs=1):
+    """The pooled (row -> phases) view of one epoch of batches, rows in the sampler's order (public seed)."""
+    from vfltorch.kernels.random_features import derive_key
+    from vfltorch.kernels.trainer import BatchSampler
+
+    sampler = BatchSampler(n, ATTACK["batch_size"], derive_key(ATTACK["random_state"], 0xBA7C))
+    rows, theta = [], []
+    for words in view["batches"]:
+        batch = sampler.next()
+        rows.append(batch)
+        theta.append(words)
+    rows, theta = torch.cat(rows), torch.cat(theta)
+    first = {}
+    for k, r in enumerate(rows.tolist()):
+        first.setdefault(r, k)
+    keep = torch.tensor(sorted(first, key=first.get))
+    return keep, theta[torch.tensor([first[r] for r in keep.tolist()])]
+
+
+@pytest.mark.parametrize("protocol", ["paper", "shared"])
+def test_active_party_attack_on_bounded_training(runs, protocol):
+    from test_fdskl_attack import r2, unwrap_attack
+
+    from vfltorch.kernels import Circle, FourierSampler
+
+    data = bc(Federation.local())
+    X = data.X_train.double()
+    n = X.shape[0]
+    view = runs[0]["attack"][protocol]
+    rows, theta_words = training_view(view, n)
+    assert len(rows) == n                                      # one epoch of batches covers every training row
+    circle = Circle(16)
+    theta = circle.decode(theta_words)
+    own = circle.decode(circle.encode(X[rows][:, :10] @ view["omega"]))       # the active party's own part
+    W_P = FourierSampler("rbf", view["sigma"], ATTACK["random_state"]).omega(range(10, 30), range(theta.shape[1]))
+    est = unwrap_attack(theta, own, W_P)
+    got = r2(est, X[rows][:, 10:30])
+    if protocol == "paper":
+        assert float(got.min()) > 0.99, got                    # every passive column rebuilt from training alone
+    else:
+        assert float(got.max()) < 0.05, got                    # nothing beyond a trivial baseline
