@@ -40,7 +40,8 @@ def _party(fed, dataset, rows, batch, r, iterations, schedule, bits):
     data = load_party_data(fed, data_config(dataset, 0))
     X, y = data.X_train[:rows], None if data.y_train is None else data.y_train[:rows]
     epochs = iterations * batch / X.shape[0]
-    clf = FDSKLClassifier(fed, protocol="paper", batch_size=batch, features_per_step=r, epochs=epochs,
+    clf = FDSKLClassifier(fed, protocol="paper", n_components=None, solver="dsg", batch_size=batch,
+                          features_per_step=r, epochs=epochs,
                           schedule=schedule, angle_bits=bits, log_every=1).fit(X, y, columns=data.columns)
     if not fed.is_active:
         return None

@@ -162,8 +162,6 @@ CASES = [
     # ---- label defects
     ("inspect --dataset {one_class} --label-column y --parties 2",
      "column 'y' of {one_class} holds a single value (1) in all 6 rows: there is nothing to learn"),
-    ("fdskl --dataset {three} --label-column y --parties 2",
-     "fdskl does binary classification and regression; {three} is a multiclass task"),
     ("hetero-lr --dataset {real_labels} --label-column y --parties 2",
      "hetero-lr does binary classification; {real_labels} is a regression task"),
     ("dpscd --dataset {text_labels} --label-column y --parties 2", "dpscd does binary classification and regression"),

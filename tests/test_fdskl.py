@@ -20,7 +20,7 @@ from conftest import needs_dataset
 
 # The paper's protocol with mask_seed="seed": masks and phases derived from the public seed, so Q parties
 # reproduce Q = 1 exactly (the default protocol is tested in test_fdskl_attack.py).
-SMALL = dict(batch_size=64, features_per_step=16, epochs=2, random_state=3, mask_seed="seed", protocol="paper")
+SMALL = dict(n_components=None, batch_size=64, features_per_step=16, epochs=2, random_state=3, mask_seed="seed", protocol="paper")
 VARIANTS = {
     "cached64": dict(SMALL, angle_bits=64),
     "paper32_laplace_hinge": dict(SMALL, angle_bits=32, schedule="paper", kernel="laplace", loss="smooth_hinge"),
@@ -300,7 +300,9 @@ def test_vfl_fdskl_demo_writes_the_record(tmp_path):
     assert "test_accuracy=" in r.stdout
     rec = json.loads(out.read_text())
     assert rec["metrics"]["test_accuracy"] > 0.94
-    assert rec["fdskl"]["history"] and rec["fdskl"]["random_features"] == rec["fdskl"]["iterations"] * 32
+    # The bounded model (default): D = 1024 features whatever the number of iterations (B = 32 here).
+    assert rec["fdskl"]["history"] and rec["fdskl"]["random_features"] == 1024
+    assert rec["fdskl"]["iterations"] == math.ceil(5 * 427 / 32)
     assert all(rec["comm"][str(p)]["bytes_sent"] > 0 for p in range(3))
     assert any((tmp_path / "tb").iterdir())
 
@@ -326,11 +328,13 @@ class _no_raise:
 
 
 @needs_dataset("vehicle")
-def test_vfl_fdskl_refuses_a_multiclass_dataset(capsys):
-    assert main(["fdskl", "--dataset", "vehicle", "--parties", "1", "--quiet"]) == 2
-    err = capsys.readouterr().err.lower()
-    # Refused in the launching process, with what to do instead.
-    assert "fdskl does binary classification and regression" in err and "--positive-label" in err
+def test_vfl_fdskl_one_vs_rest_on_a_multiclass_dataset(tmp_path):
+    # Vehicle: 4 classes; one binary model per class, the largest decision value wins (chance: 26%).
+    out = tmp_path / "vehicle.json"
+    assert main(["fdskl", "--dataset", "vehicle", "--parties", "1", "--quiet", "--epochs", "3",
+                 "--output-json", str(out)]) == 0
+    rec = json.loads(out.read_text())
+    assert rec["task"] == "multiclass" and rec["metrics"]["test_accuracy"] > 0.6
 
 
 def a9a_job(fed):

@@ -7,7 +7,9 @@
   additive shares (the active party learns f on its batch rows and g only).
 * ``protocol`` - the paper's Algorithm 3 (masked phases over totally different trees) and
   Algorithm 2 (decision values), batched over rows and features.
-* ``trainer`` - Algorithm 1, batched (B samples, r features per iteration).
+* ``budget`` - the bounded model (default): D random features, O(n D) per epoch, O(m D) to score
+  m rows, Adam or the paper's step; under both protocols.
+* ``trainer`` - Algorithm 1, batched (B samples, r new features per iteration: the growing model).
 * ``losses`` - square, logistic, smooth hinge (the paper's Table 1).
 * ``bandwidth`` - the median-heuristic kernel width through a secure sum.
 * ``estimator`` - ``FDSKLClassifier`` / ``FDSKLRegressor`` (scikit-learn style).
@@ -19,6 +21,7 @@ from .._lazy import lazy_exports
 # submodule -> the names it exports (imported on first use: `vfl --help` needs no torch)
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "bandwidth": "median_sigma",
+    "budget": "train_budget",
     "checks": "ScalingWarning",
     "circle": "Circle KeptPhases",
     "estimator": "FDSKLClassifier FDSKLRegressor LeakWarning",

@@ -34,6 +34,17 @@ def check_hyperparameters(est) -> None:
     from .losses import LOSSES
     from .random_features import KERNELS
 
+    n_components = getattr(est, "n_components", None)
+    if n_components is not None and not (isinstance(n_components, (int, np.integer))
+                                         and not isinstance(n_components, bool) and n_components >= 1):
+        raise VFLInputError(f"n_components (the number D of random features of the bounded model) must be a "
+                            f"positive integer, or None for the paper's model that grows by r features per "
+                            f"iteration; got {n_components!r}")
+    solver = getattr(est, "solver", "adam")
+    if solver not in ("adam", "dsg"):
+        raise VFLInputError(f"solver must be 'adam' (the default: Adam steps on all D coefficients, averaged "
+                            f"iterates) or 'dsg' (the paper's constant-step doubly stochastic step on one block of "
+                            f"r features); got {solver!r}")
     if est.kernel not in KERNELS:
         raise VFLInputError(f"kernel={est.kernel!r} is not supported: choose one of {', '.join(KERNELS)}")
     if not (isinstance(est.sigma, str) and est.sigma == "median"):
@@ -91,7 +102,7 @@ def check_hyperparameters(est) -> None:
 
 def check_shared(est) -> None:
     """Options the shared protocol (Q > 1) cannot run with."""
-    if est.protocol == "shared" and est.schedule != "cached":
+    if est.protocol == "shared" and est.schedule != "cached" and getattr(est, "n_components", None) is None:
         raise VFLInputError("protocol='shared' runs the cached schedule only (f kept as shares for every "
                             "training row); schedule='paper' needs protocol='paper'")
     if est.protocol == "shared" and est.angle_bits != 16:

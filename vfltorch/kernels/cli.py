@@ -43,6 +43,15 @@ def _mask_seed(text: str):
         raise argparse.ArgumentTypeError(f"--mask-seed takes 'random', 'seed' or an integer, got {text!r}") from None
 
 
+def _n_components(text: str):
+    if text.lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--n-components takes a positive integer or 'none', got {text!r}") from None
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("FDSKL")
     g.add_argument("--protocol", choices=["shared", "paper"], default="shared",
@@ -57,11 +66,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="loss (the paper's Table 1); default logistic for classification, square for regression")
     g.add_argument("--lam", "--lambda", dest="lam", type=float, default=1e-5, help="regularisation lambda")
     g.add_argument("--gamma", type=float, default=None,
-                   help="constant step size; default per loss: logistic 16, smooth hinge 4, square 1")
+                   help="step size; default for the bounded model with --solver adam: Adam rate = the loss step / 320 (logistic 0.05), else per loss: "
+                        "logistic 16, smooth hinge 4, square 1 (constant)")
     g.add_argument("--batch-size", type=int, default=None,
                    help="rows B per iteration (B = 1: the paper); default n / 32 clipped to [32, 1024]")
     g.add_argument("--features-per-step", type=int, default=32,
-                   help="new random features r per iteration (r = 1: the paper)")
+                   help="random features r per block (r = 1: the paper); the growing model adds a block per "
+                        "iteration, the bounded one has n_components / r blocks")
+    g.add_argument("--n-components", type=_n_components, default=1024, metavar="D",
+                   help="random features D of the bounded model (default 1024): O(n D) per epoch, O(m D) to "
+                        "score m rows; 'none': the paper's model, which grows by r features per iteration")
+    g.add_argument("--solver", choices=["adam", "dsg"], default="adam",
+                   help="bounded model: 'adam' (default: Adam steps on all D coefficients, step decayed as "
+                        "1/sqrt(epoch), averaged iterates) or 'dsg' (the paper's constant step on one block)")
     g.add_argument("--epochs", type=float, default=None,
                    help="passes over the training rows (default 5, unless --time-budget is given alone)")
     g.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
@@ -116,19 +133,24 @@ def _estimator(fed, args, task: str):
     from .estimator import FDSKLClassifier, FDSKLRegressor
 
     epochs = args.epochs if args.epochs is not None else (None if args.time_budget is not None else 5.0)
-    Estimator = FDSKLClassifier if task == "binary" else FDSKLRegressor
+    Estimator = FDSKLRegressor if task == "regression" else FDSKLClassifier      # multiclass: one-vs-rest
     return Estimator(fed, kernel=args.kernel, sigma=args.sigma, loss=args.loss, lam=args.lam, gamma=args.gamma,
                      batch_size=args.batch_size, features_per_step=args.features_per_step, epochs=epochs,
                      max_time=args.time_budget, schedule=args.schedule, random_state=args.seed,
                      mask_seed=args.mask_seed, angle_bits=args.angle_bits, log_every=args.log_every,
-                     prefetch=args.prefetch, protocol=args.protocol, device=args.device)
+                     prefetch=args.prefetch, protocol=args.protocol, device=args.device,
+                     n_components=args.n_components, solver=args.solver)
 
 
 def check(args, info: dict) -> None:
     """Hyperparameters, in the launching process before any party starts (where the launcher does not know
     the task, the square loss is checked as a regressor and every other loss as a classifier)."""
+    from ..data.validation import VFLInputError
     from .checks import check_hyperparameters
 
+    if info.get("task") == "multiclass" and getattr(args, "save_model", None):
+        raise VFLInputError("--save-model keeps binary and regression FDSKL models; a multi-class (one-vs-rest) "
+                            "model cannot be saved yet: drop --save-model")
     task = info.get("task") if info.get("task") in ("binary", "regression") else (
         "regression" if args.loss == "square" else "binary")
     check_hyperparameters(_estimator(None, args, task))
@@ -142,9 +164,9 @@ def run(fed, data, args, log):
 
     if fed.is_coordinator:
         return _run_dealer(fed, args)
-    if data.task not in ("binary", "regression"):
-        raise VFLInputError(f"FDSKL does binary classification and regression; {data.dataset} is a {data.task} "
-                            f"task. Pick a binary or regression dataset (see `vfl datasets`).")
+    if data.task not in ("binary", "regression", "multiclass"):
+        raise VFLInputError(f"FDSKL does classification and regression; {data.dataset} is a {data.task} "
+                            f"task. Pick a classification or regression dataset (see `vfl datasets`).")
     dtype = getattr(torch, args.precision)
     X_train, X_test = data.X_train.to(dtype), None if data.X_test is None else data.X_test.to(dtype)
     est = _estimator(fed, args, data.task)
@@ -160,7 +182,12 @@ def run(fed, data, args, log):
     if X_test is not None:
         f = est.decision_function(X_test)
         if f is not None:
-            metrics.update(_test_metrics(f, data.y_test, data.task))
+            if data.task == "multiclass":
+                pred = est.classes_[np.asarray(torch.as_tensor(f).argmax(dim=1))]     # f: rows x classes
+                metrics["test_accuracy"] = float(np.mean(pred == np.asarray(data.y_test)))
+                metrics["test_error"] = 1.0 - metrics["test_accuracy"]
+            else:
+                metrics.update(_test_metrics(f, data.y_test, data.task))
     from ..predict import save_estimator
 
     model_id = save_estimator(fed, args, data, est)
@@ -213,5 +240,5 @@ COMMANDS = [
     Command("fdskl", "FDSKL: kernel classification / regression with doubly stochastic random features "
                      "(Gu et al., KDD 2020)", run, add_arguments=add_arguments,
             coordinator=_wants_dealer, data_defaults={"scale": "minmax", "test_fraction": 0.25},
-            tasks=("binary", "regression"), check=check),
+            tasks=("binary", "regression", "multiclass"), check=check),
 ]

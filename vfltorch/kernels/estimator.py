@@ -21,6 +21,13 @@ global indices), ``n_iter_``, ``n_random_features_``, ``feature_map_`` (this
 party's share of the random features), ``train_seconds_``, ``history_``
 (the learning curve, active party), ``comm_`` (bytes per party and phase).
 
+Model. ``n_components=D`` (default 1024): a bounded model of D random features trained by
+``budget.py`` (an epoch costs O(n D) compute and bytes, scoring m rows O(m D)), with
+``solver='adam'`` (default: Adam on all D coefficients, averaged iterates) or ``'dsg'`` (the
+paper's constant step on one block per iteration). ``n_components=None``: the paper's model,
+which grows by r = ``features_per_step`` features per iteration (``trainer.py`` / ``shared.py``).
+``FDSKLClassifier`` trains one-vs-rest when the labels take three or more values.
+
 Privacy. ``protocol='shared'`` (the default with Q > 1; the federation needs
 a coordinator, which deals masks and triples): the active party learns f on
 its mini-batch rows, the r gradient sums per iteration, f on the rows it
@@ -73,6 +80,11 @@ from .protocol import FederatedFeatureMap
 from .shared import share_table, shared_decision_values, train_shared
 from .random_features import FourierSampler, derive_key
 from .trainer import DSGConfig, held_out_metrics, train_dsg
+from .budget import train_budget
+
+# The bounded model's default Adam rate (decayed as 1/sqrt(epoch)) per unit of the loss's constant DSG step: Adam
+# moves every coefficient by about its rate, so f moves by about rate * sqrt(D); 0.05 for the logistic loss at D = 1024.
+ADAM_STEP_SCALE = 1.0 / 320.0
 
 
 class LeakWarning(UserWarning):
@@ -94,7 +106,8 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
                  features_per_step: int = 32, epochs: float | None = 5.0, max_time: float | None = None,
                  schedule: str = "cached", random_state: int = 0, mask_seed="random", angle_bits: int = 16,
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
-                 prefetch: int = 1, device=None, protocol: str = "shared"):
+                 prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1024,
+                 solver: str = "adam"):
         self.fed = fed
         self.kernel = kernel
         self.sigma = sigma
@@ -115,18 +128,38 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         self.prefetch = prefetch
         self.device = device
         self.protocol = protocol
+        self.n_components = n_components
+        self.solver = solver
 
     # ------------------------------------------------------------ helpers
     def _loss(self):
         return get_loss(self.loss or self._default_loss, self._task)
 
     def _step_size(self) -> float:
-        """gamma, or the loss's default step: 16 for logistic, 4 for smooth hinge, 1 for square."""
-        return float(self.gamma) if self.gamma is not None else self._loss().default_step
+        """gamma, or the loss's constant step (logistic 16, smooth hinge 4, square 1); for the bounded model's
+        Adam steps that step / 320 * sqrt(1024 / D) (logistic: 0.05 at D = 1024)."""
+        if self.gamma is not None:
+            return float(self.gamma)
+        if self._bounded() and self.solver == "adam":
+            return self._loss().default_step * ADAM_STEP_SCALE * (1024.0 / (self._n_blocks() *
+                                                                          int(self.features_per_step))) ** 0.5
+        return self._loss().default_step
+
+    def _bounded(self) -> bool:
+        """A fixed budget of n_components random features (budget.py); None: the paper's growing model."""
+        return self.n_components is not None
+
+    def _n_blocks(self) -> int:
+        return -(-int(self.n_components) // int(self.features_per_step))
 
     def _batch_size(self, n: int) -> int:
-        """B, or about n / 32 (32 iterations per epoch) clipped to [32, 1024]."""
-        return int(self.batch_size) if self.batch_size is not None else int(min(1024, max(32, n // 32)))
+        """B, or by default: bounded model n / 128 clipped to [32, 256] (its epoch costs n D whatever B, and
+        more, smaller steps converge faster); growing model n / 32 clipped to [32, 1024]."""
+        if self.batch_size is not None:
+            return int(self.batch_size)
+        if self._bounded():
+            return int(min(256, max(32, n // 128)))
+        return int(min(1024, max(32, n // 32)))
 
     def _federation(self) -> Federation:
         return self.fed if self.fed is not None else Federation.local(self.device or "cpu")
@@ -245,7 +278,14 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
                 y_mon = torch.as_tensor(self._encode_known(monitor[1]))
             monitor = (X_mon, y_mon)
         cfg = self._config(loss, X.shape[0])
-        if shared:
+        if self._bounded():
+            table = share_table(fed, fed.coordinator) if shared else None
+            if shared:
+                self.table_ = table
+            result = train_budget(fed, self.feature_map_, X, y_fit, cfg, n_blocks=self._n_blocks(),
+                                  dealer=fed.coordinator if shared else None, table=table, monitor=monitor,
+                                  log=log, progress=progress and fed.is_active)
+        elif shared:
             self.table_ = share_table(fed, fed.coordinator)
             result = train_shared(fed, self.feature_map_, X, y_fit, cfg, dealer=fed.coordinator, table=self.table_,
                                   monitor=monitor, log=log, progress=progress and fed.is_active)
@@ -260,7 +300,8 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
                          epochs=self.epochs, max_time=self.max_time, schedule=self.schedule,
                          seed=derive_key(self.random_state, 0xBA7C), log_every=self.log_every,
                          prefetch=int(self.prefetch), task=self._task,
-                         y_offset=getattr(self, "y_offset_", 0.0), y_scale=getattr(self, "y_scale_", 1.0))
+                         y_offset=getattr(self, "y_offset_", 0.0), y_scale=getattr(self, "y_scale_", 1.0),
+                         solver=self.solver, max_elements=int(self.max_elements))
 
     def _fit_dealer(self, fed: Federation, monitor, log):
         """The dealer's side of fit: it follows the public schedule, deals masks and triples, holds no data."""
@@ -283,8 +324,13 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         if plan.get("monitor_rows") is not None:
             mon = (torch.zeros(plan["monitor_rows"], 0, dtype=torch.float64), None)
         # The step comes from the active party's plan: the dealer does not know the task's default loss.
-        result = train_shared(fed, self.feature_map_, empty, None, self._config(self._loss(), n, plan["step"]),
-                              dealer=fed.coordinator, table=self.table_, monitor=mon, log=None)
+        cfg = self._config(self._loss(), n, plan["step"])
+        if self._bounded():
+            result = train_budget(fed, self.feature_map_, empty, None, cfg, n_blocks=self._n_blocks(),
+                                  dealer=fed.coordinator, table=self.table_, monitor=mon)
+        else:
+            result = train_shared(fed, self.feature_map_, empty, None, cfg, dealer=fed.coordinator,
+                                  table=self.table_, monitor=mon, log=None)
         return self._finish(fed, result)
 
     def _finish(self, fed: Federation, result):
@@ -424,11 +470,13 @@ def _logistic_loss(est) -> bool:
 
 
 class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
-    """Binary FDSKL classifier. Losses: logistic (default), smooth_hinge, square.
+    """FDSKL classifier. Losses: logistic (default), smooth_hinge, square.
 
     Labels: any two values (``classes_``, sorted; the second is the positive class), trained on as
-    -1 / +1; ``predict`` returns them. ``predict_proba`` exists with the logistic loss only (f is
-    then the log-odds of ``classes_[1]``).
+    -1 / +1; ``predict`` returns them. With three or more distinct labels, one-vs-rest: one binary
+    model per class (``estimators_``), the class of the largest decision value wins.
+    ``predict_proba`` exists with the logistic loss only (binary: f is the log-odds of ``classes_[1]``;
+    one-vs-rest: the per-class sigmoids, normalised to sum to 1).
     """
 
     _task = "binary"
@@ -443,14 +491,96 @@ class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
     def _encode_known(self, y):
         return BinaryLabels.encode(self, y)
 
+    def fit(self, X, y=None, *, columns=None, monitor=None, log=None, progress: bool = False):
+        fed = self._federation()
+        classes = self._agree_classes(fed, y)
+        self.estimators_ = None
+        if classes is None:
+            return super().fit(X, y, columns=columns, monitor=monitor, log=log, progress=progress)
+        return self._fit_one_vs_rest(fed, X, y, classes, columns, monitor, log, progress)
+
+    def _agree_classes(self, fed: Federation, y):
+        """The number of classes (>= 3: one-vs-rest) or None (binary), from the active party to every rank.
+
+        Only the count crosses the wire; the class values stay at the active party.
+        """
+        count = None
+        if fed.is_active and y is not None:
+            values = np.unique(np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y).reshape(-1))
+            count = int(len(values)) if len(values) >= 3 else None
+        shared = self._shared(fed) and fed.coordinator is not None
+        ranks = fed.parties + ([fed.coordinator] if shared else [])
+        if fed.rank not in ranks:
+            return None
+        with fed.phase("fdskl/setup"):
+            return fed.broadcast_json({"classes": count}, fed.active, ranks=ranks)["classes"]
+
+    def _fit_one_vs_rest(self, fed, X, y, count, columns, monitor, log, progress):
+        """One binary model per class, fitted one after the other by every rank (same features: same seed)."""
+        params = self.get_params()
+        labels = mon_labels = None
+        if fed.is_active:
+            labels = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y).reshape(-1)
+            self.classes_ = np.unique(labels)
+            if monitor is not None and monitor[1] is not None:
+                mon_labels = np.asarray(monitor[1].cpu() if isinstance(monitor[1], torch.Tensor) else monitor[1])
+        self.estimators_ = []
+        for k in range(count):
+            est = FDSKLClassifier(**params)
+            y_k = mon = None
+            if fed.is_active:
+                y_k = np.where(labels == self.classes_[k], 1.0, -1.0)
+            if monitor is not None:
+                mon = (monitor[0], None if mon_labels is None else np.where(mon_labels == self.classes_[k], 1.0, -1.0))
+            _FDSKLBase.fit(est, X, y_k, columns=columns, monitor=mon, log=log if k == 0 else None,
+                           progress=progress)
+            est.estimators_ = None
+            self.estimators_.append(est)
+        first = self.estimators_[0]
+        for name in ("sigma_", "sigma_seconds_", "n_features_in_", "columns_", "feature_map_", "n_random_features_",
+                     "batch_loss_", "train_loss_"):
+            if hasattr(first, name):
+                setattr(self, name, getattr(first, name))
+        if hasattr(first, "n_columns_total_"):
+            self.n_columns_total_ = first.n_columns_total_
+        if hasattr(first, "table_"):
+            self.table_ = first.table_
+        self.n_iter_ = sum(e.n_iter_ for e in self.estimators_)
+        self.train_seconds_ = sum(e.train_seconds_ for e in self.estimators_)
+        self.history_ = first.history_
+        self.alpha_ = torch.stack([e.alpha_ for e in self.estimators_], dim=1) if fed.is_active else None
+        self.comm_ = None
+        if fed.is_active:
+            every = [e.comm_ for e in self.estimators_]
+            self.comm_ = {"train_bytes_sent_per_party": [sum(v) for v in zip(*(c["train_bytes_sent_per_party"]
+                                                                                for c in every))],
+                          "train_messages_sent_per_party": [sum(v) for v in zip(*(c["train_messages_sent_per_party"]
+                                                                                  for c in every))],
+                          "train_bytes_sent_total": sum(c["train_bytes_sent_total"] for c in every)}
+            self.comm_["bytes_per_iteration"] = self.comm_["train_bytes_sent_total"] / max(1, self.n_iter_)
+        return self
+
+    def decision_function(self, X=None):
+        """f(x) at the active party: (rows,) for a binary model, (rows, classes) one-vs-rest; None elsewhere."""
+        if getattr(self, "estimators_", None):
+            parts = [e.decision_function(X) for e in self.estimators_]
+            if parts[0] is None:
+                return None
+            return np.stack(parts, axis=1) if isinstance(parts[0], np.ndarray) else torch.stack(parts, dim=1)
+        return super().decision_function(X)
+
     def predict(self, X):
-        """The labels of fit at the active party (the sign of f; 0 counts as ``classes_[1]``), None elsewhere.
+        """The labels of fit at the active party (binary: the sign of f, 0 counts as ``classes_[1]``;
+        one-vs-rest: the class of the largest f), None elsewhere.
 
         torch input and numeric labels give a float64 tensor, else a numpy array.
         """
         f = self.decision_function(X)
         if f is None:
             return None
+        if getattr(self, "estimators_", None):
+            out = self.classes_[np.asarray(torch.as_tensor(f).argmax(dim=1))]
+            return out if isinstance(f, np.ndarray) else torch.as_tensor(out)
         return BinaryLabels.decode(self, f >= 0, as_torch=isinstance(f, torch.Tensor),
                                    like=f if isinstance(f, torch.Tensor) else None)
 
@@ -460,10 +590,18 @@ class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
         f = self.decision_function(X)
         if f is None:
             return None
+        if getattr(self, "estimators_", None):        # one-vs-rest: per-class sigmoids, normalised
+            p = torch.sigmoid(torch.as_tensor(f, dtype=torch.float64))
+            return (p / p.sum(dim=1, keepdim=True)).cpu().numpy()
         return proba_columns(torch.sigmoid(torch.as_tensor(f)))
 
     def score(self, X, y=None):
         """Accuracy at the active party (every party must call it with its own columns), None elsewhere."""
+        if getattr(self, "estimators_", None):
+            pred = self.predict(X)
+            if pred is None:
+                return None
+            return float(np.mean(np.asarray(pred) == np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y)))
         f = self.decision_function(X)
         if f is None:
             return None
@@ -481,12 +619,14 @@ class FDSKLRegressor(RegressorMixin, _FDSKLBase):
                  features_per_step: int = 32, epochs: float | None = 5.0, max_time: float | None = None,
                  schedule: str = "cached", random_state: int = 0, mask_seed="random", angle_bits: int = 16,
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
-                 prefetch: int = 1, device=None, protocol: str = "shared", normalize_y: bool = True):
+                 prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1024,
+                 solver: str = "adam", normalize_y: bool = True):
         super().__init__(fed, kernel=kernel, sigma=sigma, loss=loss, lam=lam, gamma=gamma, batch_size=batch_size,
                          features_per_step=features_per_step, epochs=epochs, max_time=max_time, schedule=schedule,
                          random_state=random_state, mask_seed=mask_seed, angle_bits=angle_bits,
                          median_pairs=median_pairs, log_every=log_every, max_elements=max_elements,
-                         prefetch=prefetch, device=device, protocol=protocol)
+                         prefetch=prefetch, device=device, protocol=protocol, n_components=n_components,
+                         solver=solver)
         self.normalize_y = normalize_y
 
     def _prepare_targets(self, y: torch.Tensor) -> torch.Tensor:

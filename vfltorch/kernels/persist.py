@@ -25,6 +25,11 @@ from .shared import cosine_table, pair_table
 
 
 def fdskl_shard_state(est) -> tuple[dict, dict]:
+    if getattr(est, "estimators_", None):
+        from ..data.validation import VFLInputError
+
+        raise VFLInputError("saving a one-vs-rest (multi-class) FDSKL model is not supported yet: save one binary "
+                            "model per class, or train without --save-model")
     fmap = est.feature_map_
     fed = fmap.fed
     state = {"n_blocks": fmap.n_blocks, "dtype": str(fmap.dtype).replace("torch.", ""),

@@ -51,6 +51,9 @@ Algorithm 3): no label, alpha or f. D learns nothing (it receives only the
 row counts and the stop flag). A colluding with D (or with K_t) recovers the
 phases of block t, i.e. falls back to the paper's leak.
 
+This module trains the growing model (``n_components=None``); the bounded default reuses its
+phases and products per mini-batch (``budget.py``).
+
 Bytes per iteration, on top of the paper's cached schedule (2Q - 2 messages of
 n r angles): A -> K_t n x 2r ring words (16 n r bytes), D -> A n words, the
 batch shares (Q - 1) B words, and 2B r + 2r words for the gradient.

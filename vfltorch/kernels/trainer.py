@@ -81,6 +81,8 @@ class DSGConfig:
     task: str = "binary"
     y_offset: float = 0.0                      # regression: f is fitted to (y - y_offset) / y_scale
     y_scale: float = 1.0
+    solver: str = "dsg"                        # bounded model (budget.py): "adam" or "dsg"
+    max_elements: int = 2 ** 22
 
 
 @dataclass

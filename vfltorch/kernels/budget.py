@@ -1,0 +1,315 @@
+"""FDSKL with a bounded model: D random features, linear cost in n, prediction in O(m D).
+
+The paper's Algorithm 1 creates r new random features per iteration, so the
+model has r T features after T iterations: an epoch of the cached schedule
+costs O(n^2 r / B) (every iteration evaluates the new features on all n rows)
+and scoring m rows costs O(m r T). Here the feature budget is fixed: D = nb r
+features (nb blocks of r, created once, seeds j < D), f(x) = sum_{j < D}
+alpha_j phi_j(x), and iteration t
+
+1. draws a mini-batch I_t of B rows (public seed, as before);
+2. evaluates the D features on the batch rows (Algorithm 3 for B rows and all
+   D features: B D phases) and f(x_i) = sum_j alpha_j phi_j(x_i) (Algorithm 2);
+3. takes a stochastic gradient step on E L(f(x), y) + (lambda / 2) ||alpha||^2.
+
+Per epoch that is n D phases (compute and bytes O(n D)); memory per party is
+O(B D + d_l D) (its rows of W, one batch of phases), independent of n beyond
+its own columns; scoring m rows is m D phases, once.
+
+Solvers (the active party alone updates alpha, from what it already learns):
+
+* ``adam`` (default): all D coefficients per step, Adam's per-coefficient
+  steps with lr_t = gamma / sqrt(1 + t / T_epoch), and the iterates averaged
+  from the middle of training (from the second epoch under a time budget).
+  The gradient is g_j = (1/B) sum_i L'(f(x_i), y_i) phi_j(x_i) + lambda alpha_j.
+  Constant-step doubly stochastic descent stalls on hard data (docs/fdskl.md):
+  the random-feature Gram matrix is badly conditioned, and a step large
+  enough for its small directions oscillates along its large ones.
+* ``dsg``: the paper's functional step on block k = t mod nb only, with a
+  constant step: alpha_block -= gamma / (B r) sum_i L'_i phi_block(x_i) and
+  every coefficient shrinks by (1 - gamma lambda): Algorithm 1 with seeds
+  reused modulo D (coefficients of a feature accumulate instead of a new
+  feature being created).
+
+Under ``protocol='shared'`` step 2 runs with dealt phase masks: the active
+party receives S = theta + beta (uniform), f on the batch rows comes from the
+products of its operands alpha_j cos S_ij with the keepers' cos beta_ij as
+shares (``shared.shared_decision``), opened to it alone, and the gradient sums
+sum_i L'_i phi_j(x_i) likewise. No party holds f on all n rows, so there is no
+fixed-point growth limit. What the active party learns: f on its batch rows
+(B values) and the gradient sums (D values for adam, r for dsg) per iteration,
+f on the monitor rows once per epoch. These are linear in the n D unknown
+feature values phi_j(x_i) with coefficients it knows (alpha, L'); training
+stops before the number of such equations reaches half the unknowns
+(``leak_limit``), so they never determine them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+
+import torch
+
+from ..comm import Federation, broadcast, pairwise_tree, reduce
+from ..comm.sharing import mul_dealt, open_shares
+from .shared import (PRODUCT_SCALE, REAL_PAIRS, SQRT2, _coef_check, cos_sin, dealt_phases, encode_factor,
+                     open_to_active, shared_decision, shared_decision_values)
+from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainResult, held_out_metrics, phase_totals
+
+SOLVERS = ("adam", "dsg")
+ADAM_BETAS = (0.9, 0.999)
+ADAM_EPS = 1e-8
+
+
+def leak_limit(n: int, n_features: int, batch: int, grad_per_step: int) -> int:
+    """Iterations before the active party's equations (B + g per step) reach half the n D unknowns."""
+    return max(1, (n * n_features) // (2 * (batch + grad_per_step)))
+
+
+class _Optimizer:
+    """The active party's update of alpha from the gradient sums (module docstring)."""
+
+    def __init__(self, cfg, D: int, r: int, per_epoch: float, max_iter: int | None):
+        self.cfg, self.D, self.r = cfg, D, r
+        self.per_epoch = per_epoch
+        self.alpha = torch.zeros(D, dtype=torch.float64)
+        self.m = torch.zeros(D, dtype=torch.float64)
+        self.v = torch.zeros(D, dtype=torch.float64)
+        self.mean = torch.zeros(D, dtype=torch.float64)
+        self.averaged = 0
+        self.average_from = (max_iter // 2 if max_iter is not None else math.ceil(per_epoch)) \
+            if cfg.solver == "adam" else None
+
+    def columns(self, t: int) -> torch.Tensor:
+        """The features whose gradient sums step t needs: all D (adam) or block t mod nb (dsg)."""
+        if self.cfg.solver == "adam":
+            return torch.arange(self.D)
+        k = t % (self.D // self.r)
+        return torch.arange(k * self.r, (k + 1) * self.r)
+
+    def step(self, t: int, cols: torch.Tensor, sums: torch.Tensor, B: int) -> None:
+        """sums[j] = sum_{i in I_t} L'_i phi_j(x_i) for j in cols."""
+        cfg = self.cfg
+        if cfg.solver == "dsg":
+            self.alpha *= 1.0 - cfg.gamma * cfg.lam                                  # line 9
+            self.alpha[cols] -= cfg.gamma / (B * self.r) * sums                      # line 8, accumulated
+            return
+        grad = sums / B + cfg.lam * self.alpha
+        b1, b2 = ADAM_BETAS
+        self.m.mul_(b1).add_(grad, alpha=1 - b1)
+        self.v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
+        lr = cfg.gamma / math.sqrt(1.0 + t / self.per_epoch)
+        m_hat = self.m / (1 - b1 ** (t + 1))
+        v_hat = self.v / (1 - b2 ** (t + 1))
+        self.alpha -= lr * m_hat / (v_hat.sqrt() + ADAM_EPS)
+        if t >= self.average_from:
+            self.averaged += 1
+            self.mean += (self.alpha - self.mean) / self.averaged
+
+    @property
+    def model(self) -> torch.Tensor:
+        """The coefficients to predict with: the averaged iterate once averaging has started."""
+        return self.mean.clone() if self.averaged else self.alpha.clone()
+
+
+def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None, cfg, *, n_blocks: int,
+                 dealer: int | None = None, table=None, monitor=None, log=None,
+                 progress: bool = False) -> TrainResult:
+    """Train the D = n_blocks r feature model at this party (SPMD; the dealer too under the shared protocol).
+
+    ``dealer`` None: the paper's protocol (or Q = 1); otherwise the shared
+    protocol with that dealer and its cosine ``table``. ``X`` is this party's
+    columns ((n x 0) at the dealer), ``y`` the labels at the active party.
+    """
+    n = X.shape[0]
+    r = fmap.block_size
+    shared = dealer is not None
+    active = fed.is_active
+    for _ in range(n_blocks - fmap.n_blocks):
+        fmap.add_block()                                         # Algorithm 1, line 4: once, for all D features
+    D = fmap.n_features
+    blocks = range(fmap.n_blocks)
+    sampler = BatchSampler(n, cfg.batch_size, cfg.seed)
+    B = sampler.batch_size
+    max_iter = max(1, math.ceil(cfg.epochs * sampler.per_epoch - 1e-9)) if cfg.epochs is not None else None
+    log_every = cfg.log_every or (max(1, max_iter // 50) if max_iter else 10)
+    opt = _Optimizer(cfg, D, r, sampler.per_epoch, max_iter) if active else None
+    grad_per_step = D if cfg.solver == "adam" else r
+    limit = leak_limit(n, D, B, grad_per_step) if shared else None
+    everyone = [fed.active] + [p for p in fed.parties if p != fed.active] + ([dealer] if shared else [])
+    control_tree = pairwise_tree(everyone)
+    if active:
+        y = y.to(torch.float64).cpu()
+    mon = _BudgetMonitor(fed, fmap, monitor, dealer, table, cfg.max_elements) if monitor is not None else None
+    bar = log.progress(total=max_iter, desc="fdskl", unit="it") if progress and log is not None else None
+    sent_before = phase_totals(fed, TRAIN_PHASE)
+    history: list[dict] = []
+    window_loss, window_count, last_batch_loss = 0.0, 0, float("nan")
+    train_seconds = 0.0
+    stopped_by_leak = False
+    t = 0
+    while True:
+        started = time.perf_counter()
+        with fed.phase(TRAIN_PHASE):
+            if max_iter is not None and t >= max_iter:
+                break
+            if limit is not None and t >= limit:
+                stopped_by_leak = True
+                break
+            if cfg.max_time is not None and _stop(fed, control_tree, train_seconds >= cfg.max_time):
+                break
+            batch = sampler.next()
+            Xb = X[batch.to(X.device)]
+            cols = opt.columns(t) if active else None
+            if shared:
+                f_batch, state = _shared_f(fed, fmap, Xb, opt, blocks, dealer, table, B)
+            else:
+                phi = fmap.features(Xb, blocks)                     # Algorithm 3: B rows, all D features
+                f_batch = phi.to(torch.float64).cpu() @ opt.alpha if active else None
+            d_loss = None
+            if active:
+                y_batch = y[batch]
+                d_loss = cfg.loss.derivative(f_batch, y_batch)
+                window_loss += float(cfg.loss.value(f_batch, y_batch).mean())
+                window_count += 1
+            if shared:
+                sums = _shared_gradient(fed, state, d_loss, t, cfg.solver, r, D, dealer, table, B)
+            elif active:
+                sums = phi[:, cols.to(phi.device)].to(torch.float64).cpu().T @ d_loss
+            if active:
+                opt.step(t, cols, sums, B)
+        train_seconds += time.perf_counter() - started
+        t += 1
+        if bar is not None:
+            bar.update(1)
+        final = max_iter is not None and t == max_iter
+        epoch_end = math.floor(t / sampler.per_epoch + 1e-9) > math.floor((t - 1) / sampler.per_epoch + 1e-9)
+        if t % log_every == 0 or final or epoch_end:
+            if window_count:
+                last_batch_loss = window_loss / window_count
+            # Under the shared protocol held-out values are opened at epoch ends only (module docstring).
+            use_mon = mon if (not shared or final or epoch_end) else None
+            point = _log_point(fed, t, D, opt, train_seconds, last_batch_loss, cfg, use_mon, log, control_tree,
+                               sent_before)
+            window_loss, window_count = 0.0, 0
+            if point is not None:
+                history.append(point)
+    if bar is not None:
+        bar.close()
+    if stopped_by_leak and active:
+        warnings.warn(f"FDSKL (shared protocol, {D} features) stopped after {t} iterations: the active party's "
+                      f"f values and gradient sums would next reach half the number of unknown feature values "
+                      f"n x D it could solve for. Raise n_components or the batch size, or train fewer epochs.",
+                      RuntimeWarning, stacklevel=2)
+    if window_count:
+        last_batch_loss = window_loss / window_count
+    sent = phase_totals(fed, TRAIN_PHASE)
+    alpha = opt.model.to(X.dtype) if active else None
+    return TrainResult(alpha, t, train_seconds, history, last_batch_loss, float("nan"),
+                       sent["bytes_sent"] - sent_before["bytes_sent"],
+                       sent["messages_sent"] - sent_before["messages_sent"])
+
+
+def _stop(fed: Federation, tree, mine: bool) -> bool:
+    """The active party's time-budget decision for every rank: one flag down a tree."""
+    if fed.num_parties == 1:
+        return mine
+    flag = torch.tensor([1 if mine else 0], dtype=torch.int64) if fed.is_active else None
+    flag = broadcast(fed, flag, tree, shape=(1,), dtype=torch.int64)
+    return bool(int(flag[0]))
+
+
+def _shared_f(fed, fmap, Xb, opt, blocks, dealer, table, B):
+    """f on the batch rows under the shared protocol, opened to the active party; the phases for the gradient."""
+    ph = dealt_phases(fmap, Xb, blocks, dealer)                  # S at the active party, beta at keepers / dealer
+    z = shared_decision(fed, ph, opt.alpha if fed.is_active else None, table, dealer, B)
+    f = open_to_active(fed, z, B)
+    return f, ph
+
+
+def _shared_gradient(fed, ph, d_loss, t, solver, r, D, dealer, table, B):
+    """sum_i L'_i phi_j(x_i) for the step's features as shares of each keeper group, opened to the active party."""
+    if solver == "adam":
+        wanted = None
+    else:
+        k = t % (D // r)
+        wanted = set(range(k * r, (k + 1) * r))
+    lp = None
+    if fed.is_active:
+        lp = SQRT2 * d_loss.to(torch.float64)
+        _coef_check(lp)
+    out = torch.zeros(D if wanted is None else r, dtype=torch.float64) if fed.is_active else None
+    position = 0
+    for keeper, cols, beta in ph.groups:
+        if wanted is None:
+            pick = torch.arange(len(cols))
+        else:
+            pick = torch.tensor([i for i, c in enumerate(cols.tolist()) if c in wanted], dtype=torch.int64)
+        if len(pick) == 0:
+            continue
+        sel = cols[pick]
+        holders = (fed.active, keeper)
+        x = yv = None
+        if fed.is_active:
+            # [L'_i cos S_ij, L'_i sin S_ij] over the batch rows i, one row per feature j
+            x = encode_factor(cos_sin(REAL_PAIRS, ph.S[:, sel].T) * lp.repeat_interleave(2))
+        if fed.rank in (keeper, dealer):
+            yv = cos_sin(table, beta[:, pick].T)
+        z = mul_dealt(fed, x, yv, holders=holders, dealer=dealer, kind="rowdot", shape_x=(len(sel), 2 * B))
+        g = open_shares(fed, z, holders=holders, to=fed.active, shape=(len(sel),)) if fed.rank in holders else None
+        if fed.is_active:
+            values = g.to(torch.float64) / PRODUCT_SCALE
+            if wanted is None:
+                out[sel] = values
+            else:
+                out[position:position + len(sel)] = values
+                position += len(sel)
+    return out          # dsg: the block's r sums in feature order (a block lies in one keeper group)
+
+
+class _BudgetMonitor:
+    """Held-out decision values of the current model (phases cached under the paper's protocol)."""
+
+    def __init__(self, fed, fmap, monitor, dealer, table, max_elements):
+        self.fed, self.fmap, self.dealer, self.table = fed, fmap, dealer, table
+        self.max_elements = max_elements
+        self.X = monitor[0]
+        self.y = None if monitor[1] is None else monitor[1].to(torch.float64).cpu()
+        self.phi = None
+        self.fetched = False
+
+    def values(self, alpha):
+        fed = self.fed
+        if self.dealer is not None:
+            return shared_decision_values(fed, self.fmap, self.X, alpha, dealer=self.dealer, table=self.table,
+                                          max_elements=self.max_elements)
+        if not self.fetched:            # the paper's protocol: the active party sees these phases anyway
+            self.fetched = True
+            self.phi = self.fmap.features(self.X, range(self.fmap.n_blocks))
+            if self.phi is not None:
+                self.phi = self.phi.to(torch.float64).cpu()
+        return None if self.phi is None else self.phi @ alpha
+
+
+def _log_point(fed, t, D, opt, train_seconds, batch_loss, cfg, mon, log, tree, sent_before):
+    with fed.phase(MONITOR_PHASE):
+        f_mon = mon.values(opt.model if opt is not None else None) if mon is not None else None
+        mine = phase_totals(fed, TRAIN_PHASE)["bytes_sent"] - sent_before["bytes_sent"]
+        total = reduce(fed, torch.tensor([mine], dtype=torch.int64), tree)
+    if not fed.is_active:
+        return None
+    point = {"iteration": t, "features": D, "train_seconds": train_seconds, "bytes": int(total[0]),
+             "batch_loss": batch_loss}
+    if f_mon is not None and mon.y is not None:
+        f_orig = cfg.y_offset + cfg.y_scale * f_mon if cfg.task == "regression" else f_mon
+        point.update(held_out_metrics(f_orig, mon.y, cfg.task, prefix="test_"))
+    if log is not None:
+        ms, kb = int(train_seconds * 1000), point["bytes"] // 1024
+        for key in ("batch_loss", "test_error", "test_mse"):
+            if key in point:
+                log.scalar(f"fdskl/{key}", point[key], t)
+                log.scalar(f"fdskl_vs_time_ms/{key}", point[key], ms)
+                log.scalar(f"fdskl_vs_kbytes/{key}", point[key], kb)
+    return point
