@@ -195,7 +195,7 @@ def test_loaded_model_refuses_wrong_columns_and_wrong_class(bc, tmp_path):
     X, y = bc
     FDSKLClassifier(epochs=1).fit(X, y).save(tmp_path / "m")
     loaded = FDSKLClassifier.load(tmp_path / "m")
-    with pytest.raises(VFLInputError, match="X has 29 columns but this party was fitted with 30"):
+    with pytest.raises(ValueError, match="X has 29 features, but FDSKLClassifier is expecting 30 features"):
         loaded.decision_function(X[:, :29])
     with pytest.raises(ModelStoreError, match="not a FDSKLRegressor"):
         FDSKLRegressor.load(tmp_path / "m")

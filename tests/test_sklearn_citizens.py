@@ -18,8 +18,6 @@ from vfltorch.pca import ExactFederatedKernelPCA, ExactFederatedPCA, VFedAKPCA, 
 from vfltorch.privacy.dpsgd import DPSGD
 from vfltorch.privacy.estimator import DPSCD
 
-PICKLE = ("pickling a fitted model is issue 15's save/load part (15a): the local federation's CommMeter holds a "
-          "lambda; it passes once that lands")
 UNSCALED = ("the check's features are ~N(100, 1), unscaled: the Taylor-loss SGD/SQN with its default step diverges "
             "and says so (DivergenceError: lower the learning rate); the method needs scaled columns "
             "(`vfl hetero-lr` scales them)")
@@ -31,15 +29,12 @@ NO_NEW_ROWS = ("VFedAKPCA embeds the training samples only: a kernel between new
 # with simulation_seed because the checks compare two fits
 # (idempotence, y as a column, data not an array), which a DP mechanism drawing from OS entropy never repeats.
 CANNOT_APPLY = {
-    "FDSKLClassifier": {"check_estimators_pickle": PICKLE},
     "FDSKLRegressor": {
-        "check_estimators_pickle": PICKLE,
         "check_regressors_no_decision_function": (
             "decision_function is FDSKL's f(x), the value the federated predict protocol computes for both tasks "
             "(the CLI and the dealer call it); for the regressor it equals predict"),
     },
     "HeteroLogisticRegression": {
-        "check_estimators_pickle": PICKLE,
         "check_fit_idempotent": UNSCALED, "check_fit_check_is_fitted": UNSCALED, "check_n_features_in": UNSCALED,
     },
     "VFedAKPCA": {name: NO_NEW_ROWS for name in (

@@ -27,7 +27,6 @@ import argparse
 import io
 
 import numpy as np
-import torch
 
 from .cli import Command
 from .data.validation import VFLInputError
@@ -241,6 +240,8 @@ def _labels_out(manifest, signs: np.ndarray) -> np.ndarray:
 
 
 def _predict_fdskl(fed, manifest, arrays, X, y):
+    import torch
+
     from .kernels.cli import _test_metrics
     from .kernels.estimator import FDSKLClassifier, FDSKLRegressor
 
@@ -262,6 +263,8 @@ def _predict_fdskl(fed, manifest, arrays, X, y):
 
 
 def _predict_hetero_lr(fed, manifest, arrays, X, y):
+    import torch
+
     from .linear.cli import _test_metrics
     from .linear.estimator import HeteroLogisticRegression
 
@@ -277,6 +280,8 @@ def _predict_hetero_lr(fed, manifest, arrays, X, y):
 
 
 def _glm_outputs(manifest, margins: torch.Tensor, y):
+    import torch
+
     from .privacy.cli import test_metrics
     from .privacy.glm import make_glm
 
@@ -298,6 +303,8 @@ def _glm_outputs(manifest, margins: torch.Tensor, y):
 
 
 def _predict_dpscd(fed, manifest, arrays, X, y):
+    import torch
+
     from .privacy.vertical import ActiveLink
 
     theta = torch.as_tensor(arrays["theta"], dtype=torch.float64)
@@ -312,6 +319,8 @@ def _predict_dpscd(fed, manifest, arrays, X, y):
 
 
 def _predict_dpsgd(fed, manifest, arrays, X, y):
+    import torch
+
     from .privacy.dpsgd import DPSGD
 
     est = _restore(manifest, arrays, fed, {"DPSGD": DPSGD})
@@ -320,6 +329,8 @@ def _predict_dpsgd(fed, manifest, arrays, X, y):
 
 
 def _predict_pca(fed, manifest, arrays, X, y):
+    import torch
+
     from .comm import allreduce
     from .pca.akpca import VFedAKPCA
     from .pca.exact import ExactFederatedPCA

@@ -68,7 +68,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import _check_y
 
 from ..comm import Federation, MaskStream
-from ..data.estimator_input import (BinaryLabels, binary_classifier_tags, check_fitted, features, proba_columns,
+from ..data.estimator_input import (BinaryLabels, check_fitted, features, proba_columns,
                                     require_y)
 from ..data.validation import VFLInputError
 from ..model_store import ShardedModelMixin
@@ -482,9 +482,6 @@ class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
     _task = "binary"
     _default_loss = "logistic"
 
-    def __sklearn_tags__(self):
-        return binary_classifier_tags(super().__sklearn_tags__())
-
     def _encode_targets(self, y, n: int):
         return torch.as_tensor(BinaryLabels.fit(self, y, n))
 
@@ -504,23 +501,36 @@ class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
 
         Only the count crosses the wire; the class values stay at the active party.
         """
-        count = None
+        from sklearn.utils.multiclass import check_classification_targets
+
+        count, problem = None, None
         if fed.is_active and y is not None:
-            values = np.unique(np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y).reshape(-1))
-            count = int(len(values)) if len(values) >= 3 else None
+            labels = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y).reshape(-1)
+            try:
+                check_classification_targets(labels)     # a continuous target is an error, not 500 classes
+            except ValueError as exc:
+                problem = str(exc)
+            else:
+                values = np.unique(labels)
+                count = int(len(values)) if len(values) >= 3 else None
         shared = self._shared(fed) and fed.coordinator is not None
         ranks = fed.parties + ([fed.coordinator] if shared else [])
         if fed.rank not in ranks:
             return None
         with fed.phase("fdskl/setup"):
-            return fed.broadcast_json({"classes": count}, fed.active, ranks=ranks)["classes"]
+            agreed = fed.broadcast_json({"classes": count, "problem": problem}, fed.active, ranks=ranks)
+        if agreed["problem"]:          # every rank stops with the active party's reason
+            raise VFLInputError(agreed["problem"])
+        return agreed["classes"]
 
     def _fit_one_vs_rest(self, fed, X, y, count, columns, monitor, log, progress):
         """One binary model per class, fitted one after the other by every rank (same features: same seed)."""
         params = self.get_params()
         labels = mon_labels = None
         if fed.is_active:
-            labels = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y).reshape(-1)
+            from sklearn.utils.validation import column_or_1d
+
+            labels = column_or_1d(np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y), warn=True)  # (n, 1): warns
             self.classes_ = np.unique(labels)
             if monitor is not None and monitor[1] is not None:
                 mon_labels = np.asarray(monitor[1].cpu() if isinstance(monitor[1], torch.Tensor) else monitor[1])
