@@ -36,7 +36,6 @@ import io
 import json
 import os
 import secrets
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -63,20 +62,9 @@ def new_model_id() -> str:
 
 # ------------------------------------------------------------------------------------ writing
 def _write_bytes_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    from .runlog import write_atomic
+
+    write_atomic(path, data, mode=0o600)      # readable by the owner only: a shard is a party's secret
 
 
 def _npz_bytes(arrays: dict) -> bytes:

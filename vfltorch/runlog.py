@@ -118,8 +118,9 @@ def write_json(path: str | None, record: dict) -> str | None:
     return "<stderr>"
 
 
-def write_atomic(path, text: str) -> None:
-    """``text`` into ``path`` through a temporary file in the same folder and ``os.replace``."""
+def write_atomic(path, data: str | bytes, *, mode: int | None = None) -> None:
+    """``data`` (text or bytes) into ``path`` through a temporary file in the same folder and ``os.replace``;
+    ``mode`` (e.g. 0o600) is set on the temporary file before anything is written to it."""
     import os
     import tempfile
 
@@ -127,8 +128,10 @@ def write_atomic(path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        if mode is not None:
+            os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -52,11 +52,11 @@ import warnings
 
 import torch
 
-from ..comm import Federation, broadcast, pairwise_tree, reduce
+from ..comm import Federation, pairwise_tree, reduce
 from ..comm.sharing import mul_dealt, open_shares
 from .shared import (PRODUCT_SCALE, REAL_PAIRS, SQRT2, _coef_check, cos_sin, dealt_phases, encode_factor,
                      open_to_active, shared_decision, shared_decision_values)
-from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainResult, held_out_metrics, phase_totals
+from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainResult, _stop, finish_point, phase_totals
 
 SOLVERS = ("adam", "dsg")
 ADAM_BETAS = (0.9, 0.999)
@@ -212,15 +212,6 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                        sent["messages_sent"] - sent_before["messages_sent"])
 
 
-def _stop(fed: Federation, tree, mine: bool) -> bool:
-    """The active party's time-budget decision for every rank: one flag down a tree."""
-    if fed.num_parties == 1:
-        return mine
-    flag = torch.tensor([1 if mine else 0], dtype=torch.int64) if fed.is_active else None
-    flag = broadcast(fed, flag, tree, shape=(1,), dtype=torch.int64)
-    return bool(int(flag[0]))
-
-
 def _shared_f(fed, fmap, Xb, opt, blocks, dealer, table, B):
     """f on the batch rows under the shared protocol, opened to the active party; the phases for the gradient."""
     ph = dealt_phases(fmap, Xb, blocks, dealer)                  # S at the active party, beta at keepers / dealer
@@ -302,14 +293,4 @@ def _log_point(fed, t, D, opt, train_seconds, batch_loss, cfg, mon, log, tree, s
         return None
     point = {"iteration": t, "features": D, "train_seconds": train_seconds, "bytes": int(total[0]),
              "batch_loss": batch_loss}
-    if f_mon is not None and mon.y is not None:
-        f_orig = cfg.y_offset + cfg.y_scale * f_mon if cfg.task == "regression" else f_mon
-        point.update(held_out_metrics(f_orig, mon.y, cfg.task, prefix="test_"))
-    if log is not None:
-        ms, kb = int(train_seconds * 1000), point["bytes"] // 1024
-        for key in ("batch_loss", "test_error", "test_mse"):
-            if key in point:
-                log.scalar(f"fdskl/{key}", point[key], t)
-                log.scalar(f"fdskl_vs_time_ms/{key}", point[key], ms)
-                log.scalar(f"fdskl_vs_kbytes/{key}", point[key], kb)
-    return point
+    return finish_point(point, f_mon, mon, cfg, log)

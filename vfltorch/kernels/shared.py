@@ -72,7 +72,7 @@ import torch
 from ..comm import Federation, MaskStream, broadcast, masked_sum, pairwise_tree, reduce
 from ..comm.sharing import deal_dealt, mul_dealt, open_shares
 from .circle import Circle, KeptPhases
-from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainResult, held_out_metrics, phase_totals
+from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainResult, finish_point, phase_totals
 
 SQRT2 = math.sqrt(2.0)
 ANGLE_BITS = 16                  # the grid of the dealt masks: the cosine table has one entry per grid angle
@@ -426,17 +426,7 @@ def _shared_log_point(fed, t, fmap, created, shrink, train_seconds, batch_loss, 
         return None
     point = {"iteration": t, "features": t * fmap.block_size, "train_seconds": train_seconds,
              "bytes": int(total[0]), "batch_loss": batch_loss}
-    if f_mon is not None and mon.y is not None:
-        f_orig = cfg.y_offset + cfg.y_scale * f_mon if cfg.task == "regression" else f_mon
-        point.update(held_out_metrics(f_orig, mon.y, cfg.task, prefix="test_"))
-    if log is not None:
-        ms, kb = int(train_seconds * 1000), point["bytes"] // 1024
-        for key in ("batch_loss", "test_error", "test_mse"):
-            if key in point:
-                log.scalar(f"fdskl/{key}", point[key], t)
-                log.scalar(f"fdskl_vs_time_ms/{key}", point[key], ms)
-                log.scalar(f"fdskl_vs_kbytes/{key}", point[key], kb)
-    return point
+    return finish_point(point, f_mon, mon, cfg, log)
 
 
 # ----------------------------------------------------------------------------------------- prediction

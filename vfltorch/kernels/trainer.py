@@ -268,11 +268,17 @@ def _log_point(fed, t, fmap, alpha, train_seconds, batch_loss, f_train, y, cfg, 
              "bytes": int(total[0]), "batch_loss": batch_loss}
     if f_train is not None:
         point["train_loss"] = float(cfg.loss.value(f_train, y).mean())
+    return finish_point(point, f_mon, mon, cfg, log)
+
+
+def finish_point(point: dict, f_mon, mon, cfg, log) -> dict:
+    """A curve point at the active party: held-out metrics of the monitored rows added, and every curve
+    logged against iterations, training milliseconds and kilobytes (one routine for all three trainers)."""
     if f_mon is not None and mon.y is not None:
         f_orig = cfg.y_offset + cfg.y_scale * f_mon if cfg.task == "regression" else f_mon
         point.update(held_out_metrics(f_orig, mon.y, cfg.task, prefix="test_"))
     if log is not None:
-        ms, kb = int(train_seconds * 1000), point["bytes"] // 1024
+        t, ms, kb = point["iteration"], int(point["train_seconds"] * 1000), point["bytes"] // 1024
         for key in ("batch_loss", "train_loss", "test_error", "test_mse"):
             if key in point:
                 log.scalar(f"fdskl/{key}", point[key], t)
