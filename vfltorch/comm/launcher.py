@@ -102,12 +102,35 @@ def start_context(preload=()):
     return ctx
 
 
+class _Stdio:
+    """The launcher's stdout and stderr as they are now, for a party started by the fork server (which would
+    otherwise write where the launcher's output went when the server started: pytest's capfd, a notebook)."""
+
+    def __init__(self, fds=None):
+        self.fds = fds
+
+    def __reduce__(self):                        # while Process.start() pickles: the fds travel with the party
+        from multiprocessing.reduction import DupFd
+
+        return _Stdio, ((DupFd(1), DupFd(2)),)
+
+    def apply(self) -> None:
+        for target, fd in zip((1, 2), self.fds or ()):
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            source = fd.detach()
+            os.dup2(source, target)
+            if source != target:
+                os.close(source)
+
+
 def _party_main(rank, roles, port, options, fn, args, kwargs, results):
     from .._lifetime import die_with_parent
 
     if options.get("environ") is not None:       # forkserver: the launcher's environment now, not the server's
         os.environ.clear()
         os.environ.update(options["environ"])
+        options["stdio"].apply()
 
     # Started with SIGINT ignored (see launch): from here on SIGINT ends this party at once, without a
     # traceback, and the launcher names it; a Ctrl-C at the terminal is answered by the launcher in one line.
@@ -197,6 +220,7 @@ def launch(fn, parties: int, args: tuple = (), kwargs: dict | None = None, *, co
                           master_listen_fd=listen.detach())
     ctx = start_context(preload)
     options["environ"] = dict(os.environ) if ctx.get_start_method() == "forkserver" else None
+    options["stdio"] = _Stdio() if options["environ"] is not None else None
     results = ctx.Queue()
     target = portable(fn)
     profile_mark("spawn")
