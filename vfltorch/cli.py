@@ -437,10 +437,15 @@ def _main(argv, args, command) -> int:
     from .data.validation import VFLInputError
 
     coordinator = command.wants_coordinator(args)
+    preload = ("vfltorch.cli", COMMAND_INDEX.get(command.name, ("vfltorch.cli",))[0])
     try:
         distributed = args.backend == "mpi" or _under_launcher()
         info = preflight(args, command, local=not distributed)
         _check_device(args.device)
+        if not (distributed or args.federation):
+            from .comm.start import warm_start
+
+            warm_start(preload)      # the parties' fork server imports torch while the checks below do
         run_check(command, args, info)
         from .comm import FederationError, PartyFailure, check_backend, init_from_env, launch
         try:
@@ -467,8 +472,7 @@ def _main(argv, args, command) -> int:
         else:
             parties = 3 if args.parties is None else args.parties
             records = launch(_party_entry, parties, args=(argv,), coordinator=coordinator, backend=args.backend,
-                             device=args.device, timeout=args.timeout,
-                             preload=("vfltorch.cli", COMMAND_INDEX.get(command.name, ("vfltorch.cli",))[0]))
+                             device=args.device, timeout=args.timeout, preload=preload)
     except VFLInputError as exc:
         print(f"vfl: error: {exc}", file=sys.stderr)
         return 2

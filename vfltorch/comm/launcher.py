@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime
 import time
 from collections import Counter
-import multiprocessing as mp
 import os
 import pickle
 import queue as queue_mod
@@ -30,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from .errors import FederationError, PartyFailure
+from .start import start_context
 from .federation import Federation, check_backend, default_timeout
 from .roles import Roles
 from .transcript import Transcript
@@ -81,25 +81,6 @@ def profile_mark(event: str) -> None:
     if path:
         with open(path, "a") as f:
             f.write(f"{event} {time.time():.6f}\n")
-
-
-# Party processes start from a fork server that has imported torch and the launcher once (one torch import per
-# launching process instead of one per party: 18-19 s -> 11-12 s for 3 parties and a coordinator on a loaded 2-core
-# machine); VFLTORCH_START_METHOD=spawn starts each party from a fresh interpreter instead.
-PRELOAD = ["torch", "torch.distributed", "vfltorch.comm.launcher"]
-
-
-def start_context(preload=()):
-    """The multiprocessing context the parties start from (forkserver where the platform has it, else spawn)."""
-    method = os.environ.get("VFLTORCH_START_METHOD") or (
-        "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
-    if method not in ("forkserver", "spawn"):
-        raise ValueError(f"VFLTORCH_START_METHOD must be forkserver or spawn, got {method!r}")
-    ctx = mp.get_context(method)
-    if method == "forkserver":
-        # Effective when this process starts its fork server (its first launch); later launches reuse it.
-        ctx.set_forkserver_preload(list(dict.fromkeys([*PRELOAD, *preload])))
-    return ctx
 
 
 class _Stdio:
