@@ -83,7 +83,7 @@ CASES = [
     ("fdskl --epochs x", "argument --epochs: invalid float value: 'x'"),
     ("hetero-lr --batch-size 0", "--batch-size must be > 0, got 0"),
     ("hetero-lr --key-bits 512", "a 512-bit Paillier key is too small"),
-    ("hetero-lr --key-bits 1025", "key_bits must be even"),
+    ("hetero-lr --key-bits 1025", "--key-bits 1025: the key size must be even"),
     ("dpsgd --parties 3", "vfl dpsgd is the centralised DP-SGD baseline"),
     # ---- each method's own options (Command.check: the estimator / configuration the run would build)
     ("fdskl --gamma -1", "gamma (the step size) must be > 0, got -1.0"),

@@ -71,7 +71,7 @@ def _processes() -> dict[int, tuple[int, bytes]]:
 
 def _children(pid: int) -> list[int]:
     """The party processes of `vfl`: its spawned children, or the children of its fork server (the default
-    start method, see vfltorch.comm.launcher.start_context); not the resource tracker."""
+    start method, see vfltorch.comm.start.start_context); not the resource tracker."""
     table = _processes()
     servers = {p for p, (ppid, cmd) in table.items() if ppid == pid and b"multiprocessing.forkserver" in cmd}
     return [p for p, (ppid, cmd) in table.items()

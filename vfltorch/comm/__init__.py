@@ -22,7 +22,8 @@ from .._lazy import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "errors": "FederationError PartyFailure",
     "federation": "DEFAULT_TIMEOUT Federation check_backend default_timeout",
-    "launcher": "init_from_env launch under_mpirun under_torchrun",
+    "launcher": "init_from_env launch",
+    "start": "under_mpirun under_torchrun",
     "link": "LinkError TLSMesh connect_federation",
     "masking": "FixedPoint MaskStream PhaseGroup RingGroup masked_sum secure_allreduce secure_sum",
     "meter": "CommMeter",

@@ -35,15 +35,6 @@ from .roles import Roles
 from .transcript import Transcript
 
 
-def under_torchrun() -> bool:
-    """True when this process was started by torchrun (or anything else that sets RANK/WORLD_SIZE)."""
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
-
-
-def under_mpirun() -> bool:
-    return any(k in os.environ for k in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"))
-
-
 def init_from_env(*, coordinator: bool = False, active: int = 0, backend: str = "gloo",
                   device: str = "cpu", timeout: float | None = None,
                   record_transcript: bool = False) -> Federation:

@@ -15,6 +15,15 @@ import os
 PRELOAD = ["torch", "torch.distributed", "vfltorch.comm.launcher"]
 
 
+def under_torchrun() -> bool:
+    """True when this process was started by torchrun (or anything else that sets RANK/WORLD_SIZE)."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def under_mpirun() -> bool:
+    return any(k in os.environ for k in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"))
+
+
 def start_context(preload=()):
     """The multiprocessing context the parties start from (forkserver where the platform has it, else spawn)."""
     method = os.environ.get("VFLTORCH_START_METHOD") or (

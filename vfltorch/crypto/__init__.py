@@ -24,22 +24,17 @@ Typical use in a Hardy-style gradient round::
     g = recv_encrypted(fed, src, pub).decrypt(priv)         # at the key holder
 """
 
-from .encoding import DEFAULT_FRAC_BITS, DEFAULT_SCALAR_FRAC_BITS, from_fixed, to_fixed
-from .errors import EncodingOverflowError, KeyMismatchError, KeyTooSmallError, PackingOverflowError
-from .keys import (DEFAULT_KEY_BITS, MIN_KEY_BITS, PaillierPrivateKey, PaillierPublicKey, allow_insecure, check_key,
-                   generate_keypair, key_fingerprint)
-from .obfuscators import ObfuscatorPool, default_pool
-from .packing import PackedEncryptedTensor, PackingLayout
-from .parallel import CryptoWorkers
-from .tensor import MEAN_PRECISION_BITS, EncryptedTensor, decrypt, encrypt
-from .transport import (deserialize, recv_encrypted, recv_public_key, send_encrypted, send_public_key,
-                        serialize)
+from .._lazy import lazy_exports
 
-__all__ = [
-    "CryptoWorkers", "DEFAULT_FRAC_BITS", "DEFAULT_KEY_BITS", "DEFAULT_SCALAR_FRAC_BITS", "EncodingOverflowError",
-    "EncryptedTensor", "KeyMismatchError", "KeyTooSmallError", "MEAN_PRECISION_BITS", "MIN_KEY_BITS",
-    "ObfuscatorPool", "PackedEncryptedTensor", "PackingLayout", "PackingOverflowError", "PaillierPrivateKey",
-    "PaillierPublicKey", "allow_insecure", "check_key", "decrypt", "default_pool", "deserialize", "encrypt",
-    "from_fixed", "generate_keypair", "key_fingerprint", "recv_encrypted", "recv_public_key", "send_encrypted",
-    "send_public_key", "serialize", "to_fixed",
-]
+# submodule -> the names it exports (imported on first use: a key-size check needs neither torch nor gmpy2 kernels)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "encoding": "DEFAULT_FRAC_BITS DEFAULT_SCALAR_FRAC_BITS from_fixed to_fixed",
+    "errors": "EncodingOverflowError KeyMismatchError KeyTooSmallError PackingOverflowError",
+    "keys": "DEFAULT_KEY_BITS MIN_KEY_BITS PaillierPrivateKey PaillierPublicKey allow_insecure check_key "
+            "generate_keypair key_fingerprint",
+    "obfuscators": "ObfuscatorPool default_pool",
+    "packing": "PackedEncryptedTensor PackingLayout",
+    "parallel": "CryptoWorkers",
+    "tensor": "MEAN_PRECISION_BITS EncryptedTensor decrypt encrypt",
+    "transport": "deserialize recv_encrypted recv_public_key send_encrypted send_public_key serialize",
+})

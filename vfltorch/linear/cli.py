@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli import Command
+from ..cli import Command, check_key_option
 from ..data.validation import VFLInputError
 
 # The parser's choices and defaults, declared here so that `vfl hetero-lr --help` imports no torch;
@@ -127,6 +127,8 @@ def check(args) -> None:
         if args.monitor:
             raise VFLInputError("--monitor hands the guest the host's partial test scores every epoch; the shared "
                                 "protocol refuses it (use --protocol paper on public data)")
+    if not args.insecure_plaintext:
+        check_key_option(args.key_bits, args.insecure_key)   # before the estimator: answered without torch
     _check_hyperparameters(args)
 
 

@@ -36,8 +36,8 @@ from opacus.accountants.rdp import RDPAccountant
 from opacus.accountants.utils import MAX_SIGMA
 
 from ..data import VFLInputError
+from .config import DEFAULT_MECHANISM, MECHANISMS, check_budget, check_mechanism  # noqa: F401  (the library's)
 
-MECHANISMS = ("rdp", "prv", "gdp")
 
 # opacus' default orders, then sparser large orders for the small-epsilon regime.
 RDP_ORDERS = tuple(RDPAccountant.DEFAULT_ALPHAS) + tuple(range(64, 257, 8)) + (320, 384, 512, 768, 1024)
@@ -50,14 +50,6 @@ class PrivacyBudgetError(VFLInputError):
     """The requested (epsilon, delta) cannot be met with any noise multiplier the accountant supports."""
 
 
-def check_mechanism(mechanism: str) -> str:
-    if mechanism not in MECHANISMS:
-        raise VFLInputError(f"unknown accountant {mechanism!r}: choose one of {', '.join(MECHANISMS)} "
-                            f"(prv is the default and the tightest; rdp is the classic bound)")
-    return mechanism
-
-
-DEFAULT_MECHANISM = "prv"
 
 
 def epsilon_spent(sigma: float, sample_rate: float, steps: int, delta: float, mechanism: str = DEFAULT_MECHANISM
@@ -149,16 +141,6 @@ def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int
         else:
             low = mid
     return high
-
-
-def check_budget(epsilon: float, delta: float) -> None:
-    """(epsilon, delta) must be a meaningful DP budget."""
-    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
-        raise VFLInputError(f"epsilon must be a positive number, got {epsilon!r}: pass e.g. --epsilon 1 "
-                            f"(smaller is more private; the paper uses 0.1 to 2)")
-    if not (isinstance(delta, (int, float)) and 0 < delta < 1):
-        raise VFLInputError(f"delta must lie strictly between 0 and 1, got {delta!r}: pass e.g. --delta 1e-3 "
-                            f"(the paper's value; take delta well below 1 / N)")
 
 
 class PrivacyAccountant:

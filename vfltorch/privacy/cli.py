@@ -30,14 +30,9 @@ import sys
 from ..cli import Command, check_key_option, planned_parties
 from ..data.validation import VFLInputError
 
-# The parser's choices, declared here so that `vfl dpscd --help` and option errors import neither torch nor
-# opacus; tests/test_startup.py checks that they equal the library's (glm.TASKS, accountant.MECHANISMS,
-# accountant.DEFAULT_MECHANISM, solver.VARIANTS, vertical.PROTOCOLS).
-TASKS = ("logistic", "ridge", "svm")
-MECHANISMS = ("rdp", "prv", "gdp")
-DEFAULT_MECHANISM = "prv"
-VARIANTS = ("dual", "seq", "primal", "primal-rows", "nonprivate")
-PROTOCOLS = ("encrypted", "paper")
+# The parser's choices come from the torch-free config module, so that `vfl dpscd --help` and option errors
+# import neither torch nor opacus.
+from .config import DEFAULT_MECHANISM, MECHANISMS, PROTOCOLS, TASKS, VARIANTS
 
 # Standardised columns, then unit rows (the sensitivity bound). The paper scales by the maximum absolute
 # value (--scale maxabs) instead: on breast_cancer its all-positive unit rows are nearly parallel, so the
@@ -204,7 +199,7 @@ def _guarantee(fed, log, simulated: bool, private: bool) -> dict:
 
 def _dpscd_config(args, task: str):
     """The DP-SCD configuration the options describe: one mapping for the launcher's check and the run."""
-    from .solver import DPSCDConfig
+    from .config import DPSCDConfig
 
     C = args.C if args.C is not None else (math.inf if args.variant == "nonprivate" else 0.01)
     return DPSCDConfig(task=task, variant=args.variant, epsilon=args.epsilon, delta=args.delta, L=args.L, C=C,
@@ -223,13 +218,9 @@ def _check_label_options(args, info: dict) -> str:
 
 
 def _dpscd_check(args, info: dict) -> None:
-    """Before any party starts: the configuration (solver.validate), the variant against the parties,
-    the batch against the training rows and the Paillier key size."""
-    from types import SimpleNamespace
-
-    from . import primal
-    from .sampling import check_batch
-    from .solver import validate
+    """Before any party starts, without torch: the configuration (config.validate, as at the parties), the
+    variant against the parties, the batch against the training rows and the Paillier key size."""
+    from .config import check_batch, check_primal_parties, validate
 
     cfg = _dpscd_config(args, _check_label_options(args, info))
     validate(cfg)
@@ -237,7 +228,7 @@ def _dpscd_check(args, info: dict) -> None:
         raise VFLInputError(f"--monitor-every must be >= 0 (0: only at the end), got {args.monitor_every}")
     parties = planned_parties(args)
     if cfg.variant in ("primal", "primal-rows") and parties is not None:
-        primal.check_centralised(SimpleNamespace(num_parties=parties))
+        check_primal_parties(parties)
     if cfg.variant != "primal" and info.get("rows"):
         check_batch(cfg.L, info["rows"])
     if cfg.private and cfg.protocol == "encrypted" and parties != 1:

@@ -221,10 +221,9 @@ TASKS = {"ridge": Ridge, "logistic": Logistic, "svm": Hinge}
 
 
 def make_glm(task: str, **kwargs):
-    from ..data import VFLInputError
+    from .config import check_task
 
-    if task not in TASKS:
-        raise VFLInputError(f"unknown task {task!r}: choose ridge (regression), logistic or svm (binary labels -1/+1)")
+    check_task(task)
     if task == "logistic":
         return Logistic(**kwargs)
     return TASKS[task]()

@@ -33,6 +33,7 @@ import math
 import torch
 
 from ..data import VFLInputError
+from .config import check_primal_parties
 from .dpscd import clip
 
 
@@ -60,11 +61,7 @@ def check_columns(X) -> None:
 
 
 def check_centralised(fed) -> None:
-    if fed.num_parties > 1:
-        raise VFLInputError(
-            "primal DP-SCD cannot run across parties: each coordinate step would show the active party "
-            "a scaled slice of another party's raw column. Use --variant dual (DP-SCD, the paper's method), "
-            "or --parties 1 for the centralised primal baseline.")
+    check_primal_parties(fed.num_parties)
 
 
 def primal_steps(ctx):

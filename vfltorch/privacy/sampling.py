@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from ..data import VFLInputError
+from .config import check_batch  # noqa: F401  (the library's)
 
 SAMPLERS = ("poisson", "shuffle")
 
@@ -81,14 +82,6 @@ class BatchSampler:
                 self.visits[batch] += 1
                 yield torch.from_numpy(batch)
                 done += 1
-
-
-def check_batch(L, n: int) -> None:
-    if not isinstance(L, int) or isinstance(L, bool) or L < 1:
-        raise VFLInputError(f"the mini-batch size L must be a positive integer, got {L!r}")
-    if L > n:
-        raise VFLInputError(f"the mini-batch size L={L} exceeds the {n} training rows: pass --L {n} or less "
-                            f"(the paper uses L well below N, e.g. 100 to 1000)")
 
 
 class CoordinateSampler:

@@ -23,96 +23,25 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 
 from ..comm import Federation
 from ..data import VFLInputError, federated_row_norms
 from . import dpscd, primal, seqdpscd
-from .accountant import DEFAULT_MECHANISM, calibrate_sigma, check_budget, check_mechanism, epsilon_spent
+from .accountant import calibrate_sigma, epsilon_spent
+from .config import VARIANTS, DPSCDConfig, check_batch, validate  # noqa: F401  (VARIANTS: re-exported)
 from .glm import make_glm, primal_objective
 from .noise import BlockNoise, NoiseStream
 from .randomness import VOID_NOTE, Randomness, numpy_from_seed128
-from .sampling import BatchSampler, CoordinateSampler, check_batch
-from .vertical import PAPER_LEAK, PROTOCOLS, ActiveLink, EncryptedUpdates
+from .sampling import BatchSampler, CoordinateSampler
+from .vertical import PAPER_LEAK, ActiveLink, EncryptedUpdates
 
-VARIANTS = ("dual", "seq", "primal", "primal-rows", "nonprivate")
-PRIVATE = ("dual", "seq", "primal", "primal-rows")
 _TRAINERS = {"dual": dpscd, "seq": seqdpscd, "primal": primal, "primal-rows": primal, "nonprivate": seqdpscd}
 _STEPS = {"dual": dpscd.dual_steps, "seq": seqdpscd.seq_steps, "primal": primal.primal_steps,
           "primal-rows": primal.row_primal_steps, "nonprivate": seqdpscd.seq_steps}
 ROW_NORM_SLACK = 1e-6
-
-
-@dataclass
-class DPSCDConfig:
-    """Hyperparameters of a run (the paper's notation: L mini-batch size, C clipping bound, lambda = ``lam``)."""
-
-    task: str = "logistic"           # ridge | logistic | svm
-    variant: str = "dual"            # dual | seq | primal | nonprivate
-    epsilon: float = 1.0
-    delta: float = 1e-3
-    L: int = 100
-    C: float = 1.0
-    lam: float = 1e-4
-    epochs: float = 10
-    accountant: str = DEFAULT_MECHANISM   # prv (default) | rdp | gdp (opacus)
-    sampling: str | None = None      # poisson | shuffle; None: poisson for dual/primal, shuffle for seq/nonprivate
-    newton_steps: int = 1            # logistic only
-    sigma: float | None = None       # a given noise multiplier instead of calibrating to (epsilon, delta)
-    protocol: str = "encrypted"      # vertical runs: encrypted (default) | paper (leaks labels, see vertical.py)
-    key_bits: int = 2048             # the active party's Paillier key (encrypted protocol)
-    insecure_key: bool = False       # allow keys under 1024 bits (tests only)
-
-    @property
-    def private(self) -> bool:
-        return self.variant in PRIVATE
-
-    def resolved_sampling(self) -> str:
-        if self.variant == "primal":
-            return "all-rows"            # Algorithm 2 uses every example at every step
-        if self.sampling is not None:
-            return self.sampling
-        return "poisson" if self.variant in ("dual", "primal-rows") else "shuffle"
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def validate(cfg: DPSCDConfig) -> None:
-    """Every bad hyperparameter is named with its fix; checked identically at every party."""
-    if cfg.variant not in VARIANTS:
-        raise VFLInputError(f"unknown variant {cfg.variant!r}: choose dual (DP-SCD), seq (seqDP-SCD), "
-                            f"primal (primal DP-SCD, Algorithm 2), primal-rows (row-batch primal) or nonprivate (SCD)")
-    make_glm(cfg.task)
-    if cfg.private:
-        if cfg.sigma is None:
-            check_budget(cfg.epsilon, cfg.delta)
-        elif not (math.isfinite(cfg.sigma) and cfg.sigma >= 0):
-            raise VFLInputError(f"a given noise multiplier sigma must be >= 0, got {cfg.sigma}")
-        if not (isinstance(cfg.C, (int, float)) and math.isfinite(cfg.C) and cfg.C > 0):
-            raise VFLInputError(f"the clipping bound C must be a positive number, got {cfg.C!r}: pass e.g. --C 1 "
-                                f"(each coordinate step is clipped to [-C, C]; tune it, the paper tries 1e-3 .. 10)")
-        check_mechanism(cfg.accountant)
-    elif not (isinstance(cfg.C, (int, float)) and cfg.C > 0):
-        raise VFLInputError(f"the clipping bound C must be positive (or inf for no clipping), got {cfg.C!r}")
-    if not (isinstance(cfg.lam, (int, float)) and math.isfinite(cfg.lam) and cfg.lam > 0):
-        raise VFLInputError(f"the regularisation lambda must be positive, got {cfg.lam!r}: pass e.g. --lambda 1e-4")
-    if not (isinstance(cfg.epochs, (int, float)) and math.isfinite(cfg.epochs) and cfg.epochs > 0):
-        raise VFLInputError(f"epochs must be positive, got {cfg.epochs!r}")
-    if not isinstance(cfg.L, int) or isinstance(cfg.L, bool) or cfg.L < 1:
-        raise VFLInputError(f"the mini-batch size L must be a positive integer, got {cfg.L!r}")
-    if cfg.resolved_sampling() not in ("poisson", "shuffle", "all-rows"):
-        raise VFLInputError(f"unknown sampling {cfg.sampling!r}: choose poisson or shuffle")
-    if cfg.variant == "seq" and cfg.resolved_sampling() != "shuffle":
-        raise VFLInputError("seqDP-SCD needs fixed-size lots (--sampling shuffle): its sensitivity "
-                            "2 C sqrt(L (L + 1)) holds for lots of exactly L examples")
-    if cfg.protocol not in PROTOCOLS:
-        raise VFLInputError(f"unknown vertical protocol {cfg.protocol!r}: choose encrypted (the default: passive "
-                            f"parties see only noisy updates) or paper (the paper's, which leaks labels)")
-    if not isinstance(cfg.newton_steps, int) or cfg.newton_steps < 1:
-        raise VFLInputError(f"newton_steps must be a positive integer, got {cfg.newton_steps!r}")
 
 
 def sensitivity(cfg: DPSCDConfig, d: int) -> float:

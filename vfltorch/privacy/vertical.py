@@ -55,7 +55,7 @@ class ActiveLink:
 
 # ----------------------------------------------------------------------------------------------------------------
 # The label-safe update of v_l (the default vertical protocol, "encrypted").
-PROTOCOLS = ("encrypted", "paper")
+from .config import PROTOCOLS  # noqa: E402,F401  (the library's)
 PAPER_LEAK = ("vertical protocol 'paper' (the paper's own): the active party sends the noise-free clipped steps "
               "zeta_B to every passive party; on a row's first visit alpha_j = 0, so sign(zeta_j) = y_j and the "
               "passive parties learn the labels (measured: 100% of phishing labels, logistic). The DP guarantee "
