@@ -220,7 +220,7 @@ def _check_label_options(args, info: dict) -> str:
 def _dpscd_check(args, info: dict) -> None:
     """Before any party starts, without torch: the configuration (config.validate, as at the parties), the
     variant against the parties, the batch against the training rows and the Paillier key size."""
-    from .config import check_batch, check_primal_parties, validate
+    from .config import check_batch, check_primal_parties, check_vertical, validate
 
     cfg = _dpscd_config(args, _check_label_options(args, info))
     validate(cfg)
@@ -229,6 +229,8 @@ def _dpscd_check(args, info: dict) -> None:
     parties = planned_parties(args)
     if cfg.variant in ("primal", "primal-rows") and parties is not None:
         check_primal_parties(parties)
+    if parties is not None:
+        check_vertical(cfg, parties)
     if cfg.variant != "primal" and info.get("rows"):
         check_batch(cfg.L, info["rows"])
     if cfg.private and cfg.protocol == "encrypted" and parties != 1:

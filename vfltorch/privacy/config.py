@@ -50,6 +50,14 @@ def check_batch(L, n: int) -> None:
                             f"(the paper uses L well below N, e.g. 100 to 1000)")
 
 
+def check_vertical(cfg: "DPSCDConfig", num_parties: int) -> None:
+    """Across parties, the encrypted protocol exists for DP-SCD (the dual variant) only."""
+    if num_parties > 1 and cfg.protocol == "encrypted" and cfg.variant != "dual":
+        raise VFLInputError(f"--variant {cfg.variant} across parties sends every coordinate step to the passive "
+                            f"parties in the clear (and so the labels); only DP-SCD (--variant dual) has the "
+                            f"encrypted protocol. Use --variant dual, or --vertical-protocol paper to accept the leak.")
+
+
 def check_primal_parties(num_parties: int) -> None:
     if num_parties > 1:
         raise VFLInputError(

@@ -31,7 +31,7 @@ from ..comm import Federation
 from ..data import VFLInputError, federated_row_norms
 from . import dpscd, primal, seqdpscd
 from .accountant import calibrate_sigma, epsilon_spent
-from .config import VARIANTS, DPSCDConfig, check_batch, validate  # noqa: F401  (VARIANTS: re-exported)
+from .config import VARIANTS, DPSCDConfig, check_batch, check_vertical, validate  # noqa: F401  (VARIANTS: re-exported)
 from .glm import make_glm, primal_objective
 from .noise import BlockNoise, NoiseStream
 from .randomness import VOID_NOTE, Randomness, numpy_from_seed128
@@ -232,10 +232,7 @@ def fit_glm(fed: Federation, X: torch.Tensor, y: torch.Tensor | None, cfg: DPSCD
         raise ValueError("noise_blocks is for centralised runs; in a federation each party's block is its columns")
     federated = fed.num_parties > 1
     encrypted = federated and cfg.protocol == "encrypted"
-    if encrypted and cfg.variant != "dual":
-        raise VFLInputError(f"--variant {cfg.variant} across parties sends every coordinate step to the passive "
-                            f"parties in the clear (and so the labels); only DP-SCD (--variant dual) has the "
-                            f"encrypted protocol. Use --variant dual, or --vertical-protocol paper to accept the leak.")
+    check_vertical(cfg, fed.num_parties)
     if federated and cfg.protocol == "paper":
         warnings.warn(PAPER_LEAK, UserWarning, stacklevel=2)
     randomness = Randomness(simulation_seed)
