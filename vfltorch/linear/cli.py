@@ -109,9 +109,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "curve (hands the guest the host's partial score of every test row per epoch)")
 
 
-def check(args) -> None:
+def check(args, info: dict) -> None:
     """Before any process starts: 2 data parties by default (the paper), combinations that cannot work,
-    then the hyperparameters and key size (``_check_hyperparameters``)."""
+    the batch against the training rows where the launcher knows them, then the hyperparameters and key
+    size (``_check_hyperparameters``)."""
     from ..comm import under_mpirun, under_torchrun
 
     spawned = not (args.backend == "mpi" or under_torchrun() or under_mpirun())
@@ -129,6 +130,10 @@ def check(args) -> None:
                                 "protocol refuses it (use --protocol paper on public data)")
     if not args.insecure_plaintext:
         check_key_option(args.key_bits, args.insecure_key)   # before the estimator: answered without torch
+    rows = info.get("rows")
+    if rows and args.batch_size is not None and args.batch_size > rows:
+        raise VFLInputError(f"batch_size={args.batch_size} is larger than the training set ({rows} rows): "
+                            f"use at most {rows}")
     _check_hyperparameters(args)
 
 
