@@ -264,3 +264,76 @@ def test_active_party_attack_on_bounded_training(runs, protocol):
         assert float(got.min()) > 0.99, got                    # every passive column rebuilt from training alone
     else:
         assert float(got.max()) < 0.05, got                    # nothing beyond a trivial baseline
+
+
+def _gradient_attack(n, epochs, noisy_labels):
+    """The active party's least squares on the gradient sums of the bounded model's training.
+
+    Under ``shared`` the active party receives, per step, f on the batch rows (so it knows L'_i) and
+    g_j = sum_i L'_i phi_j(x_i) for every feature: linear equations in the unknown phi_j(x_i). The
+    values are those of centralised training (the shared protocol opens the same numbers, to
+    fixed-point rounding); the spy records them. Returns the kernel-matrix R^2 from the active
+    party's own columns alone and with the attack's phi estimate added, and the median R^2 of phi_j.
+    """
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    from vfltorch.kernels import budget
+
+    X, y = load_breast_cancer(return_X_y=True)
+    X = ((X - X.min(0)) / (X.max(0) - X.min(0)))[:n]
+    y = (2.0 * y - 1)[:n] if not noisy_labels else np.where(np.random.default_rng(1).random(n) < 0.5, 1.0, -1.0)
+    seen = {"batches": [], "sums": [], "alpha": []}
+    next_batch, step = budget.BatchSampler.next, budget._Optimizer.step
+
+    def spy_next(self):
+        b = next_batch(self)
+        seen["batches"].append(b.clone())
+        return b
+
+    def spy_step(self, t, cols, sums, B):
+        seen["sums"].append(sums.clone())
+        seen["alpha"].append(self.alpha.clone())
+        return step(self, t, cols, sums, B)
+
+    budget.BatchSampler.next, budget._Optimizer.step = spy_next, spy_step
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est = FDSKLClassifier(epochs=epochs, batch_size=32, random_state=0).fit(X, y)
+    finally:
+        budget.BatchSampler.next, budget._Optimizer.step = next_batch, step
+    fmap = est.feature_map_
+    phi = fmap.features(torch.tensor(X), range(fmap.n_blocks)).double().numpy()      # the truth, n x D
+    loss = est._loss()
+    M = np.zeros((len(seen["sums"]), n))
+    for t, (b, alpha) in enumerate(zip(seen["batches"], seen["alpha"])):
+        b = b.numpy()
+        M[t, b] = loss.derivative(torch.tensor(phi[b] @ alpha.numpy()), torch.tensor(y[b])).numpy()
+    estimate = np.linalg.lstsq(M, torch.stack(seen["sums"]).numpy(), rcond=1e-10)[0]
+    r2_phi = 1 - ((estimate - phi) ** 2).sum(0) / ((phi - phi.mean(0)) ** 2).sum(0)
+    gamma = 1 / (2 * est.sigma_ ** 2)
+    upper = np.triu_indices(n, 1)
+    truth, own = rbf_kernel(X, gamma=gamma)[upper], rbf_kernel(X[:, :10], gamma=gamma)[upper]
+    guess = (estimate @ estimate.T)[upper]
+
+    def fit(*cols):
+        A = np.column_stack([np.ones_like(truth), *cols])
+        resid = A @ np.linalg.lstsq(A, truth, rcond=None)[0] - truth
+        return 1 - (resid ** 2).sum() / ((truth - truth.mean()) ** 2).sum()
+
+    return fit(own), fit(own, guess), float(np.median(r2_phi)), len(seen["sums"])
+
+
+def test_gradient_sums_rebuild_the_kernel_past_the_leak_limit_and_not_at_the_defaults():
+    # Past the limit (200 steps for 64 rows, labels the model cannot fit so L'_i stays large) the
+    # least squares recovers every phi_j and so the whole kernel matrix: the attack works.
+    own, both, r2_phi, steps = _gradient_attack(64, 100, noisy_labels=True)
+    assert steps > 64 and r2_phi > 0.99 and both > 0.98 > own + 0.1
+    # Stopped at budget.leak_limit (what `shared` does), half the unknowns: a partial estimate only.
+    limit = leak_limit(64, 1024, 32, 1024)
+    own, both, r2_phi, steps = _gradient_attack(64, limit / 2, noisy_labels=True)
+    assert steps == limit and r2_phi < 0.7 and both - own < 0.08
+    # The defaults on breast_cancer (5 epochs, 455 rows): nothing beyond the active party's own columns.
+    own, both, _, _ = _gradient_attack(455, 5.0, noisy_labels=False)
+    assert both - own < 0.01

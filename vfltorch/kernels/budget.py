@@ -56,7 +56,8 @@ from ..comm import Federation, pairwise_tree, reduce
 from ..comm.sharing import mul_dealt, open_shares
 from .shared import (PRODUCT_SCALE, REAL_PAIRS, SQRT2, _coef_check, cos_sin, dealt_phases, encode_factor,
                      open_to_active, shared_decision, shared_decision_values)
-from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainResult, _stop, finish_point, phase_totals
+from .trainer import (MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainResult, _stop, finish_point, log_interval,
+                      phase_totals, step_marks)
 
 SOLVERS = ("adam", "dsg")
 ADAM_BETAS = (0.9, 0.999)
@@ -134,7 +135,7 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     sampler = BatchSampler(n, cfg.batch_size, cfg.seed)
     B = sampler.batch_size
     max_iter = max(1, math.ceil(cfg.epochs * sampler.per_epoch - 1e-9)) if cfg.epochs is not None else None
-    log_every = cfg.log_every or (max(1, max_iter // 50) if max_iter else 10)
+    log_every = log_interval(cfg.log_every, max_iter)
     opt = _Optimizer(cfg, D, r, sampler.per_epoch, max_iter) if active else None
     grad_per_step = D if cfg.solver == "adam" else r
     limit = leak_limit(n, D, B, grad_per_step) if shared else None
@@ -184,8 +185,7 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
         t += 1
         if bar is not None:
             bar.update(1)
-        final = max_iter is not None and t == max_iter
-        epoch_end = math.floor(t / sampler.per_epoch + 1e-9) > math.floor((t - 1) / sampler.per_epoch + 1e-9)
+        final, epoch_end = step_marks(t, max_iter, sampler.per_epoch)
         if t % log_every == 0 or final or epoch_end:
             if window_count:
                 last_batch_loss = window_loss / window_count

@@ -72,7 +72,8 @@ import torch
 from ..comm import Federation, MaskStream, broadcast, masked_sum, pairwise_tree, reduce
 from ..comm.sharing import deal_dealt, mul_dealt, open_shares
 from .circle import Circle, KeptPhases
-from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainResult, finish_point, phase_totals
+from .trainer import (MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainResult, finish_point, log_interval, phase_totals,
+                      step_marks)
 
 SQRT2 = math.sqrt(2.0)
 ANGLE_BITS = 16                  # the grid of the dealt masks: the cosine table has one entry per grid angle
@@ -265,7 +266,7 @@ def train_shared(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     is_party = fed.rank in fed.parties
     sampler = BatchSampler(n, cfg.batch_size, cfg.seed)
     max_iter = max(1, math.ceil(cfg.epochs * sampler.per_epoch - 1e-9)) if cfg.epochs is not None else None
-    log_every = cfg.log_every or (max(1, max_iter // 50) if max_iter else 10)
+    log_every = log_interval(cfg.log_every, max_iter)
     shrink = 1.0 - cfg.gamma * cfg.lam
     limit = growth_limit(shrink)
     everyone = [fed.active] + [p for p in fed.parties if p != fed.active] + [dealer]
@@ -353,8 +354,7 @@ def train_shared(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
         t += 1
         if bar is not None:
             bar.update(1)
-        final = max_iter is not None and t == max_iter
-        epoch_end = math.floor(t / sampler.per_epoch + 1e-9) > math.floor((t - 1) / sampler.per_epoch + 1e-9)
+        final, epoch_end = step_marks(t, max_iter, sampler.per_epoch)
         if t % log_every == 0 or final or epoch_end:
             if window_count:
                 last_batch_loss = window_loss / window_count

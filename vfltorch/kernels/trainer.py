@@ -136,7 +136,7 @@ def train_dsg(fed: Federation, fmap: FederatedFeatureMap, X: torch.Tensor, y: to
     dtype, device = X.dtype, X.device
     sampler = BatchSampler(n, cfg.batch_size, cfg.seed)
     max_iter = max(1, math.ceil(cfg.epochs * sampler.per_epoch - 1e-9)) if cfg.epochs is not None else None
-    log_every = cfg.log_every or (max(1, max_iter // 50) if max_iter else 10)
+    log_every = log_interval(cfg.log_every, max_iter)
     shrink = 1.0 - cfg.gamma * cfg.lam
     active = fed.is_active
     control_tree = pairwise_tree([fed.active] + [p for p in fed.parties if p != fed.active])
@@ -269,6 +269,18 @@ def _log_point(fed, t, fmap, alpha, train_seconds, batch_loss, f_train, y, cfg, 
     if f_train is not None:
         point["train_loss"] = float(cfg.loss.value(f_train, y).mean())
     return finish_point(point, f_mon, mon, cfg, log)
+
+
+def log_interval(log_every: int | None, max_iter: int | None) -> int:
+    """Iterations between curve points: as asked, else about 50 points over the run (10 without an end)."""
+    return log_every or (max(1, max_iter // 50) if max_iter else 10)
+
+
+def step_marks(t: int, max_iter: int | None, per_epoch: float) -> tuple[bool, bool]:
+    """(final, epoch_end) after iteration ``t``: the run's last iteration, and the first one of a new epoch."""
+    final = max_iter is not None and t == max_iter
+    epoch_end = math.floor(t / per_epoch + 1e-9) > math.floor((t - 1) / per_epoch + 1e-9)
+    return final, epoch_end
 
 
 def finish_point(point: dict, f_mon, mon, cfg, log) -> dict:

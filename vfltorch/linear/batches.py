@@ -14,6 +14,13 @@ import numpy as np
 _HESSIAN_STREAM = 7_919
 
 
+def batch_too_large(batch_size: int | None, n: int) -> str | None:
+    """Why an explicit ``batch_size`` cannot run on ``n`` training rows, or None (None: min(default, n))."""
+    if batch_size is not None and batch_size > n:
+        return f"batch_size={batch_size} is larger than the training set ({n} rows): use at most {n}"
+    return None
+
+
 class BatchPlan:
     def __init__(self, n: int, batch_size: int, hessian_batch: int, seed: int):
         self.n, self.batch_size, self.hessian_batch, self.seed = int(n), int(batch_size), int(hessian_batch), int(seed)

@@ -130,10 +130,11 @@ def check(args, info: dict) -> None:
                                 "protocol refuses it (use --protocol paper on public data)")
     if not args.insecure_plaintext:
         check_key_option(args.key_bits, args.insecure_key)   # before the estimator: answered without torch
-    rows = info.get("rows")
-    if rows and args.batch_size is not None and args.batch_size > rows:
-        raise VFLInputError(f"batch_size={args.batch_size} is larger than the training set ({rows} rows): "
-                            f"use at most {rows}")
+    if info.get("rows"):
+        from .batches import batch_too_large      # numpy only: no torch
+
+        if batch_too_large(args.batch_size, info["rows"]):
+            raise VFLInputError(batch_too_large(args.batch_size, info["rows"]))
     _check_hyperparameters(args)
 
 

@@ -68,7 +68,7 @@ from ..data.estimator_input import (BinaryLabels, NotFittedError, binary_classif
                                     proba_columns, require_y)
 from ..data.validation import VFLInputError
 from ..model_store import ShardedModelMixin
-from .batches import BatchPlan
+from .batches import BatchPlan, batch_too_large
 from .bounds import FEATURE_MAX, PublicBounds, quantize
 from .cipher import PaillierScheme, PlaintextScheme
 from .coordinator import Coordinator
@@ -327,9 +327,8 @@ class HeteroLogisticRegression(ShardedModelMixin, ClassifierMixin, BaseEstimator
             if error:
                 raise VFLInputError(error)
             n = X.shape[0]
-            if self._batch(n) > n:
-                raise VFLInputError(f"batch_size={self.batch_size} is larger than the training set ({n} rows): "
-                                    f"use at most {n}")
+            if batch_too_large(self.batch_size, n):
+                raise VFLInputError(batch_too_large(self.batch_size, n))
             return {"n": n, "features": [X.shape[1] + int(self.fit_intercept)]}
         config = {k: getattr(self, k) for k in _AGREED}
         info = {"config": config, "error": error, "rows": None if X is None else int(X.shape[0]),
@@ -759,8 +758,8 @@ def _verdict(fed, infos: list, est) -> dict:
                          "per epoch, which the shared protocol exists to avoid; drop monitor= (--monitor), or use "
                          "protocol='paper' (--protocol paper) on public data"}
     n = rows[fed.active]
-    if est._batch(n) > n:
-        return {"error": f"batch_size={est.batch_size} is larger than the training set ({n} rows): use at most {n}"}
+    if batch_too_large(est.batch_size, n):
+        return {"error": batch_too_large(est.batch_size, n)}
     order = [fed.active] + [r for r in fed.parties if r != fed.active]
     return {"error": None, "n": n, "features": [infos[r]["columns"] for r in order]}
 
