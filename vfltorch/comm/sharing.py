@@ -410,3 +410,157 @@ def deal_dealt(fed: Federation, ys, *, holders, dealer: int, kind: str, shapes_x
         return parts
     g1 = _stream_from(fed.recv(dealer, (_SEED_WORDS,), torch.int64, device="cpu"))
     return [_uniform(g1, out) for out in outs]
+
+
+# ------------------------------------------------------------------ one opening per party
+def cross_products(fed: Federation, x: torch.Tensor | None, *, parties, dealer: int, widths, rows: int,
+                   fp: FixedPoint | None = None) -> dict | None:
+    """Shares of every cross product X_i^T X_j (i before j in ``parties``), each party opening its X_i once.
+
+    Party i holds X_i (``rows`` x ``widths[i]``). The dealer draws a uniform
+    ring mask A_i per party (from a seed it sends to party i only) and, per pair
+    (i, j), additive shares of A_i^T A_j (j gets a seed, i the explicit
+    c_i = A_i^T A_j - c_j). Every party sends E_i = X_i - A_i (uniform) once
+    to every other data party, never to the dealer. Then
+
+        X_i^T X_j = E_i^T E_j + A_i^T E_j + E_i^T A_j + A_i^T A_j
+        z_i = X_i^T E_j + c_i        (i knows X_i = E_i + A_i and received E_j)
+        z_j = E_i^T A_j + c_j        (j knows A_j and received E_i)
+
+    and z_i + z_j = X_i^T X_j with no further message. Traffic: (Q - 1) rows
+    sum_i widths[i] ring elements (each party's columns once to each other
+    party; a pairwise ``mul_private`` sends both operands per pair), plus the
+    dealer's sum over pairs of widths[i] widths[j] and four seed words per party.
+
+    What each learns (semi-honest, a dealer colluding with nobody): a party,
+    the others' E_j (uniform: A_j is known to the dealer and j only) and its
+    shares (uniform: c_j from a seed it does not know, or A_i^T A_j - c_j with
+    A_j unknown); parties colluding without the dealer, nothing more (they see
+    the same E_j, masked by the same unknown A_j). The dealer receives nothing.
+    The dealer together with any party unmasks every E_j that party received.
+
+    SPMD: every rank of ``parties`` and the dealer calls it. ``x`` is real
+    (encoded with ``fp``; the products then carry 2 * fp.frac_bits fractional
+    bits, *not* truncated) or ring (``fp=None``). Returns, at a party, a dict
+    {(i, j): its int64 share of X_i^T X_j (widths[i] x widths[j])} over the
+    pairs it belongs to; ``None`` at the dealer and elsewhere.
+    """
+    parties = list(parties)
+    widths = [int(w) for w in widths]
+    q = len(parties)
+    pairs = [(parties[a], parties[b]) for a in range(q) for b in range(a + 1, q)]
+    width = dict(zip(parties, widths))
+    if fed.rank == dealer:
+        seeds = {p: (_seed_tensor(), _seed_tensor()) for p in parties}
+        masks = {p: _uniform(_stream_from(seeds[p][0]), (rows, width[p])) for p in parties}
+        second = {p: _stream_from(seeds[p][1]) for p in parties}
+        explicit = {p: [] for p in parties}
+        for i, j in pairs:                      # j draws its c_j in this order from its second seed
+            c_j = _uniform(second[j], (width[i], width[j]))
+            explicit[i].append((masks[i].T @ masks[j] - c_j).reshape(-1))
+        del masks
+        for p in parties:
+            fed.send(torch.cat([*seeds[p], *explicit[p]]), p)
+        return None
+    if fed.rank not in parties:
+        return None
+    me, w = fed.rank, width[fed.rank]
+    firsts = [(i, j) for i, j in pairs if i == me]
+    count = 2 * _SEED_WORDS + sum(w * width[j] for _, j in firsts)
+    msg = fed.recv(dealer, (count,), torch.int64, device="cpu")
+    A = _uniform(_stream_from(msg[:_SEED_WORDS]), (rows, w))
+    second = _stream_from(msg[_SEED_WORDS:2 * _SEED_WORDS])
+    xe = fp.encode(x.cpu()) if fp is not None else x.cpu().to(torch.int64)
+    E = xe - A
+    # Every party's E to every other party, one recipient at a time in the same order everywhere.
+    received = {}
+    for r in parties:
+        if r == me:
+            for p in parties:
+                if p != me:
+                    received[p] = fed.recv(p, (rows, width[p]), torch.int64, device="cpu")
+        else:
+            fed.send(E, r)
+    del E
+    shares, at = {}, 2 * _SEED_WORDS
+    for i, j in pairs:
+        if i == me:
+            size = w * width[j]
+            shares[(i, j)] = xe.T @ received[j] + msg[at:at + size].reshape(w, width[j])
+            at += size
+        elif j == me:
+            shares[(i, j)] = received[i].T @ A + _uniform(second, (width[i], w))
+    return shares
+
+
+# ------------------------------------------------------------------ a public rotation of shared matrices
+_M64, _M128 = 1 << 64, 1 << 128
+
+
+def _to_words(t: torch.Tensor) -> np.ndarray:
+    """int64 ring elements -> Python ints in [0, 2**64) (numpy object array)."""
+    return t.cpu().numpy().astype(np.int64).view(np.uint64).astype(object)
+
+
+def _signed128(z: np.ndarray) -> np.ndarray:
+    return np.where(z >= 1 << 127, z - _M128, z)
+
+
+def _truncate128(z: np.ndarray, index: int, bits: int) -> np.ndarray:
+    """Two-holder truncation (as ``truncate``) on Z_2^128: fails with probability ~|value| 2**-127."""
+    if index == 0:
+        return (_signed128(z) >> bits) % _M128
+    return (-((-_signed128(z)) >> bits)) % _M128
+
+
+def rotate_shares(fed: Federation, mine: torch.Tensor | None, rotation: torch.Tensor | None, *, holders,
+                  dealer: int, frac_in: int, frac_out: int = 40, rotation_bits: int = 40,
+                  shape=None) -> torch.Tensor | None:
+    """Two-holder shares of R V R^T (``frac_out`` fractional bits) from shares of V (``frac_in`` bits).
+
+    R is a real d x d matrix both holders know (a secret rotation), V a d x d
+    matrix with |V_ab| <= 1 and column norms <= 1, ||R||_2 <= 1 (so every
+    intermediate entry is at most 1 in value). Multiplying ring shares by an
+    encoded R costs ``rotation_bits`` per side, more than Z_2^64 holds next to
+    V's bits, so the shares are first lifted to Z_2^128:
+
+    1. h_0 adds 2**62 to its share, so v' = v + 2**62 lies in [0, 2**63) and
+       u_0 + u_1 = v' + 2**64 w over the integers (u_h unsigned). Because
+       v' < 2**63, the wrap w is 1 exactly when either top bit is set:
+       w = a + b - a b with a, b the holders' top bits.
+    2. a b: one ``mul_private`` of the two bit tensors (the dealer deals; the
+       holders exchange one uniform d x d message each), shares s_0 + s_1 = a b.
+    3. Z_h = u_h - 2**64 (bit_h - s_h) (- 2**62 at h_0) mod 2**128: Z_0 + Z_1 = v.
+    4. In Z_2^128 two-holder truncation fails with probability ~|value| 2**-127
+       per entry (2**-46 here, against ~2**-3 for V's 60 bits in Z_2^64): drop
+       to ``frac_out`` bits, multiply by round(R 2**rotation_bits) on the left,
+       truncate, on the right, truncate, and reduce mod 2**64.
+
+    Each truncation is off by at most one unit. A holder sees a uniform
+    d x d message; the dealer receives nothing. Returns this holder's int64
+    share (CPU), ``None`` at the dealer, which passes ``shape`` (d, d).
+    """
+    h0, h1 = holders
+    if fed.rank not in (h0, h1, dealer):
+        return None
+    if fed.rank == dealer:
+        mul_private(fed, None, None, holders=holders, dealer=dealer, kind="mul", shape_x=tuple(shape),
+                    shape_y=tuple(shape))
+        return None
+    d, shape = rotation.shape[0], tuple(mine.shape)
+    index = 0 if fed.rank == h0 else 1
+    u = _to_words(mine)
+    if index == 0:
+        u = (u + (1 << 62)) % _M64
+    bit = torch.from_numpy((u >> 63).astype(np.int64))
+    s = mul_private(fed, bit if index == 0 else None, bit if index == 1 else None, holders=holders, dealer=dealer,
+                    kind="mul", shape_x=shape, shape_y=shape)
+    z = (u - ((bit.numpy().astype(object) - _to_words(s)) << 64)) % _M128
+    if index == 0:
+        z = (z - (1 << 62)) % _M128
+    z = _truncate128(z, index, frac_in - frac_out)
+    L = np.round(rotation.cpu().double().numpy() * 2.0 ** rotation_bits).astype(np.int64).astype(object)
+    z = _truncate128(L.dot(z) % _M128, index, rotation_bits)
+    z = _truncate128(z.dot(L.T) % _M128, index, rotation_bits)
+    out = np.array((z % _M64).tolist(), dtype=np.uint64).reshape(d, d).view(np.int64)
+    return torch.from_numpy(out.copy())
