@@ -80,7 +80,8 @@ from .linalg import align_signs, center_columns, orthonormalize, rayleigh_ritz, 
 
 SUM_TOPOLOGIES = ("tree", "star", "ring")
 PROTOCOLS = ("auto", "covariance", "rotated", "krylov")
-COVARIANCE_FRAC_BITS = 30       # fixed-point bits of the normalised rotated data; products carry 60 (see _fit_covariance)
+COVARIANCE_FRAC_BITS = 30       # fixed-point bits of the normalised data; products carry 60 (see _fit_covariance)
+COVARIANCE_OPEN_BITS = 40       # fractional bits of the rotated covariance the coordinator opens
 MAX_ROTATED_SAMPLES = 8000      # n x n float64 matrices (P, the Gram part, the sum) must fit in memory
 
 KRYLOV_LEAK = ("protocol='krylov': every party learns every block Q_t and every product A Q_t of the pooled "
@@ -326,38 +327,51 @@ class ExactFederatedPCA(FederatedPCABase):
         for w in self.party_widths_:
             offsets.append(offsets[-1] + w)
         F = COVARIANCE_FRAC_BITS
-        fp, fp2 = FixedPoint(F), FixedPoint(2 * F)
+        fp, fp2, fp_out = FixedPoint(F), FixedPoint(2 * F), FixedPoint(COVARIANCE_OPEN_BITS)
+        holders = (parties[0], parties[1])
         block = None
         with fed.phase(f"pca/{self.method}"):
+            P = None
             if client:
                 me = parties.index(fed.rank)
                 secret = rotation_seed(fed, parties, self.mask_seed)
-                P = haar_rotation(d, secret, device=Xc.device)
-                Pl = P[:, offsets[me]:offsets[me + 1]]
+                P = haar_rotation(d, secret)
                 norm2 = float(secure_allreduce(fed, (Xc ** 2).sum().reshape(1), parties=parties)[0])
                 scale2 = norm2 if norm2 > 0 else 1.0
-                Y = (Xc @ Pl.T / scale2 ** 0.5).cpu()            # n x d, ||Y||_F <= 1 over all parties
-                share = fp2.encode(Y.T @ Y)                      # the own diagonal term, 60 fractional bits
-            # Cross terms Y_l^T Y_m: one Beaver product per pair, shares to l and m, the coordinator deals.
+                Y = (Xc / scale2 ** 0.5).cpu()                   # n x f_l, ||Y||_F <= 1 over all parties
+            # 1. Every cross block Y_l^T Y_m in shares: each party opens its masked columns once to each other party.
             with fed.phase(f"pca/{self.method}/products"):
-                for i, l in enumerate(parties):
-                    for m in parties[i + 1:]:
-                        if fed.rank not in (l, m, coordinator):
-                            continue
-                        z = sharing.mul_private(fed, Y.T if fed.rank == l else None, Y if fed.rank == m else None,
-                                                holders=(l, m), dealer=coordinator, kind="matmul", shape_x=(d, n),
-                                                shape_y=(n, d), fp=fp, truncate_result=False)
-                        if z is not None:
-                            share = share + z + z.T
-            if not client:
+                pair_shares = sharing.cross_products(fed, Y if client else None, parties=parties, dealer=coordinator,
+                                                     widths=self.party_widths_, rows=n, fp=fp)
+            share = None
+            if client:
                 share = torch.zeros(d, d, dtype=torch.int64)
-            # One ring-masked sum of the shares: only the coordinator gets P C P^T / s^2, and no share.
+                lo, hi = offsets[me], offsets[me + 1]
+                share[lo:hi, lo:hi] = fp2.encode(Y.T @ Y)         # the own diagonal block, 60 fractional bits
+                for (i, j), z in pair_shares.items():
+                    a, b = parties.index(i), parties.index(j)
+                    share[offsets[a]:offsets[a + 1], offsets[b]:offsets[b + 1]] += z
+                    share[offsets[b]:offsets[b + 1], offsets[a]:offsets[a + 1]] += z.T
+                del pair_shares
             stream = MaskStream.private(fed.rank) if self.mask_seed is None else MaskStream(self.mask_seed, fed.rank)
+            # 2. Down to two holders: the other parties' shares go into a masked sum at the second party.
+            if len(parties) > 2 and fed.rank in parties[1:]:
+                total = masked_sum(fed, share, keep=parties[2], out=holders[1], stream=stream, group=RingGroup(),
+                                   reveal=True, parties=parties[1:])
+                share = total if fed.rank == holders[1] else None
+            # 3. The holders rotate their shares by P in Z_2^128 (sharing.rotate_shares): P C P^T / s^2, 40 bits.
+            with fed.phase(f"pca/{self.method}/rotate"):
+                if fed.rank in holders or fed.rank == coordinator:
+                    share = sharing.rotate_shares(fed, share, P, holders=holders, dealer=coordinator,
+                                                  frac_in=2 * F, frac_out=COVARIANCE_OPEN_BITS, shape=(d, d))
+            if fed.rank in parties and fed.rank not in holders or fed.rank == coordinator:
+                share = torch.zeros(d, d, dtype=torch.int64)
+            # 4. One ring-masked sum of the two shares: only the coordinator gets P C P^T / s^2.
             total = masked_sum(fed, share, keep=parties[0], out=coordinator, stream=stream, group=RingGroup(),
-                               reveal=True, parties=[*parties, coordinator])
+                               reveal=True, parties=[*holders, coordinator])
             del share
             if fed.rank == coordinator:
-                M = fp2.decode(total)
+                M = fp_out.decode(total)
                 M = (M + M.T) / 2
                 theta, W = torch.linalg.eigh(M)
                 block = torch.cat([W.flip(1)[:, :k], theta.flip(0)[None, :k]])
@@ -371,9 +385,9 @@ class ExactFederatedPCA(FederatedPCABase):
             self.fit_seconds_ = time.perf_counter() - started
             self._count_bytes(fed)
             return self
-        block = block.to(Xc.device)
-        V = P.T @ block[:d]                                       # eigenvectors of C = X^T X, d x k
-        theta = block[d] * scale2
+        V = P.T @ block[:d].cpu()                                 # eigenvectors of C = X^T X, d x k
+        V = V.to(Xc.device)
+        theta = block[d].to(Xc.device) * scale2
         del P
         self._count_bytes(fed)
         return self._covariance_output(fed, parties, Xc, V[offsets[me]:offsets[me + 1]], theta, started)
