@@ -34,6 +34,18 @@ When y is randomness the dealer itself dealt to h_1 (so the dealer knows it),
 c_0 = a * y - c_1, h_1 a seed for c_1; h_0 sends e = x - a, and
 z_0 = c_0, z_1 = e * y + c_1. FDSKL's phase masks are such randomness.
 
+Many products with one opening each (``cross_products``): when every pair of
+Q parties needs X_i^T X_j, the dealer gives party i one mask A_i and each
+pair shares of A_i^T A_j; party i opens E_i = X_i - A_i once to every other
+party and every pair's shares follow locally: (Q - 1) sum_i |X_i| elements in
+all instead of Q (Q - 1) per-pair openings of both operands.
+
+A public rotation of shared matrices (``rotate_shares``): two holders' shares
+of V become shares of R V R^T for a real R they both know. Encoding R costs
+its bits on each side, which Z_2^64 does not have next to V's, so the shares
+are lifted to Z_2^128 (one product of the shares' top bits gives the wrap)
+and truncated there, where two-holder truncation almost never fails.
+
 Dealer bandwidth: the dealer sends seeds (16 bytes) for everything that is
 uniform and one explicit tensor (c_1) per triple, so a triple costs the size
 of its product, not three times that.

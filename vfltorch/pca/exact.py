@@ -6,24 +6,31 @@ pooled matrix has no more features than samples, d <= n, else ``"rotated"``):
 ``"covariance"``: the d x d covariance C = X^T X under a secret Haar rotation P
 (d x d), opened only as P C P^T / ||X||_F^2 at the coordinator.
 
-1. The data parties agree on a secret seed (as below) and draw P; party l owns
-   the d x f_l block P_l, and Y_l = X_l P_l^T / s with s^2 = ||X||_F^2 (a
-   masked sum), so that Y = sum_l Y_l = X P^T / s has unit Frobenius norm.
-2. For every pair l < m, ``sharing.mul_private(kind="matmul")`` with a Beaver
-   triple dealt by the coordinator gives l and m ring shares of Y_l^T Y_m:
-   each sends the other one uniform n x d ring matrix. Fixed point with 30
-   bits, products kept at 60 bits without truncation (they are below 1).
-3. Each party's share (its own Y_l^T Y_l plus z + z^T per pair) goes into one
-   ring-masked sum whose output is the coordinator: P C P^T / s^2. It sends
+1. The data parties agree on a secret seed (as below) and draw P. Party l
+   scales its columns, Y_l = X_l / s with s^2 = ||X||_F^2 (a masked sum), so
+   that Y = [Y_1, ..., Y_Q] has unit Frobenius norm and every product below
+   lies in [-1, 1].
+2. ``sharing.cross_products``: the coordinator (dealer) gives party l a uniform
+   ring mask A_l (a seed) and each pair shares of A_l^T A_m; party l sends
+   E_l = enc(Y_l) - A_l (n x f_l, uniform) once to every other data party,
+   and every pair (l, m) then holds shares of Y_l^T Y_m with no further
+   message. 30 fractional bits, products kept at 60 bits.
+3. Each party's d x d share (its own Y_l^T Y_l plus its pair shares) goes
+   into a masked sum at the second party (the first keeps its own), and
+   ``sharing.rotate_shares`` turns the two holders' shares of C / s^2 into
+   shares of P C P^T / s^2 (in Z_2^128, since a ring multiplication by P
+   needs more bits than Z_2^64 has next to 60 bits of data).
+4. One ring-masked sum opens P C P^T / s^2 at the coordinator, which sends
    back the k leading eigenpairs (W, theta); each party takes V = P^T W, its
    rows V_l (``components_``), and U = X V / sqrt(theta s^2) from a masked sum
    of X_l V_l.
 
 The coordinator learns the normalised spectrum of C and nothing else; a data
 party the output. The coordinator (dealer and eigensolver) must not collude
-with any data party: with party l it unmasks the columns l's partners sent,
-or, knowing P, gets C. Cost: (Q - 1) n d ring elements per party (2.2x the
-data on a9a for Q = 2) and a d x d eigenproblem.
+with any data party: with party l it unmasks the columns l received, or,
+knowing P, gets C. Cost: (Q - 1) n d ring elements in all (each party's
+columns once to each other party: 2x the data at Q = 3) plus O(Q d^2), and a
+d x d eigenproblem.
 
 ``"rotated"``: one masked sum of rotated Gram matrices at the
 coordinator (a rank that holds no data).
@@ -301,12 +308,13 @@ class ExactFederatedPCA(FederatedPCABase):
     def _fit_covariance(self, X, fed: Federation, parties, n: int) -> "ExactFederatedPCA":
         """protocol='covariance' (see the module docstring); every data party and the coordinator call it.
 
-        Party l's rotated columns Y_l = X_l P_l^T / s (n x d: P_l is the d x f_l block of the secret Haar
-        rotation P that belongs to its columns, s^2 = ||X||_F^2 from a masked sum) make ||Y||_F = 1, so every
-        entry of Y and of the d x d products Y_l^T Y_m lies in [-1, 1]. Fixed point with F = 30 bits puts the
-        products at 60 fractional bits, below 2**63, with no truncation (truncating two-holder shares fails
-        with probability ~ |value| 2**-4 at this size); the rotation is applied in floating point before
-        encoding, so the ring never multiplies by P and the result is exact to ~2**-30 per entry.
+        Party l's scaled columns Y_l = X_l / s (s^2 = ||X||_F^2 from a masked sum) make ||Y||_F = 1, so every
+        entry of the d x d products Y_l^T Y_m lies in [-1, 1]. Fixed point with F = 30 bits puts the products
+        at 60 fractional bits, below 2**63, with no truncation in Z_2^64 (truncating two-holder shares there
+        fails with probability ~ |value| 2**-4 at this size). The rotation by P happens on the two holders'
+        d x d shares in Z_2^128 (``sharing.rotate_shares``: truncations there fail with probability ~2**-46 per
+        entry), with P encoded at 40 bits; the coordinator opens P C P^T / s^2 at 40 bits, so the result is
+        exact to the data's ~2**-30 per entry.
         """
         started = time.perf_counter()
         k, d = self.n_components, self.n_features_total_
