@@ -167,3 +167,23 @@ def test_cross_products_open_each_party_once_and_rotate_shares_is_exact():
         blocks = [(dst, shape) for src, dst, shape in res[r]["messages"] if shape == (ROWS, WIDTHS[r])]
         assert sorted(dst for dst, _ in blocks) == [p for p in range(3) if p != r]
         assert all(dst != 3 for src, dst, shape in res[r]["messages"])
+
+
+def test_the_128_bit_helpers_agree_with_python_integers():
+    from vfltorch.comm.sharing import _add128, _matmul128, _neg128, _truncate128
+    rng = np.random.default_rng(3)
+    d = 5
+    words = rng.integers(0, 2 ** 64, size=(2, d, d), dtype=np.uint64)
+    as_int = np.array([[int(h) << 64 | int(l) for h, l in zip(hr, lr)] for hr, lr in zip(*words)], dtype=object)
+    L = rng.integers(-2 ** 46, 2 ** 46, size=(d, d), dtype=np.int64)
+
+    def back(x):
+        return np.array([[int(h) << 64 | int(l) for h, l in zip(hr, lr)] for hr, lr in zip(*x)], dtype=object)
+
+    M = 1 << 128
+    assert (back(_matmul128(L, tuple(words))) == L.astype(object).dot(as_int) % M).all()
+    assert (back(_add128(tuple(words), tuple(words))) == 2 * as_int % M).all()
+    assert (back(_neg128(tuple(words))) == -as_int % M).all()
+    signed = np.where(as_int >= 1 << 127, as_int - M, as_int)
+    assert (back(_truncate128(tuple(words), 0, 40)) == (signed >> 40) % M).all()
+    assert (back(_truncate128(tuple(words), 1, 40)) == (-((-signed) >> 40)) % M).all()

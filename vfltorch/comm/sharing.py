@@ -506,23 +506,52 @@ def cross_products(fed: Federation, x: torch.Tensor | None, *, parties, dealer: 
 
 
 # ------------------------------------------------------------------ a public rotation of shared matrices
-_M64, _M128 = 1 << 64, 1 << 128
+# Z_2^128 as two uint64 words (hi, lo), numpy arrays of one shape: vectorised, and products through float64 BLAS.
+_U64 = np.uint64
 
 
-def _to_words(t: torch.Tensor) -> np.ndarray:
-    """int64 ring elements -> Python ints in [0, 2**64) (numpy object array)."""
-    return t.cpu().numpy().astype(np.int64).view(np.uint64).astype(object)
+def _add128(x, y):
+    lo = x[1] + y[1]                                    # uint64 arithmetic wraps mod 2**64
+    return x[0] + y[0] + (lo < x[1]).astype(_U64), lo
 
 
-def _signed128(z: np.ndarray) -> np.ndarray:
-    return np.where(z >= 1 << 127, z - _M128, z)
+def _neg128(x):
+    return _add128((~x[0], ~x[1]), (np.zeros_like(x[0]), np.ones_like(x[1])))
 
 
-def _truncate128(z: np.ndarray, index: int, bits: int) -> np.ndarray:
+def _shr128(x, bits: int):
+    """Arithmetic right shift of signed 128-bit values by 0 < bits < 64."""
+    lo = (x[1] >> _U64(bits)) | (x[0] << _U64(64 - bits))
+    return (x[0].view(np.int64) >> bits).view(_U64), lo
+
+
+def _truncate128(x, index: int, bits: int):
     """Two-holder truncation (as ``truncate``) on Z_2^128: fails with probability ~|value| 2**-127."""
     if index == 0:
-        return (_signed128(z) >> bits) % _M128
-    return (-((-_signed128(z)) >> bits)) % _M128
+        return _shr128(x, bits)
+    return _neg128(_shr128(_neg128(x), bits))
+
+
+def _matmul128(L: np.ndarray, x):
+    """L @ x mod 2**128 for a signed int64 matrix L with |L| < 2**47 and x in Z_2^128.
+
+    16-bit limbs: x has 8, L 3 (the top one signed); a limb product summed over
+    d < 2**19 terms stays below 2**53, exact in float64 (BLAS). The result's
+    limbs are summed per weight, carried in int64 and packed back into words.
+    """
+    limbs_x = [((x[0] if b >= 4 else x[1]) >> _U64(16 * (b % 4)) & _U64(0xFFFF)).astype(np.float64)
+               for b in range(8)]
+    limbs_l = [(L & 0xFFFF).astype(np.float64), ((L >> 16) & 0xFFFF).astype(np.float64),
+               (L >> 32).astype(np.float64)]
+    out, carry = [], 0
+    for c in range(8):
+        acc = sum(limbs_l[a] @ limbs_x[c - a] for a in range(3) if 0 <= c - a < 8)
+        v = acc.astype(np.int64) + carry
+        out.append((v & 0xFFFF).astype(_U64))
+        carry = v >> 16
+    lo = out[0] | out[1] << _U64(16) | out[2] << _U64(32) | out[3] << _U64(48)
+    hi = out[4] | out[5] << _U64(16) | out[6] << _U64(32) | out[7] << _U64(48)
+    return hi, lo
 
 
 def rotate_shares(fed: Federation, mine: torch.Tensor | None, rotation: torch.Tensor | None, *, holders,
@@ -559,20 +588,20 @@ def rotate_shares(fed: Federation, mine: torch.Tensor | None, rotation: torch.Te
         mul_private(fed, None, None, holders=holders, dealer=dealer, kind="mul", shape_x=tuple(shape),
                     shape_y=tuple(shape))
         return None
-    d, shape = rotation.shape[0], tuple(mine.shape)
+    shape = tuple(mine.shape)
     index = 0 if fed.rank == h0 else 1
-    u = _to_words(mine)
+    u = mine.cpu().numpy().astype(np.int64).view(_U64)
     if index == 0:
-        u = (u + (1 << 62)) % _M64
-    bit = torch.from_numpy((u >> 63).astype(np.int64))
-    s = mul_private(fed, bit if index == 0 else None, bit if index == 1 else None, holders=holders, dealer=dealer,
-                    kind="mul", shape_x=shape, shape_y=shape)
-    z = (u - ((bit.numpy().astype(object) - _to_words(s)) << 64)) % _M128
+        u = u + _U64(1 << 62)
+    bit = (u >> _U64(63)).astype(np.int64)
+    s = mul_private(fed, torch.from_numpy(bit) if index == 0 else None, torch.from_numpy(bit) if index == 1 else None,
+                    holders=holders, dealer=dealer, kind="mul", shape_x=shape, shape_y=shape)
+    z = (s.numpy().view(_U64) - bit.view(_U64), u)             # u + 2**64 (s - bit)
     if index == 0:
-        z = (z - (1 << 62)) % _M128
+        z = _add128(z, (np.full(shape, 2 ** 64 - 1, dtype=_U64), np.full(shape, 2 ** 64 - 2 ** 62, dtype=_U64)))
     z = _truncate128(z, index, frac_in - frac_out)
-    L = np.round(rotation.cpu().double().numpy() * 2.0 ** rotation_bits).astype(np.int64).astype(object)
-    z = _truncate128(L.dot(z) % _M128, index, rotation_bits)
-    z = _truncate128(z.dot(L.T) % _M128, index, rotation_bits)
-    out = np.array((z % _M64).tolist(), dtype=np.uint64).reshape(d, d).view(np.int64)
-    return torch.from_numpy(out.copy())
+    L = np.round(rotation.cpu().double().numpy() * 2.0 ** rotation_bits).astype(np.int64)
+    z = _truncate128(_matmul128(L, z), index, rotation_bits)
+    z = _truncate128(tuple(w.T.copy() for w in _matmul128(L, (z[0].T.copy(), z[1].T.copy()))), index,
+                     rotation_bits)
+    return torch.from_numpy(z[1].view(np.int64).copy())
