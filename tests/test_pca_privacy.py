@@ -36,8 +36,17 @@ def own(rank):
 
 
 def job(fed):
+    from vfltorch.comm import sharing
     X = own(fed.rank) if fed.is_data_party else None
     out = {}
+    # Record the d x d share each holder brings to the rotation: what it knows after the reduction (test only).
+    held, rotate = [], sharing.rotate_shares
+
+    def recording(fed_, mine, *args, **kwargs):
+        held.append(None if mine is None else mine.clone())
+        return rotate(fed_, mine, *args, **kwargs)
+
+    sharing.rotate_shares = recording
     for name, est in (("krylov", ExactFederatedPCA(K, protocol="krylov")),
                       ("rotated", ExactFederatedPCA(K, protocol="rotated")), ("covariance", ExactFederatedPCA(K))):
         start = len(fed.transcript)
@@ -47,8 +56,9 @@ def job(fed):
         out[name] = {"span": (start, len(fed.transcript)), "warnings": [str(w.message) for w in caught],
                      "components": est.sample_components_, "eigenvalues": est.eigenvalues_,
                      "protocol": est.protocol_}
+    sharing.rotate_shares = rotate
     msgs = [(m.phase, m.src, m.dst, m.tensor) for m in fed.transcript]
-    return {"out": out, "messages": msgs}
+    return {"out": out, "messages": msgs, "held": held}
 
 
 @pytest.fixture(scope="module")
@@ -274,3 +284,21 @@ def test_the_dealer_colluding_with_a_party_unmasks_the_partners_columns(results)
     assert rel(alone, own(1)) > 10
     # The dealer itself received no column block during the products (only masked-sum parts later).
     assert not [t for phase, src, dst, t in received(results, coordinator, "covariance") if "/products" in phase]
+
+
+def test_the_second_holder_cannot_read_another_partys_block_from_the_reduction(results):
+    # For Q > 2 the shares of parties 1..Q-1 are summed at party 1 (a masked sum that reveals its total). Party 0's
+    # share is zero outside its own rows and columns, so without re-randomisation that total would carry party 2's
+    # own block enc(Y_2^T Y_2) and the cross block Y_1^T Y_2 in the clear. Party 1 reads its share (recorded as it
+    # enters the rotation) and every received d x d ring tensor at 60 fractional bits.
+    s2 = total_norm2()
+    (share,) = [h for h in results[1]["held"] if h is not None]
+    square = [t.reshape(18, 18) for phase, src, dst, t in received(results, 1, "covariance")
+              if t.dtype == torch.int64 and t.numel() == 18 * 18]
+    blocks = {(2, 2): own(2).T @ own(2), (1, 2): own(1).T @ own(2)}
+    for (a, b), truth in blocks.items():
+        rows, cols = slice(BOUNDS[a], BOUNDS[a + 1]), slice(BOUNDS[b], BOUNDS[b + 1])
+        errors = [rel(t[rows, cols].to(torch.float64) / 2 ** 60 * s2, truth) for t in [share, *square]]
+        assert min(errors) > 0.3, ((a, b), min(errors))
+    # Party 0 (the other holder) keeps its own share; the coordinator holds none.
+    assert [h is not None for h in results[0]["held"]] == [True] and results[2]["held"] == []

@@ -505,6 +505,26 @@ def cross_products(fed: Federation, x: torch.Tensor | None, *, parties, dealer: 
     return shares
 
 
+def rerandomise(fed: Federation, mine: torch.Tensor | None, *, pair) -> torch.Tensor | None:
+    """The two ranks of ``pair`` add and subtract the same uniform ring tensor; others return ``mine`` unchanged.
+
+    The sum of all shares stays the same, and the first rank's share becomes
+    uniform to everyone but the second (which never sees it). Needed before
+    the other shares are summed at a third party: a share that is zero in
+    places would leave the value itself there. The first rank draws a
+    128-bit seed from the OS and sends it to the second only.
+    """
+    a, b = pair
+    if fed.rank == a:
+        seed = _seed_tensor()
+        fed.send(seed, b)
+        return mine + _uniform(_stream_from(seed), mine.shape)
+    if fed.rank == b:
+        seed = fed.recv(a, (_SEED_WORDS,), torch.int64, device="cpu")
+        return mine - _uniform(_stream_from(seed), mine.shape)
+    return mine
+
+
 # ------------------------------------------------------------------ a public rotation of shared matrices
 # Z_2^128 as two uint64 words (hi, lo), numpy arrays of one shape: vectorised, and products through float64 BLAS.
 _U64 = np.uint64

@@ -362,7 +362,11 @@ class ExactFederatedPCA(FederatedPCABase):
                     share[offsets[b]:offsets[b + 1], offsets[a]:offsets[a + 1]] += z.T
                 del pair_shares
             stream = MaskStream.private(fed.rank) if self.mask_seed is None else MaskStream(self.mask_seed, fed.rank)
-            # 2. Down to two holders: the other parties' shares go into a masked sum at the second party.
+            # 2. Down to two holders: the other parties' shares go into a masked sum at the second party. The first
+            #    party's share is zero outside its rows and columns, so it is first re-randomised with the third
+            #    party (else the sum would show the second party, e.g., the third's own block).
+            if len(parties) > 2:
+                share = sharing.rerandomise(fed, share, pair=(parties[0], parties[2]))
             if len(parties) > 2 and fed.rank in parties[1:]:
                 total = masked_sum(fed, share, keep=parties[2], out=holders[1], stream=stream, group=RingGroup(),
                                    reveal=True, parties=parties[1:])
