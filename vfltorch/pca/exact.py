@@ -16,7 +16,9 @@ pooled matrix has no more features than samples, d <= n, else ``"rotated"``):
    and every pair (l, m) then holds shares of Y_l^T Y_m with no further
    message. 30 fractional bits, products kept at 60 bits.
 3. Each party's d x d share (its own Y_l^T Y_l plus its pair shares) goes
-   into a masked sum at the second party (the first keeps its own), and
+   into a masked sum at the second party (the first keeps its own, after
+   ``sharing.rerandomise`` with the third: a share that is zero outside the
+   first party's blocks would leave the others' blocks readable there), and
    ``sharing.rotate_shares`` turns the two holders' shares of C / s^2 into
    shares of P C P^T / s^2 (in Z_2^128, since a ring multiplication by P
    needs more bits than Z_2^64 has next to 60 bits of data).
