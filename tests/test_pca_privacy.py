@@ -206,9 +206,9 @@ def test_the_default_is_the_covariance_protocol_when_there_are_fewer_features_th
 
 def column_messages(results, rank):
     """The masked column blocks E_m = enc(X_m / s) - A_m that ``rank`` received, by sender."""
-    return {src: t.reshape(N, BOUNDS[src + 1] - BOUNDS[src]) for phase, src, dst, t in received(results, rank, "covariance")
-            if src < 3 and t.dtype == torch.int64 and t.numel() == N * (BOUNDS[src + 1] - BOUNDS[src])
-            and "/products" in phase}
+    width = {m: BOUNDS[m + 1] - BOUNDS[m] for m in range(3)}
+    return {src: t.reshape(N, width[src]) for phase, src, dst, t in received(results, rank, "covariance")
+            if src < 3 and t.dtype == torch.int64 and t.numel() == N * width[src] and "/products" in phase}
 
 
 def test_the_pooled_attack_fails_against_the_covariance_protocol(results):
