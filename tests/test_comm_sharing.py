@@ -104,3 +104,86 @@ def test_private_streams_differ_and_simulation_streams_repeat():
     assert not torch.equal(MaskStream.private().draw(ring, (8,)), MaskStream.private().draw(ring, (8,)))
     assert torch.equal(MaskStream(5, 1).draw(ring, (8,)), MaskStream(5, 1).draw(ring, (8,)))
     assert not torch.equal(MaskStream(5, 1).draw(ring, (8,)), MaskStream(5, 2).draw(ring, (8,)))
+
+
+# ------------------------------------------------------------------ cross_products and rotate_shares
+ROWS, WIDTHS = 50, [3, 4, 2]
+FP30 = FixedPoint(frac_bits=30)
+
+
+def block(rank):
+    # ||X||_F <= 1 over the three parties, as the PCA's normalisation makes it
+    return data(10 + rank, (ROWS, WIDTHS[rank])) / 20
+
+
+def cross_job(fed):
+    from vfltorch.comm import Transcript
+    from vfltorch.comm.sharing import cross_products, rotate_shares
+    fed.transcript = Transcript()
+    parties, dealer = [0, 1, 2], 3
+    x = block(fed.rank) if fed.rank in parties else None
+    shares = cross_products(fed, x, parties=parties, dealer=dealer, widths=WIDTHS, rows=ROWS, fp=FP30)
+    sent_during_products = len(fed.transcript)
+    opened = {}                                  # for the test only: each pair's product at the dealer
+    for i, j in [(0, 1), (0, 2), (1, 2)]:
+        mine = shares[(i, j)] if shares is not None and (i, j) in shares else None
+        opened[(i, j)] = open_shares(fed, mine, holders=(i, j), to=dealer, shape=(WIDTHS[i], WIDTHS[j]))
+    # The pooled d x d matrix V = X^T X in two-holder shares (0 and 1), rotated by R known to both.
+    d = sum(WIDTHS)
+    R = torch.linalg.qr(data(99, (d, d)))[0]
+    rotated = None
+    off = [0, 3, 7, 9]
+    if fed.rank in parties:
+        V = torch.zeros(d, d, dtype=torch.int64)
+        for (i, j), z in shares.items():
+            V[off[i]:off[i + 1], off[j]:off[j + 1]] += z
+            V[off[j]:off[j + 1], off[i]:off[i + 1]] += z.T
+        me = fed.rank
+        V[off[me]:off[me + 1], off[me]:off[me + 1]] += FixedPoint(60).encode(x.T @ x)
+        # Party 2 hands its share to holder 1 (the PCA does this with a masked sum).
+        if fed.rank == 2:
+            fed.send(V, 1)
+        elif fed.rank == 1:
+            V = V + fed.recv(2, (d, d), torch.int64, device="cpu")
+    if fed.rank in (0, 1):
+        rotated = rotate_shares(fed, V, R, holders=(0, 1), dealer=dealer, frac_in=60)
+    elif fed.rank == dealer:
+        rotate_shares(fed, None, None, holders=(0, 1), dealer=dealer, frac_in=60, shape=(d, d))
+    out = open_shares(fed, rotated, holders=(0, 1), to=dealer, shape=(d, d))
+    return {"opened": opened, "rotated": out, "R": R,
+            "messages": [(m.src, m.dst, tuple(m.tensor.shape)) for m in fed.transcript][:sent_during_products]}
+
+
+def test_cross_products_open_each_party_once_and_rotate_shares_is_exact():
+    res = launch(cross_job, 4, timeout=90)
+    dealer = res[3]
+    for (i, j), got in dealer["opened"].items():
+        torch.testing.assert_close(FixedPoint(60).decode(got), block(i).T @ block(j), rtol=0, atol=1e-8)
+    X = torch.cat([block(r) for r in range(3)], 1)
+    R = dealer["R"]
+    torch.testing.assert_close(FixedPoint(40).decode(dealer["rotated"]), R @ (X.T @ X) @ R.T, rtol=0, atol=1e-9)
+    # Each party sent its n x f_i block once to each other party, and nothing to the dealer.
+    for r in range(3):
+        blocks = [(dst, shape) for src, dst, shape in res[r]["messages"] if shape == (ROWS, WIDTHS[r])]
+        assert sorted(dst for dst, _ in blocks) == [p for p in range(3) if p != r]
+        assert all(dst != 3 for src, dst, shape in res[r]["messages"])
+
+
+def test_the_128_bit_helpers_agree_with_python_integers():
+    from vfltorch.comm.sharing import _add128, _matmul128, _neg128, _truncate128
+    rng = np.random.default_rng(3)
+    d = 5
+    words = rng.integers(0, 2 ** 64, size=(2, d, d), dtype=np.uint64)
+    as_int = np.array([[int(h) << 64 | int(l) for h, l in zip(hr, lr)] for hr, lr in zip(*words)], dtype=object)
+    L = rng.integers(-2 ** 46, 2 ** 46, size=(d, d), dtype=np.int64)
+
+    def back(x):
+        return np.array([[int(h) << 64 | int(l) for h, l in zip(hr, lr)] for hr, lr in zip(*x)], dtype=object)
+
+    M = 1 << 128
+    assert (back(_matmul128(L, tuple(words))) == L.astype(object).dot(as_int) % M).all()
+    assert (back(_add128(tuple(words), tuple(words))) == 2 * as_int % M).all()
+    assert (back(_neg128(tuple(words))) == -as_int % M).all()
+    signed = np.where(as_int >= 1 << 127, as_int - M, as_int)
+    assert (back(_truncate128(tuple(words), 0, 40)) == (signed >> 40) % M).all()
+    assert (back(_truncate128(tuple(words), 1, 40)) == (-((-signed) >> 40)) % M).all()

@@ -36,8 +36,17 @@ def own(rank):
 
 
 def job(fed):
+    from vfltorch.comm import sharing
     X = own(fed.rank) if fed.is_data_party else None
     out = {}
+    # Record the d x d share each holder brings to the rotation: what it knows after the reduction (test only).
+    held, rotate = [], sharing.rotate_shares
+
+    def recording(fed_, mine, *args, **kwargs):
+        held.append(None if mine is None else mine.clone())
+        return rotate(fed_, mine, *args, **kwargs)
+
+    sharing.rotate_shares = recording
     for name, est in (("krylov", ExactFederatedPCA(K, protocol="krylov")),
                       ("rotated", ExactFederatedPCA(K, protocol="rotated")), ("covariance", ExactFederatedPCA(K))):
         start = len(fed.transcript)
@@ -47,8 +56,9 @@ def job(fed):
         out[name] = {"span": (start, len(fed.transcript)), "warnings": [str(w.message) for w in caught],
                      "components": est.sample_components_, "eigenvalues": est.eigenvalues_,
                      "protocol": est.protocol_}
+    sharing.rotate_shares = rotate
     msgs = [(m.phase, m.src, m.dst, m.tensor) for m in fed.transcript]
-    return {"out": out, "messages": msgs}
+    return {"out": out, "messages": msgs, "held": held}
 
 
 @pytest.fixture(scope="module")
@@ -194,28 +204,48 @@ def test_the_default_is_the_covariance_protocol_when_there_are_fewer_features_th
         assert not results[rank]["out"]["covariance"]["warnings"]
 
 
+def column_messages(results, rank):
+    """The masked column blocks E_m = enc(X_m / s) - A_m that ``rank`` received, by sender."""
+    width = {m: BOUNDS[m + 1] - BOUNDS[m] for m in range(3)}
+    return {src: t.reshape(N, width[src]) for phase, src, dst, t in received(results, rank, "covariance")
+            if src < 3 and t.dtype == torch.int64 and t.numel() == N * width[src] and "/products" in phase}
+
+
 def test_the_pooled_attack_fails_against_the_covariance_protocol(results):
-    d = sum(b - a for a, b in zip(BOUNDS, BOUNDS[1:]))
-    P = haar_rotation(d, covariance_seed(results))
     s = total_norm2() ** 0.5                  # every party knows ||X||_F^2 (the total variance is an output)
     for rank in range(3):
         msgs = received(results, rank, "covariance")
         truth = others_gram(rank)
         assert nystrom_attack(msgs, rank) is None
-        # What arrives: ring elements (the partner's masked rotated columns, dealer shares, masked sums), the seed,
-        # the (d + 1) x k output, the n x k scores X V and the variance totals.
+        # What arrives: ring elements (each partner's masked columns once, dealer seeds and shares, masked sums,
+        # the rotation's uniform bit-product messages), the seed, the (d + 1) x k output, X V and variance totals.
         floats = [t for phase, src, dst, t in msgs if t.dtype.is_floating_point]
-        assert all(t.numel() in ((d + 1) * K, N * K, K + 1, 1) for t in floats), [t.shape for t in floats]
+        assert all(t.numel() in ((18 + 1) * K, N * K, K + 1, 1) for t in floats), [t.shape for t in floats]
+        blocks = column_messages(results, rank)
+        assert sorted(blocks) == [m for m in range(3) if m != rank]          # one block from each partner
         errors = []
         # 1. The output: U diag(theta) U^T minus its own Gram matrix.
         U, theta = results[rank]["out"]["covariance"]["components"], results[rank]["out"]["covariance"]["eigenvalues"]
         errors.append(rel(U @ torch.diag(theta) @ U.T - own(rank) @ own(rank).T, truth))
-        # 2. Every n x d ring message read as the partner's fixed-point rotated columns, rotated back.
-        for phase, src, dst, t in msgs:
-            if t.dtype == torch.int64 and t.numel() == N * d:
-                for D in (t.reshape(N, d), t.reshape(d, N).T):
-                    Z = D.to(torch.float64) / 2 ** FRAC * s @ P
-                    errors.append(rel(Z @ Z.T, truth))
+        # 2. Every received block read as the partner's fixed-point columns: their Gram matrix, their sum, and the
+        #    columns themselves by least squares on its own columns (the pooled data is correlated across parties).
+        Zs = {m: E.to(torch.float64) / 2 ** FRAC * s for m, E in blocks.items()}
+        errors.append(rel(sum(Z @ Z.T for Z in Zs.values()), truth))
+        for m, Z in Zs.items():
+            errors.append(rel(Z @ Z.T, own(m) @ own(m).T))
+            fit = own(rank) @ torch.linalg.lstsq(own(rank), Z).solution
+            errors.append(rel(fit, own(m)))
+        # 3. Every received d x d ring tensor (masked-sum parts, the bit products of the share rotation) read as
+        #    the covariance C or its rotation P C P^T, at the 60 and 40 fractional bits the protocol uses.
+        Xc = torch.cat([own(i) for i in range(3)], 1)
+        C = Xc.T @ Xc
+        P = haar_rotation(18, covariance_seed(results))
+        square = [t.reshape(18, 18) for phase, src, dst, t in msgs if t.dtype == torch.int64 and t.numel() == 18 * 18]
+        assert square
+        for t in square:
+            for bits in (60, 40):
+                view = t.to(torch.float64) / 2 ** bits * s ** 2
+                errors += [rel(view, C), rel(P.T @ view @ P, C)]
         assert len(errors) > 1 and min(errors) > 0.3, (rank, min(errors))
 
 
@@ -238,19 +268,37 @@ def test_the_coordinator_learns_the_normalised_spectrum_and_not_the_covariance(r
 
 
 def test_the_dealer_colluding_with_a_party_unmasks_the_partners_columns(results):
-    # Why the coordinator (the Beaver dealer) must not collude with a data party: party 0 receives
-    # f = enc(Y_1) - B from party 1, and the dealer drew B from the seed it sent to party 1.
+    # Why the coordinator (the dealer) must not collude with a data party: party 0 receives E_1 = enc(X_1 / s) - A_1
+    # from party 1, and the dealer drew A_1 from the seed it sent to party 1 (its first two words).
     from vfltorch.comm.sharing import _stream_from, _uniform
 
-    d = 18
-    P = haar_rotation(d, covariance_seed(results))
-    f = [t for phase, src, dst, t in received(results, 0, "covariance")
-         if src == 1 and t.dtype == torch.int64 and t.numel() == N * d][0].reshape(N, d)
-    seed = [t for phase, src, dst, t in received(results, 1, "covariance") if src == 3 and t.numel() == 2][0]
-    B = _uniform(_stream_from(seed), (N, d))
-    Y1 = (f + B).to(torch.float64) / 2 ** FRAC
-    X1 = Y1 @ P[:, BOUNDS[1]:BOUNDS[2]] * total_norm2() ** 0.5
+    E1 = column_messages(results, 0)[1]
+    coordinator = 3
+    dealt = [t for phase, src, dst, t in received(results, 1, "covariance")
+             if src == coordinator and "/products" in phase][0]
+    A1 = _uniform(_stream_from(dealt[:2]), (N, 6))
+    X1 = (E1 + A1).to(torch.float64) / 2 ** FRAC * total_norm2() ** 0.5
     torch.testing.assert_close(X1, own(1), rtol=0, atol=1e-6)
     # Without the dealer's seed the same message is far from party 1's columns.
-    alone = f.to(torch.float64) / 2 ** FRAC @ P[:, BOUNDS[1]:BOUNDS[2]] * total_norm2() ** 0.5
+    alone = E1.to(torch.float64) / 2 ** FRAC * total_norm2() ** 0.5
     assert rel(alone, own(1)) > 10
+    # The dealer itself received no column block during the products (only masked-sum parts later).
+    assert not [t for phase, src, dst, t in received(results, coordinator, "covariance") if "/products" in phase]
+
+
+def test_the_second_holder_cannot_read_another_partys_block_from_the_reduction(results):
+    # For Q > 2 the shares of parties 1..Q-1 are summed at party 1 (a masked sum that reveals its total). Party 0's
+    # share is zero outside its own rows and columns, so without re-randomisation that total would carry party 2's
+    # own block enc(Y_2^T Y_2) and the cross block Y_1^T Y_2 in the clear. Party 1 reads its share (recorded as it
+    # enters the rotation) and every received d x d ring tensor at 60 fractional bits.
+    s2 = total_norm2()
+    (share,) = [h for h in results[1]["held"] if h is not None]
+    square = [t.reshape(18, 18) for phase, src, dst, t in received(results, 1, "covariance")
+              if t.dtype == torch.int64 and t.numel() == 18 * 18]
+    blocks = {(2, 2): own(2).T @ own(2), (1, 2): own(1).T @ own(2)}
+    for (a, b), truth in blocks.items():
+        rows, cols = slice(BOUNDS[a], BOUNDS[a + 1]), slice(BOUNDS[b], BOUNDS[b + 1])
+        errors = [rel(t[rows, cols].to(torch.float64) / 2 ** 60 * s2, truth) for t in [share, *square]]
+        assert min(errors) > 0.3, ((a, b), min(errors))
+    # Party 0 (the other holder) keeps its own share; the coordinator holds none.
+    assert [h is not None for h in results[0]["held"]] == [True] and results[2]["held"] == []

@@ -34,6 +34,18 @@ When y is randomness the dealer itself dealt to h_1 (so the dealer knows it),
 c_0 = a * y - c_1, h_1 a seed for c_1; h_0 sends e = x - a, and
 z_0 = c_0, z_1 = e * y + c_1. FDSKL's phase masks are such randomness.
 
+Many products with one opening each (``cross_products``): when every pair of
+Q parties needs X_i^T X_j, the dealer gives party i one mask A_i and each
+pair shares of A_i^T A_j; party i opens E_i = X_i - A_i once to every other
+party and every pair's shares follow locally: (Q - 1) sum_i |X_i| elements in
+all instead of Q (Q - 1) per-pair openings of both operands.
+
+A public rotation of shared matrices (``rotate_shares``): two holders' shares
+of V become shares of R V R^T for a real R they both know. Encoding R costs
+its bits on each side, which Z_2^64 does not have next to V's, so the shares
+are lifted to Z_2^128 (one product of the shares' top bits gives the wrap)
+and truncated there, where two-holder truncation almost never fails.
+
 Dealer bandwidth: the dealer sends seeds (16 bytes) for everything that is
 uniform and one explicit tensor (c_1) per triple, so a triple costs the size
 of its product, not three times that.
@@ -410,3 +422,206 @@ def deal_dealt(fed: Federation, ys, *, holders, dealer: int, kind: str, shapes_x
         return parts
     g1 = _stream_from(fed.recv(dealer, (_SEED_WORDS,), torch.int64, device="cpu"))
     return [_uniform(g1, out) for out in outs]
+
+
+# ------------------------------------------------------------------ one opening per party
+def cross_products(fed: Federation, x: torch.Tensor | None, *, parties, dealer: int, widths, rows: int,
+                   fp: FixedPoint | None = None) -> dict | None:
+    """Shares of every cross product X_i^T X_j (i before j in ``parties``), each party opening its X_i once.
+
+    Party i holds X_i (``rows`` x ``widths[i]``). The dealer draws a uniform
+    ring mask A_i per party (from a seed it sends to party i only) and, per pair
+    (i, j), additive shares of A_i^T A_j (j gets a seed, i the explicit
+    c_i = A_i^T A_j - c_j). Every party sends E_i = X_i - A_i (uniform) once
+    to every other data party, never to the dealer. Then
+
+        X_i^T X_j = E_i^T E_j + A_i^T E_j + E_i^T A_j + A_i^T A_j
+        z_i = X_i^T E_j + c_i        (i knows X_i = E_i + A_i and received E_j)
+        z_j = E_i^T A_j + c_j        (j knows A_j and received E_i)
+
+    and z_i + z_j = X_i^T X_j with no further message. Traffic: (Q - 1) rows
+    sum_i widths[i] ring elements (each party's columns once to each other
+    party; a pairwise ``mul_private`` sends both operands per pair), plus the
+    dealer's sum over pairs of widths[i] widths[j] and four seed words per party.
+
+    What each learns (semi-honest, a dealer colluding with nobody): a party,
+    the others' E_j (uniform: A_j is known to the dealer and j only) and its
+    shares (uniform: c_j from a seed it does not know, or A_i^T A_j - c_j with
+    A_j unknown); parties colluding without the dealer, nothing more (they see
+    the same E_j, masked by the same unknown A_j). The dealer receives nothing.
+    The dealer together with any party unmasks every E_j that party received.
+
+    SPMD: every rank of ``parties`` and the dealer calls it. ``x`` is real
+    (encoded with ``fp``; the products then carry 2 * fp.frac_bits fractional
+    bits, *not* truncated) or ring (``fp=None``). Returns, at a party, a dict
+    {(i, j): its int64 share of X_i^T X_j (widths[i] x widths[j])} over the
+    pairs it belongs to; ``None`` at the dealer and elsewhere.
+    """
+    parties = list(parties)
+    widths = [int(w) for w in widths]
+    q = len(parties)
+    pairs = [(parties[a], parties[b]) for a in range(q) for b in range(a + 1, q)]
+    width = dict(zip(parties, widths))
+    if fed.rank == dealer:
+        seeds = {p: (_seed_tensor(), _seed_tensor()) for p in parties}
+        masks = {p: _uniform(_stream_from(seeds[p][0]), (rows, width[p])) for p in parties}
+        second = {p: _stream_from(seeds[p][1]) for p in parties}
+        explicit = {p: [] for p in parties}
+        for i, j in pairs:                      # j draws its c_j in this order from its second seed
+            c_j = _uniform(second[j], (width[i], width[j]))
+            explicit[i].append((masks[i].T @ masks[j] - c_j).reshape(-1))
+        del masks
+        for p in parties:
+            fed.send(torch.cat([*seeds[p], *explicit[p]]), p)
+        return None
+    if fed.rank not in parties:
+        return None
+    me, w = fed.rank, width[fed.rank]
+    firsts = [(i, j) for i, j in pairs if i == me]
+    count = 2 * _SEED_WORDS + sum(w * width[j] for _, j in firsts)
+    msg = fed.recv(dealer, (count,), torch.int64, device="cpu")
+    A = _uniform(_stream_from(msg[:_SEED_WORDS]), (rows, w))
+    second = _stream_from(msg[_SEED_WORDS:2 * _SEED_WORDS])
+    xe = fp.encode(x.cpu()) if fp is not None else x.cpu().to(torch.int64)
+    E = xe - A
+    # Every party's E to every other party, one recipient at a time in the same order everywhere.
+    received = {}
+    for r in parties:
+        if r == me:
+            for p in parties:
+                if p != me:
+                    received[p] = fed.recv(p, (rows, width[p]), torch.int64, device="cpu")
+        else:
+            fed.send(E, r)
+    del E
+    shares, at = {}, 2 * _SEED_WORDS
+    for i, j in pairs:
+        if i == me:
+            size = w * width[j]
+            shares[(i, j)] = xe.T @ received[j] + msg[at:at + size].reshape(w, width[j])
+            at += size
+        elif j == me:
+            shares[(i, j)] = received[i].T @ A + _uniform(second, (width[i], w))
+    return shares
+
+
+def rerandomise(fed: Federation, mine: torch.Tensor | None, *, pair) -> torch.Tensor | None:
+    """The two ranks of ``pair`` add and subtract the same uniform ring tensor; others return ``mine`` unchanged.
+
+    The sum of all shares stays the same, and the first rank's share becomes
+    uniform to everyone but the second (which never sees it). Needed before
+    the other shares are summed at a third party: a share that is zero in
+    places would leave the value itself there. The first rank draws a
+    128-bit seed from the OS and sends it to the second only.
+    """
+    a, b = pair
+    if fed.rank == a:
+        seed = _seed_tensor()
+        fed.send(seed, b)
+        return mine + _uniform(_stream_from(seed), mine.shape)
+    if fed.rank == b:
+        seed = fed.recv(a, (_SEED_WORDS,), torch.int64, device="cpu")
+        return mine - _uniform(_stream_from(seed), mine.shape)
+    return mine
+
+
+# ------------------------------------------------------------------ a public rotation of shared matrices
+# Z_2^128 as two uint64 words (hi, lo), numpy arrays of one shape: vectorised, and products through float64 BLAS.
+_U64 = np.uint64
+
+
+def _add128(x, y):
+    lo = x[1] + y[1]                                    # uint64 arithmetic wraps mod 2**64
+    return x[0] + y[0] + (lo < x[1]).astype(_U64), lo
+
+
+def _neg128(x):
+    return _add128((~x[0], ~x[1]), (np.zeros_like(x[0]), np.ones_like(x[1])))
+
+
+def _shr128(x, bits: int):
+    """Arithmetic right shift of signed 128-bit values by 0 < bits < 64."""
+    lo = (x[1] >> _U64(bits)) | (x[0] << _U64(64 - bits))
+    return (x[0].view(np.int64) >> bits).view(_U64), lo
+
+
+def _truncate128(x, index: int, bits: int):
+    """Two-holder truncation (as ``truncate``) on Z_2^128: fails with probability ~|value| 2**-127."""
+    if index == 0:
+        return _shr128(x, bits)
+    return _neg128(_shr128(_neg128(x), bits))
+
+
+def _matmul128(L: np.ndarray, x):
+    """L @ x mod 2**128 for a signed int64 matrix L with |L| < 2**47 and x in Z_2^128.
+
+    16-bit limbs: x has 8, L 3 (the top one signed); a limb product summed over
+    d < 2**19 terms stays below 2**53, exact in float64 (BLAS). The result's
+    limbs are summed per weight, carried in int64 and packed back into words.
+    """
+    limbs_x = [((x[0] if b >= 4 else x[1]) >> _U64(16 * (b % 4)) & _U64(0xFFFF)).astype(np.float64)
+               for b in range(8)]
+    limbs_l = [(L & 0xFFFF).astype(np.float64), ((L >> 16) & 0xFFFF).astype(np.float64),
+               (L >> 32).astype(np.float64)]
+    out, carry = [], 0
+    for c in range(8):
+        acc = sum(limbs_l[a] @ limbs_x[c - a] for a in range(3) if 0 <= c - a < 8)
+        v = acc.astype(np.int64) + carry
+        out.append((v & 0xFFFF).astype(_U64))
+        carry = v >> 16
+    lo = out[0] | out[1] << _U64(16) | out[2] << _U64(32) | out[3] << _U64(48)
+    hi = out[4] | out[5] << _U64(16) | out[6] << _U64(32) | out[7] << _U64(48)
+    return hi, lo
+
+
+def rotate_shares(fed: Federation, mine: torch.Tensor | None, rotation: torch.Tensor | None, *, holders,
+                  dealer: int, frac_in: int, frac_out: int = 40, rotation_bits: int = 40,
+                  shape=None) -> torch.Tensor | None:
+    """Two-holder shares of R V R^T (``frac_out`` fractional bits) from shares of V (``frac_in`` bits).
+
+    R is a real d x d matrix both holders know (a secret rotation), V a d x d
+    matrix with |V_ab| <= 1 and column norms <= 1, ||R||_2 <= 1 (so every
+    intermediate entry is at most 1 in value). Multiplying ring shares by an
+    encoded R costs ``rotation_bits`` per side, more than Z_2^64 holds next to
+    V's bits, so the shares are first lifted to Z_2^128:
+
+    1. h_0 adds 2**62 to its share, so v' = v + 2**62 lies in [0, 2**63) and
+       u_0 + u_1 = v' + 2**64 w over the integers (u_h unsigned). Because
+       v' < 2**63, the wrap w is 1 exactly when either top bit is set:
+       w = a + b - a b with a, b the holders' top bits.
+    2. a b: one ``mul_private`` of the two bit tensors (the dealer deals; the
+       holders exchange one uniform d x d message each), shares s_0 + s_1 = a b.
+    3. Z_h = u_h - 2**64 (bit_h - s_h) (- 2**62 at h_0) mod 2**128: Z_0 + Z_1 = v.
+    4. In Z_2^128 two-holder truncation fails with probability ~|value| 2**-127
+       per entry (2**-46 here, against ~2**-3 for V's 60 bits in Z_2^64): drop
+       to ``frac_out`` bits, multiply by round(R 2**rotation_bits) on the left,
+       truncate, on the right, truncate, and reduce mod 2**64.
+
+    Each truncation is off by at most one unit. A holder sees a uniform
+    d x d message; the dealer receives nothing. Returns this holder's int64
+    share (CPU), ``None`` at the dealer, which passes ``shape`` (d, d).
+    """
+    h0, h1 = holders
+    if fed.rank not in (h0, h1, dealer):
+        return None
+    if fed.rank == dealer:
+        mul_private(fed, None, None, holders=holders, dealer=dealer, kind="mul", shape_x=tuple(shape),
+                    shape_y=tuple(shape))
+        return None
+    shape = tuple(mine.shape)
+    index = 0 if fed.rank == h0 else 1
+    u = mine.cpu().numpy().astype(np.int64).view(_U64)
+    if index == 0:
+        u = u + _U64(1 << 62)
+    bit = (u >> _U64(63)).astype(np.int64)
+    s = mul_private(fed, torch.from_numpy(bit) if index == 0 else None, torch.from_numpy(bit) if index == 1 else None,
+                    holders=holders, dealer=dealer, kind="mul", shape_x=shape, shape_y=shape)
+    z = (s.numpy().view(_U64) - bit.view(_U64), u)             # u + 2**64 (s - bit)
+    if index == 0:
+        z = _add128(z, (np.full(shape, 2 ** 64 - 1, dtype=_U64), np.full(shape, 2 ** 64 - 2 ** 62, dtype=_U64)))
+    z = _truncate128(z, index, frac_in - frac_out)
+    L = np.round(rotation.cpu().double().numpy() * 2.0 ** rotation_bits).astype(np.int64)
+    z = _truncate128(_matmul128(L, z), index, rotation_bits)
+    z = _truncate128(tuple(w.T.copy() for w in _matmul128(L, (z[0].T.copy(), z[1].T.copy()))), index,
+                     rotation_bits)
+    return torch.from_numpy(z[1].view(np.int64).copy())

@@ -6,24 +6,33 @@ pooled matrix has no more features than samples, d <= n, else ``"rotated"``):
 ``"covariance"``: the d x d covariance C = X^T X under a secret Haar rotation P
 (d x d), opened only as P C P^T / ||X||_F^2 at the coordinator.
 
-1. The data parties agree on a secret seed (as below) and draw P; party l owns
-   the d x f_l block P_l, and Y_l = X_l P_l^T / s with s^2 = ||X||_F^2 (a
-   masked sum), so that Y = sum_l Y_l = X P^T / s has unit Frobenius norm.
-2. For every pair l < m, ``sharing.mul_private(kind="matmul")`` with a Beaver
-   triple dealt by the coordinator gives l and m ring shares of Y_l^T Y_m:
-   each sends the other one uniform n x d ring matrix. Fixed point with 30
-   bits, products kept at 60 bits without truncation (they are below 1).
-3. Each party's share (its own Y_l^T Y_l plus z + z^T per pair) goes into one
-   ring-masked sum whose output is the coordinator: P C P^T / s^2. It sends
+1. The data parties agree on a secret seed (as below) and draw P. Party l
+   scales its columns, Y_l = X_l / s with s^2 = ||X||_F^2 (a masked sum), so
+   that Y = [Y_1, ..., Y_Q] has unit Frobenius norm and every product below
+   lies in [-1, 1].
+2. ``sharing.cross_products``: the coordinator (dealer) gives party l a uniform
+   ring mask A_l (a seed) and each pair shares of A_l^T A_m; party l sends
+   E_l = enc(Y_l) - A_l (n x f_l, uniform) once to every other data party,
+   and every pair (l, m) then holds shares of Y_l^T Y_m with no further
+   message. 30 fractional bits, products kept at 60 bits.
+3. Each party's d x d share (its own Y_l^T Y_l plus its pair shares) goes
+   into a masked sum at the second party (the first keeps its own, after
+   ``sharing.rerandomise`` with the third: a share that is zero outside the
+   first party's blocks would leave the others' blocks readable there), and
+   ``sharing.rotate_shares`` turns the two holders' shares of C / s^2 into
+   shares of P C P^T / s^2 (in Z_2^128, since a ring multiplication by P
+   needs more bits than Z_2^64 has next to 60 bits of data).
+4. One ring-masked sum opens P C P^T / s^2 at the coordinator, which sends
    back the k leading eigenpairs (W, theta); each party takes V = P^T W, its
    rows V_l (``components_``), and U = X V / sqrt(theta s^2) from a masked sum
    of X_l V_l.
 
 The coordinator learns the normalised spectrum of C and nothing else; a data
 party the output. The coordinator (dealer and eigensolver) must not collude
-with any data party: with party l it unmasks the columns l's partners sent,
-or, knowing P, gets C. Cost: (Q - 1) n d ring elements per party (2.2x the
-data on a9a for Q = 2) and a d x d eigenproblem.
+with any data party: with party l it unmasks the columns l received, or,
+knowing P, gets C. Cost: (Q - 1) n d ring elements in all (each party's
+columns once to each other party: 2x the data at Q = 3) plus O(Q d^2), and a
+d x d eigenproblem.
 
 ``"rotated"``: one masked sum of rotated Gram matrices at the
 coordinator (a rank that holds no data).
@@ -80,7 +89,8 @@ from .linalg import align_signs, center_columns, orthonormalize, rayleigh_ritz, 
 
 SUM_TOPOLOGIES = ("tree", "star", "ring")
 PROTOCOLS = ("auto", "covariance", "rotated", "krylov")
-COVARIANCE_FRAC_BITS = 30       # fixed-point bits of the normalised rotated data; products carry 60 (see _fit_covariance)
+COVARIANCE_FRAC_BITS = 30       # fixed-point bits of the normalised data; products carry 60 (see _fit_covariance)
+COVARIANCE_OPEN_BITS = 40       # fractional bits of the rotated covariance the coordinator opens
 MAX_ROTATED_SAMPLES = 8000      # n x n float64 matrices (P, the Gram part, the sum) must fit in memory
 
 KRYLOV_LEAK = ("protocol='krylov': every party learns every block Q_t and every product A Q_t of the pooled "
@@ -300,12 +310,13 @@ class ExactFederatedPCA(FederatedPCABase):
     def _fit_covariance(self, X, fed: Federation, parties, n: int) -> "ExactFederatedPCA":
         """protocol='covariance' (see the module docstring); every data party and the coordinator call it.
 
-        Party l's rotated columns Y_l = X_l P_l^T / s (n x d: P_l is the d x f_l block of the secret Haar
-        rotation P that belongs to its columns, s^2 = ||X||_F^2 from a masked sum) make ||Y||_F = 1, so every
-        entry of Y and of the d x d products Y_l^T Y_m lies in [-1, 1]. Fixed point with F = 30 bits puts the
-        products at 60 fractional bits, below 2**63, with no truncation (truncating two-holder shares fails
-        with probability ~ |value| 2**-4 at this size); the rotation is applied in floating point before
-        encoding, so the ring never multiplies by P and the result is exact to ~2**-30 per entry.
+        Party l's scaled columns Y_l = X_l / s (s^2 = ||X||_F^2 from a masked sum) make ||Y||_F = 1, so every
+        entry of the d x d products Y_l^T Y_m lies in [-1, 1]. Fixed point with F = 30 bits puts the products
+        at 60 fractional bits, below 2**63, with no truncation in Z_2^64 (truncating two-holder shares there
+        fails with probability ~ |value| 2**-4 at this size). The rotation by P happens on the two holders'
+        d x d shares in Z_2^128 (``sharing.rotate_shares``: truncations there fail with probability ~2**-46 per
+        entry), with P encoded at 40 bits; the coordinator opens P C P^T / s^2 at 40 bits, so the result is
+        exact to the data's ~2**-30 per entry.
         """
         started = time.perf_counter()
         k, d = self.n_components, self.n_features_total_
@@ -326,38 +337,55 @@ class ExactFederatedPCA(FederatedPCABase):
         for w in self.party_widths_:
             offsets.append(offsets[-1] + w)
         F = COVARIANCE_FRAC_BITS
-        fp, fp2 = FixedPoint(F), FixedPoint(2 * F)
+        fp, fp2, fp_out = FixedPoint(F), FixedPoint(2 * F), FixedPoint(COVARIANCE_OPEN_BITS)
+        holders = (parties[0], parties[1])
         block = None
         with fed.phase(f"pca/{self.method}"):
+            P = None
             if client:
                 me = parties.index(fed.rank)
                 secret = rotation_seed(fed, parties, self.mask_seed)
-                P = haar_rotation(d, secret, device=Xc.device)
-                Pl = P[:, offsets[me]:offsets[me + 1]]
+                P = haar_rotation(d, secret)
                 norm2 = float(secure_allreduce(fed, (Xc ** 2).sum().reshape(1), parties=parties)[0])
                 scale2 = norm2 if norm2 > 0 else 1.0
-                Y = (Xc @ Pl.T / scale2 ** 0.5).cpu()            # n x d, ||Y||_F <= 1 over all parties
-                share = fp2.encode(Y.T @ Y)                      # the own diagonal term, 60 fractional bits
-            # Cross terms Y_l^T Y_m: one Beaver product per pair, shares to l and m, the coordinator deals.
+                Y = (Xc / scale2 ** 0.5).cpu()                   # n x f_l, ||Y||_F <= 1 over all parties
+            # 1. Every cross block Y_l^T Y_m in shares: each party opens its masked columns once to each other party.
             with fed.phase(f"pca/{self.method}/products"):
-                for i, l in enumerate(parties):
-                    for m in parties[i + 1:]:
-                        if fed.rank not in (l, m, coordinator):
-                            continue
-                        z = sharing.mul_private(fed, Y.T if fed.rank == l else None, Y if fed.rank == m else None,
-                                                holders=(l, m), dealer=coordinator, kind="matmul", shape_x=(d, n),
-                                                shape_y=(n, d), fp=fp, truncate_result=False)
-                        if z is not None:
-                            share = share + z + z.T
-            if not client:
+                pair_shares = sharing.cross_products(fed, Y if client else None, parties=parties, dealer=coordinator,
+                                                     widths=self.party_widths_, rows=n, fp=fp)
+            share = None
+            if client:
                 share = torch.zeros(d, d, dtype=torch.int64)
-            # One ring-masked sum of the shares: only the coordinator gets P C P^T / s^2, and no share.
+                lo, hi = offsets[me], offsets[me + 1]
+                share[lo:hi, lo:hi] = fp2.encode(Y.T @ Y)         # the own diagonal block, 60 fractional bits
+                for (i, j), z in pair_shares.items():
+                    a, b = parties.index(i), parties.index(j)
+                    share[offsets[a]:offsets[a + 1], offsets[b]:offsets[b + 1]] += z
+                    share[offsets[b]:offsets[b + 1], offsets[a]:offsets[a + 1]] += z.T
+                del pair_shares
             stream = MaskStream.private(fed.rank) if self.mask_seed is None else MaskStream(self.mask_seed, fed.rank)
+            # 2. Down to two holders: the other parties' shares go into a masked sum at the second party. The first
+            #    party's share is zero outside its rows and columns, so it is first re-randomised with the third
+            #    party (else the sum would show the second party, e.g., the third's own block).
+            if len(parties) > 2:
+                share = sharing.rerandomise(fed, share, pair=(parties[0], parties[2]))
+            if len(parties) > 2 and fed.rank in parties[1:]:
+                total = masked_sum(fed, share, keep=parties[2], out=holders[1], stream=stream, group=RingGroup(),
+                                   reveal=True, parties=parties[1:])
+                share = total if fed.rank == holders[1] else None
+            # 3. The holders rotate their shares by P in Z_2^128 (sharing.rotate_shares): P C P^T / s^2, 40 bits.
+            with fed.phase(f"pca/{self.method}/rotate"):
+                if fed.rank in holders or fed.rank == coordinator:
+                    share = sharing.rotate_shares(fed, share, P, holders=holders, dealer=coordinator,
+                                                  frac_in=2 * F, frac_out=COVARIANCE_OPEN_BITS, shape=(d, d))
+            if fed.rank in parties and fed.rank not in holders or fed.rank == coordinator:
+                share = torch.zeros(d, d, dtype=torch.int64)
+            # 4. One ring-masked sum of the two shares: only the coordinator gets P C P^T / s^2.
             total = masked_sum(fed, share, keep=parties[0], out=coordinator, stream=stream, group=RingGroup(),
-                               reveal=True, parties=[*parties, coordinator])
+                               reveal=True, parties=[*holders, coordinator])
             del share
             if fed.rank == coordinator:
-                M = fp2.decode(total)
+                M = fp_out.decode(total)
                 M = (M + M.T) / 2
                 theta, W = torch.linalg.eigh(M)
                 block = torch.cat([W.flip(1)[:, :k], theta.flip(0)[None, :k]])
@@ -371,9 +399,9 @@ class ExactFederatedPCA(FederatedPCABase):
             self.fit_seconds_ = time.perf_counter() - started
             self._count_bytes(fed)
             return self
-        block = block.to(Xc.device)
-        V = P.T @ block[:d]                                       # eigenvectors of C = X^T X, d x k
-        theta = block[d] * scale2
+        V = P.T @ block[:d].cpu()                                 # eigenvectors of C = X^T X, d x k
+        V = V.to(Xc.device)
+        theta = block[d].to(Xc.device) * scale2
         del P
         self._count_bytes(fed)
         return self._covariance_output(fed, parties, Xc, V[offsets[me]:offsets[me + 1]], theta, started)
