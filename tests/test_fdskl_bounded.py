@@ -61,10 +61,10 @@ def spy_on_training(fed):
     from vfltorch.kernels.protocol import FederatedFeatureMap
 
     seen = []
-    dealt, phases = budget.dealt_phases, FederatedFeatureMap.phases
+    dealt, phases = budget.star_phases, FederatedFeatureMap.phases
 
-    def dealt_spy(fmap, X, blocks, dealer):
-        ph = dealt(fmap, X, blocks, dealer)
+    def dealt_spy(*args, **kwargs):
+        ph = dealt(*args, **kwargs)
         if fed.is_active:
             seen.append(ph.S.clone())
         return ph
@@ -75,11 +75,11 @@ def spy_on_training(fed):
             seen.append(theta.clone())
         return theta
 
-    budget.dealt_phases = dealt_spy
+    budget.star_phases = dealt_spy
     FederatedFeatureMap.phases = phases_spy
 
     def stop():
-        budget.dealt_phases, FederatedFeatureMap.phases = dealt, phases
+        budget.star_phases, FederatedFeatureMap.phases = dealt, phases
         return seen
     return stop
 

@@ -70,7 +70,7 @@ import numpy as np
 import torch
 
 from ..comm import Federation, MaskStream, broadcast, masked_sum, pairwise_tree, reduce
-from ..comm.sharing import deal_dealt, mul_dealt, open_shares
+from ..comm.sharing import deal_dealt, mul_dealt, open_shares, rowdot_scales
 from .circle import Circle, KeptPhases
 from .trainer import (MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainResult, finish_point, log_interval, phase_totals,
                       step_marks)
@@ -242,6 +242,159 @@ def _beta_for_round(fed: Federation, ph: DealtPhases, m: int, width: int) -> tor
                 out = torch.zeros(m, width, dtype=CIRCLE.dtype)
             out[:, cols] = beta
     return out
+
+
+# ------------------------------------------------------------------------ one keeper, a star, Z_2^32
+PRODUCT_BITS = 32                # the bounded model's products and openings: shares mod 2**32 (sharing.py)
+Y_FRAC_BITS = 10                 # the keeper's [cos beta, sin beta] in those products (A's scale is adaptive)
+
+
+def narrow_table(table: torch.Tensor | None) -> torch.Tensor | None:
+    """The dealer's [cos, sin] table (FRAC_BITS) rounded to Y_FRAC_BITS: the same integers at keeper and dealer."""
+    if table is None:
+        return None
+    shift = FRAC_BITS - Y_FRAC_BITS
+    return (table + (1 << (shift - 1))) >> shift
+
+
+def _seed() -> torch.Tensor:
+    return torch.tensor(np.frombuffer(secrets.token_bytes(16), dtype=np.int64).copy())
+
+
+def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int) -> DealtPhases:
+    """Algorithm 3 with a dealt mask and one keeper K for all features of ``blocks``: a star into A.
+
+    The dealer draws 128-bit seeds from the OS: one for beta (a fresh uniform
+    angle per row and feature), sent to K only, and one for each other passive
+    party p's mask m_p, sent to p and to K. p sends A its partial phases
+    Z_p + m_p, K sends Z_K + b + beta - sum_p m_p, and A adds its own Z_A:
+    S = theta + beta. Each message is uniform and the set of them is jointly
+    uniform (beta and the m_p are fresh, independent and unknown to A); the
+    passive parties and the dealer receive seeds only. One message per passive
+    party (Q - 1 in all) instead of the masked sum's 2Q - 2: the dealer's beta
+    already hides the total, so no second tree is needed.
+    SPMD over the parties and the dealer (which passes an (m x 0) ``X``).
+    """
+    fed = fmap.fed
+    blocks = list(blocks)
+    m = X.shape[0]
+    feats = _feature_index(fmap, blocks)
+    shape = (m, len(feats))
+    passive = [p for p in fed.parties if p != fed.active]
+    others = [p for p in passive if p != keeper]
+    beta = own_mask = None
+    with fed.phase(f"{fed.current_phase}/deal"):
+        if fed.rank == dealer:
+            seeds = [_seed() for _ in range(1 + len(others))]
+            for p, seed in zip(others, seeds[1:]):
+                fed.send(seed, p)
+            fed.send(torch.cat(seeds), keeper)
+            beta = _masks(seeds[0], shape)
+        elif fed.rank == keeper:
+            msg = fed.recv(dealer, (2 * (1 + len(others)),), torch.int64, device="cpu")
+            beta = _masks(msg[:2], shape)
+            own_mask = beta + torch.cat([fmap.phase_words[t] for t in blocks]).cpu()
+            for k in range(len(others)):
+                own_mask = own_mask - _masks(msg[2 + 2 * k:4 + 2 * k], shape)
+        elif fed.rank in others:
+            own_mask = _masks(fed.recv(dealer, (2,), torch.int64, device="cpu"), shape)
+    S = None
+    if fed.rank in fed.parties:
+        part = CIRCLE.encode(X @ fmap.omega[:, feats]).cpu()
+        with fed.phase(f"{fed.current_phase}/star-sum"):
+            if fed.is_active:
+                S = part
+                for p in passive:
+                    S = S + fed.recv(p, shape, CIRCLE.dtype, device="cpu")
+            else:
+                fed.send(part + own_mask, fed.active)
+    return DealtPhases(S, [(keeper, torch.arange(len(feats)), beta)])
+
+
+def _pairs_by_column(pairs: torch.Tensor) -> torch.Tensor:
+    """(rows x 2k) interleaved [cos, sin] per column -> (k x 2 rows), the same pairs laid out per column."""
+    rows, width = pairs.shape
+    return pairs.view(rows, width // 2, 2).transpose(0, 1).reshape(width // 2, 2 * rows)
+
+
+class StarProducts:
+    """Row-wise products of A's operands with the keeper's [cos beta, sin beta], opened to A, in Z_2^32.
+
+    ``forward``: f_i = sum_j c_j phi_j(x_i) for A's coefficients c (D, or D x classes).
+    ``gradient``: g_j = sum_i w_i phi_j(x_i) for A's row weights w, over the features ``grad_cols``.
+    The dealer's material for both travels in one message to A and one seed to K
+    before any data message (``deal_dealt``); each product is then one message
+    A -> K (e, 32-bit words) and one K -> A (K's share, 32-bit words).
+    """
+
+    def __init__(self, fed: Federation, ph: DealtPhases, table, dealer: int, m: int, *, classes: int | None = None,
+                 grad_cols: torch.Tensor | None = None):
+        self.fed, self.dealer = fed, dealer
+        (self.keeper, cols, beta), = ph.groups
+        self.holders = (fed.active, self.keeper)
+        self.m, self.D = m, len(cols)
+        self.classes = classes
+        self.grad_cols = grad_cols
+        self.S = ph.S
+        self.pairs = None
+        lead = () if classes is None else (classes,)
+        shapes = [lead + (m, 2 * self.D)]
+        if grad_cols is not None:
+            shapes.append((len(grad_cols), 2 * m))
+        ys = None
+        if beta is not None:                                    # keeper and dealer
+            y = cos_sin(table, beta)
+            ys = [y] if grad_cols is None else [y, _pairs_by_column(y)[grad_cols]]
+        self.ys = ys
+        self.shapes = shapes
+        dealt = deal_dealt(fed, ys, holders=self.holders, dealer=dealer, kind="rowdot", shapes_x=shapes,
+                           shapes_y=[(m, 2 * self.D)] + ([(len(grad_cols), 2 * m)] if grad_cols is not None else []),
+                           bits=PRODUCT_BITS)
+        self.dealt = dealt if fed.rank in self.holders else None
+
+    def _cos_sin_S(self) -> torch.Tensor:
+        if self.pairs is None:
+            self.pairs = cos_sin(REAL_PAIRS, self.S)            # (m x 2D) real [cos S, sin S]
+        return self.pairs
+
+    def _product(self, k: int, x: torch.Tensor | None, out_shape) -> torch.Tensor | None:
+        fed = self.fed
+        if fed.rank not in self.holders:
+            return None
+        scales = None
+        xe = None
+        if fed.is_active:
+            if not bool(torch.isfinite(x).all()):
+                raise OverflowError("FDSKL shared protocol: a non-finite coefficient or loss derivative")
+            scales = rowdot_scales(x, PRODUCT_BITS, Y_FRAC_BITS)
+            xe = torch.round(x * scales.unsqueeze(-1)).to(torch.int64)
+        y = self.ys[k] if self.ys is not None else None
+        z = mul_dealt(fed, xe, y, holders=self.holders, dealer=self.dealer, kind="rowdot",
+                      shape_x=self.shapes[k], dealt=self.dealt[k], bits=PRODUCT_BITS)
+        v = open_shares(fed, z, holders=self.holders, to=fed.active, shape=out_shape, bits=PRODUCT_BITS)
+        return None if v is None else v.to(torch.float64) / (scales * 2.0 ** Y_FRAC_BITS)
+
+    def forward(self, coef: torch.Tensor | None) -> torch.Tensor | None:
+        """f at A: (m,) for coefficients (D,), (m x classes) for (D x classes); None elsewhere."""
+        x = None
+        if self.fed.is_active:
+            c = SQRT2 * coef.to(torch.float64).cpu()
+            cs = self._cos_sin_S()
+            if self.classes is None:
+                x = cs * c.repeat_interleave(2)
+            else:
+                x = cs.unsqueeze(0) * c.T.repeat_interleave(2, dim=1).unsqueeze(1)
+        out_shape = (self.m,) if self.classes is None else (self.classes, self.m)
+        f = self._product(0, x, out_shape)
+        return f if f is None or self.classes is None else f.T
+
+    def gradient(self, weights: torch.Tensor | None) -> torch.Tensor | None:
+        """g_j = sum_i weights_i phi_j(x_i) for j in ``grad_cols``, at A; None elsewhere."""
+        x = None
+        if self.fed.is_active:
+            w = SQRT2 * weights.to(torch.float64).cpu()
+            x = _pairs_by_column(self._cos_sin_S())[self.grad_cols] * w.repeat_interleave(2)
+        return self._product(1, x, (len(self.grad_cols),))
 
 
 # ------------------------------------------------------------------------------------------- training
@@ -434,16 +587,23 @@ def shared_decision_values(fed: Federation, fmap, X: torch.Tensor, alpha, *, dea
                            max_elements: int) -> torch.Tensor | None:
     """Algorithm 2 under the shared protocol: f on the rows of X, opened to the active party only."""
     m = X.shape[0]
-    f = torch.zeros(m, dtype=torch.float64) if fed.is_active else None
+    classes = None if alpha is None or alpha.dim() == 1 else alpha.shape[1]
+    f = None
+    if fed.is_active:
+        f = torch.zeros(m, dtype=torch.float64) if classes is None else torch.zeros(m, classes, dtype=torch.float64)
     if not fmap.n_blocks:
         return f
-    step = max(1, max_elements // max(1, fmap.n_features))
-    for start in range(0, m, step):
+    # The dealer and passive parties learn the number of classes from the operand shapes: tell them.
+    if fed.rank in fed.parties or fed.rank == dealer:
+        ranks = sorted(set(fed.parties) | {dealer})
+        classes = fed.broadcast_json(classes, fed.active, ranks=ranks)
+    step = max(1, max_elements // max(1, fmap.n_features * (classes or 1)))
+    ytable = narrow_table(table)
+    for chunk, start in enumerate(range(0, m, step)):
         rows = slice(start, min(m, start + step))
-        count = rows.stop - rows.start
-        ph = dealt_phases(fmap, X[rows], range(fmap.n_blocks), dealer)
-        z = shared_decision(fed, ph, None if alpha is None else alpha.to(torch.float64).cpu(), table, dealer, count)
-        part = open_to_active(fed, z, count)
+        ph = star_phases(fmap, X[rows], range(fmap.n_blocks), dealer, fmap.keeper_of(chunk))
+        prod = StarProducts(fed, ph, ytable, dealer, rows.stop - rows.start, classes=classes)
+        part = prod.forward(None if alpha is None else alpha[:fmap.n_features])
         if fed.is_active:
             f[rows] = part
     return f
