@@ -175,6 +175,13 @@ def test_bytes_are_linear_in_rows_and_prediction_costs_m_times_d(runs):
     Q, B, D = 3, 32, 128
     # Training: 2 (2Q - 2) B D bytes per iteration (16-bit angles), the same at every iteration: O(n D) per epoch.
     assert got["comm"]["bytes_per_iteration"] == 2 * (2 * Q - 2) * B * D
+    # The shared protocol (docs/fdskl.md, *Bytes of the shared protocol*): phases in a star into the active
+    # party ((Q - 1) 2 B D), two products of 32-bit words (8 B (D + G), G = D gradient sums for adam), the
+    # dealer's corrections (8 (B + G)), the openings (4 (B + G)) and 128-bit seeds (32 Q - 16).
+    G = D
+    shared = runs[0]["shared"]["comm"]["bytes_per_iteration"]
+    assert shared == 2 * (Q - 1) * B * D + 8 * B * (D + G) + 12 * (B + G) + 32 * Q - 16
+    assert shared <= 3 * got["comm"]["bytes_per_iteration"]        # at most 3x the paper's from Q = 3 on
     # Prediction: the m rows on the D features once, all ranks together (plus < 1 kB of JSON control messages).
     total = sum(r["paper"]["predict_bytes"] for r in runs[:3])
     assert got["features"] == D and 0 <= total - 2 * (2 * Q - 2) * got["rows"] * D < 1000

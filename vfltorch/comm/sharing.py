@@ -93,11 +93,11 @@ def _stream_from(seed: torch.Tensor) -> MaskStream:
 def _uniform(stream: MaskStream, shape, bits: int = 64) -> torch.Tensor:
     if bits == 64:
         return stream.draw(RING, tuple(shape))
-    # Uniform mod 2**32: half a PCG64 word each, held sign-extended in int64.
+    # Uniform mod 2**32: half a PCG64 word each, as int32 (torch's int32 arithmetic wraps mod 2**32).
     shape = tuple(int(s) for s in shape)
     count = int(np.prod(shape)) if shape else 1
     raw = stream.generator.bit_generator.random_raw((count + 1) // 2).view(np.int32)[:count]
-    return torch.from_numpy(raw.reshape(shape)).to(torch.int64)
+    return torch.from_numpy(raw.reshape(shape))
 
 
 WIRE_BITS = (64, 32)
@@ -121,6 +121,11 @@ def _wire_dtype(bits: int) -> torch.dtype:
     return torch.int64 if bits == 64 else torch.int32
 
 
+def _word(y: torch.Tensor, bits: int) -> torch.Tensor:
+    """A known operand as ring words: int64, or int32 for Z_2^32 (products then wrap mod 2**32, half the traffic)."""
+    return y.cpu().to(_wire_dtype(bits))
+
+
 def rowdot_scales(x: torch.Tensor, bits: int, y_bits: int) -> torch.Tensor:
     """Per-row scales s_i for h_0's real operand x (rows x k) in a row-wise product with integers |y| <= 2**y_bits.
 
@@ -128,10 +133,11 @@ def rowdot_scales(x: torch.Tensor, bits: int, y_bits: int) -> torch.Tensor:
     the opened row dot never wraps in Z_2^bits, and uses (nearly) all of its bits. Rows of zeros get 1.
     """
     k = x.shape[-1]
-    room = 2.0 ** (bits - 1 - y_bits) * (1 - 2.0 ** -20) - k / 2 - 1
+    # The margin 2**-10 covers float32 rounding of x * s (2**-24 per element).
+    room = 2.0 ** (bits - 1 - y_bits) * (1 - 2.0 ** -10) - k / 2 - 1
     if room <= 0:
         raise OverflowError(f"a row of {k} products does not fit Z_2^{bits} with |y| <= 2**{y_bits}")
-    total = x.abs().sum(-1).to(torch.float64)
+    total = x.abs().sum(-1, dtype=torch.float64)
     scale = room / total
     return torch.where(total > 0, scale, torch.ones_like(scale))
 
@@ -391,12 +397,12 @@ def mul_dealt(fed: Federation, x: torch.Tensor | None, y: torch.Tensor | None, *
     if dealt is not None:
         if fed.rank == h0:
             a, c0 = dealt
-            xe = fp.encode(x.cpu()) if fp is not None else x.cpu().to(torch.int64)
+            xe = fp.encode(x.cpu()) if fp is not None else x.cpu().to(_wire_dtype(bits))
             fed.send(to_wire(xe - a, bits), h1)
             return c0
         if fed.rank == h1:
-            e = fed.recv(h0, tuple(shape_x), _wire_dtype(bits), device="cpu").to(torch.int64)
-            return _op(kind)(e, y.cpu().to(torch.int64)) + dealt
+            e = fed.recv(h0, tuple(shape_x), _wire_dtype(bits), device="cpu")
+            return _op(kind)(e, _word(y, bits)) + dealt
         return None                     # the dealer and other ranks
     if bits != 64:
         raise ValueError("mul_dealt: a narrow ring needs the material of deal_dealt(..., bits=...)")
@@ -454,7 +460,7 @@ def deal_dealt(fed: Federation, ys, *, holders, dealer: int, kind: str, shapes_x
         c0s = []
         for sx, out, y in zip(shapes_x, outs, ys):
             a = _uniform(g0, sx, bits)
-            c0s.append(from_ring(op(a, y.cpu().to(torch.int64)) - _uniform(g1, out, bits), bits).reshape(-1))
+            c0s.append(from_ring(op(a, _word(y, bits)) - _uniform(g1, out, bits), bits).to(torch.int64).reshape(-1))
         fed.send(torch.cat([s0, *c0s]), h0)
         fed.send(s1, h1)
         return None

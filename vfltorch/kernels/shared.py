@@ -254,7 +254,10 @@ def narrow_table(table: torch.Tensor | None) -> torch.Tensor | None:
     if table is None:
         return None
     shift = FRAC_BITS - Y_FRAC_BITS
-    return (table + (1 << (shift - 1))) >> shift
+    return ((table + (1 << (shift - 1))) >> shift).to(torch.int32)
+
+
+REAL_PAIRS32 = REAL_PAIRS.to(torch.float32)      # A's [cos S, sin S]: 24 bits, beyond the keeper's 10
 
 
 def _seed() -> torch.Tensor:
@@ -347,14 +350,15 @@ class StarProducts:
             ys = [y] if grad_cols is None else [y, _pairs_by_column(y)[grad_cols]]
         self.ys = ys
         self.shapes = shapes
-        dealt = deal_dealt(fed, ys, holders=self.holders, dealer=dealer, kind="rowdot", shapes_x=shapes,
-                           shapes_y=[(m, 2 * self.D)] + ([(len(grad_cols), 2 * m)] if grad_cols is not None else []),
-                           bits=PRODUCT_BITS)
+        with fed.phase(f"{fed.current_phase}/deal"):
+            dealt = deal_dealt(fed, ys, holders=self.holders, dealer=dealer, kind="rowdot", shapes_x=shapes,
+                               shapes_y=[(m, 2 * self.D)] + ([(len(grad_cols), 2 * m)] if grad_cols is not None
+                                                             else []), bits=PRODUCT_BITS)
         self.dealt = dealt if fed.rank in self.holders else None
 
     def _cos_sin_S(self) -> torch.Tensor:
         if self.pairs is None:
-            self.pairs = cos_sin(REAL_PAIRS, self.S)            # (m x 2D) real [cos S, sin S]
+            self.pairs = cos_sin(REAL_PAIRS32, self.S)          # (m x 2D) real [cos S, sin S]
         return self.pairs
 
     def _product(self, k: int, x: torch.Tensor | None, out_shape) -> torch.Tensor | None:
@@ -367,18 +371,19 @@ class StarProducts:
             if not bool(torch.isfinite(x).all()):
                 raise OverflowError("FDSKL shared protocol: a non-finite coefficient or loss derivative")
             scales = rowdot_scales(x, PRODUCT_BITS, Y_FRAC_BITS)
-            xe = torch.round(x * scales.unsqueeze(-1)).to(torch.int64)
+            xe = torch.round(x * scales.unsqueeze(-1).to(x.dtype)).to(torch.int32)
         y = self.ys[k] if self.ys is not None else None
-        z = mul_dealt(fed, xe, y, holders=self.holders, dealer=self.dealer, kind="rowdot",
-                      shape_x=self.shapes[k], dealt=self.dealt[k], bits=PRODUCT_BITS)
-        v = open_shares(fed, z, holders=self.holders, to=fed.active, shape=out_shape, bits=PRODUCT_BITS)
+        with fed.phase(f"{fed.current_phase}/{'forward' if k == 0 else 'gradient'}"):
+            z = mul_dealt(fed, xe, y, holders=self.holders, dealer=self.dealer, kind="rowdot",
+                          shape_x=self.shapes[k], dealt=self.dealt[k], bits=PRODUCT_BITS)
+            v = open_shares(fed, z, holders=self.holders, to=fed.active, shape=out_shape, bits=PRODUCT_BITS)
         return None if v is None else v.to(torch.float64) / (scales * 2.0 ** Y_FRAC_BITS)
 
     def forward(self, coef: torch.Tensor | None) -> torch.Tensor | None:
         """f at A: (m,) for coefficients (D,), (m x classes) for (D x classes); None elsewhere."""
         x = None
         if self.fed.is_active:
-            c = SQRT2 * coef.to(torch.float64).cpu()
+            c = SQRT2 * coef.to(torch.float32).cpu()
             cs = self._cos_sin_S()
             if self.classes is None:
                 x = cs * c.repeat_interleave(2)
@@ -392,7 +397,7 @@ class StarProducts:
         """g_j = sum_i weights_i phi_j(x_i) for j in ``grad_cols``, at A; None elsewhere."""
         x = None
         if self.fed.is_active:
-            w = SQRT2 * weights.to(torch.float64).cpu()
+            w = SQRT2 * weights.to(torch.float32).cpu()
             x = _pairs_by_column(self._cos_sin_S())[self.grad_cols] * w.repeat_interleave(2)
         return self._product(1, x, (len(self.grad_cols),))
 
