@@ -171,9 +171,9 @@ def test_dealer_receives_only_control_messages(runs):
     for src, dst, dtype, numel, phase in to_dealer:
         assert dtype in ("torch.uint8", "torch.int64") and (dtype == "torch.uint8" or numel <= 10), (src, phase)
     # Passive parties receive no label-dependent value in the clear: from the active party only e = x - a
-    # (ring words, uniform) and control; checked here by type and size: nothing real-valued.
+    # (ring words, uniform: int64, or int32 in Z_2^32) and control; checked here by type: nothing real-valued.
     from_active = [m for m in shared[0]["messages"] if m[1] in (1, 2)]
-    assert all(m[2] in ("torch.int64", "torch.int16", "torch.uint8") for m in from_active)
+    assert all(m[2] in ("torch.int64", "torch.int32", "torch.int16", "torch.uint8") for m in from_active)
 
 
 def test_masks_cancel_and_the_model_is_reproducible(runs):

@@ -589,19 +589,19 @@ def _shared_log_point(fed, t, fmap, created, shrink, train_seconds, batch_loss, 
 
 # ----------------------------------------------------------------------------------------- prediction
 def shared_decision_values(fed: Federation, fmap, X: torch.Tensor, alpha, *, dealer: int, table,
-                           max_elements: int) -> torch.Tensor | None:
-    """Algorithm 2 under the shared protocol: f on the rows of X, opened to the active party only."""
+                           max_elements: int, classes: int | None = None) -> torch.Tensor | None:
+    """Algorithm 2 under the shared protocol: f on the rows of X, opened to the active party only.
+
+    Per chunk of rows: the phases in one star (``star_phases``, one keeper drawn from the public seed per
+    chunk) and one product of 32-bit words. ``classes`` (known to every rank): ``alpha`` is D x classes
+    (one-vs-rest) and the phases serve every class at once; f is rows x classes.
+    """
     m = X.shape[0]
-    classes = None if alpha is None or alpha.dim() == 1 else alpha.shape[1]
     f = None
     if fed.is_active:
         f = torch.zeros(m, dtype=torch.float64) if classes is None else torch.zeros(m, classes, dtype=torch.float64)
     if not fmap.n_blocks:
         return f
-    # The dealer and passive parties learn the number of classes from the operand shapes: tell them.
-    if fed.rank in fed.parties or fed.rank == dealer:
-        ranks = sorted(set(fed.parties) | {dealer})
-        classes = fed.broadcast_json(classes, fed.active, ranks=ranks)
     step = max(1, max_elements // max(1, fmap.n_features * (classes or 1)))
     ytable = narrow_table(table)
     for chunk, start in enumerate(range(0, m, step)):
