@@ -53,7 +53,7 @@ import warnings
 import torch
 
 from ..comm import Federation, pairwise_tree, reduce
-from .shared import StarProducts, narrow_table, shared_decision_values, star_phases
+from .shared import StarProducts, shared_decision_values, star_phases
 from .trainer import (MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainResult, _stop, finish_point, log_interval,
                       phase_totals, step_marks)
 
@@ -141,7 +141,6 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     control_tree = pairwise_tree(everyone)
     if active:
         y = y.to(torch.float64).cpu()
-    ytable = narrow_table(table)
     mon = _BudgetMonitor(fed, fmap, monitor, dealer, table, cfg.max_elements) if monitor is not None else None
     bar = log.progress(total=max_iter, desc="fdskl", unit="it") if progress and log is not None else None
     sent_before = phase_totals(fed, TRAIN_PHASE)
@@ -164,7 +163,7 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             Xb = X[batch.to(X.device)]
             cols = opt.columns(t) if active else None
             if shared:
-                prod = _shared_round(fed, fmap, Xb, blocks, dealer, ytable, B, t, cfg.solver, r, D)
+                prod = _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, cfg.solver, r, D)
                 f_batch = prod.forward(opt.alpha if active else None)
             else:
                 phi = fmap.features(Xb, blocks)                     # Algorithm 3: B rows, all D features

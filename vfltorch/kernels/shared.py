@@ -246,14 +246,26 @@ def _beta_for_round(fed: Federation, ph: DealtPhases, m: int, width: int) -> tor
 
 # ------------------------------------------------------------------------ one keeper, a star, Z_2^32
 PRODUCT_BITS = 32                # the bounded model's products and openings: shares mod 2**32 (sharing.py)
-Y_FRAC_BITS = 10                 # the keeper's [cos beta, sin beta] in those products (A's scale is adaptive)
 
 
-def narrow_table(table: torch.Tensor | None) -> torch.Tensor | None:
-    """The dealer's [cos, sin] table (FRAC_BITS) rounded to Y_FRAC_BITS: the same integers at keeper and dealer."""
+def y_frac_bits(k: int) -> int:
+    """Fractional bits of the keeper's [cos beta, sin beta] in a row dot of k products in Z_2^32.
+
+    A's operand gets the rest of the 31 bits (``rowdot_scales``). The rounding error of A's
+    factors grows like 2**(F - 31) k**1.5, that of the keeper's like 2**-F k**0.5: they are equal
+    at F = (31.5 - log2 k) / 2 (10 for the forward pass at D = 1024, 12 to 13 for a gradient over
+    B = 256 to 32 rows).
+    """
+    return int(min(FRAC_BITS, max(4, round((31.5 - math.log2(max(1, k))) / 2))))
+
+
+def narrow_table(table: torch.Tensor | None, bits: int) -> torch.Tensor | None:
+    """The dealer's [cos, sin] table (FRAC_BITS) rounded to ``bits``: the same int32 at keeper and dealer."""
     if table is None:
         return None
-    shift = FRAC_BITS - Y_FRAC_BITS
+    shift = FRAC_BITS - bits
+    if shift == 0:
+        return table.to(torch.int32)
     return ((table + (1 << (shift - 1))) >> shift).to(torch.int32)
 
 
@@ -342,12 +354,15 @@ class StarProducts:
         self.pairs = None
         lead = () if classes is None else (classes,)
         shapes = [lead + (m, 2 * self.D)]
+        self.fbits = [y_frac_bits(2 * self.D)]
         if grad_cols is not None:
             shapes.append((len(grad_cols), 2 * m))
+            self.fbits.append(y_frac_bits(2 * m))
         ys = None
         if beta is not None:                                    # keeper and dealer
-            y = cos_sin(table, beta)
-            ys = [y] if grad_cols is None else [y, _pairs_by_column(y)[grad_cols]]
+            ys = [cos_sin(narrow_table(table, self.fbits[0]), beta)]
+            if grad_cols is not None:
+                ys.append(cos_sin(narrow_table(table, self.fbits[1]), beta[:, grad_cols].T.contiguous()))
         self.ys = ys
         self.shapes = shapes
         with fed.phase(f"{fed.current_phase}/deal"):
@@ -370,14 +385,14 @@ class StarProducts:
         if fed.is_active:
             if not bool(torch.isfinite(x).all()):
                 raise OverflowError("FDSKL shared protocol: a non-finite coefficient or loss derivative")
-            scales = rowdot_scales(x, PRODUCT_BITS, Y_FRAC_BITS)
+            scales = rowdot_scales(x, PRODUCT_BITS, self.fbits[k])
             xe = torch.round(x * scales.unsqueeze(-1).to(x.dtype)).to(torch.int32)
         y = self.ys[k] if self.ys is not None else None
         with fed.phase(f"{fed.current_phase}/{'forward' if k == 0 else 'gradient'}"):
             z = mul_dealt(fed, xe, y, holders=self.holders, dealer=self.dealer, kind="rowdot",
                           shape_x=self.shapes[k], dealt=self.dealt[k], bits=PRODUCT_BITS)
             v = open_shares(fed, z, holders=self.holders, to=fed.active, shape=out_shape, bits=PRODUCT_BITS)
-        return None if v is None else v.to(torch.float64) / (scales * 2.0 ** Y_FRAC_BITS)
+        return None if v is None else v.to(torch.float64) / (scales * 2.0 ** self.fbits[k])
 
     def forward(self, coef: torch.Tensor | None) -> torch.Tensor | None:
         """f at A: (m,) for coefficients (D,), (m x classes) for (D x classes); None elsewhere."""
@@ -603,11 +618,10 @@ def shared_decision_values(fed: Federation, fmap, X: torch.Tensor, alpha, *, dea
     if not fmap.n_blocks:
         return f
     step = max(1, max_elements // max(1, fmap.n_features * (classes or 1)))
-    ytable = narrow_table(table)
     for chunk, start in enumerate(range(0, m, step)):
         rows = slice(start, min(m, start + step))
         ph = star_phases(fmap, X[rows], range(fmap.n_blocks), dealer, fmap.keeper_of(chunk))
-        prod = StarProducts(fed, ph, ytable, dealer, rows.stop - rows.start, classes=classes)
+        prod = StarProducts(fed, ph, table, dealer, rows.stop - rows.start, classes=classes)
         part = prod.forward(None if alpha is None else alpha[:fmap.n_features])
         if fed.is_active:
             f[rows] = part
