@@ -180,9 +180,12 @@ def test_masks_cancel_and_the_model_is_reproducible(runs):
     shared = runs
     a, b = shared[0]["fits"]
     # Fresh private masks each fit; the fixed-point rounding of the two cos/sin factors depends on the mask,
-    # so models agree to that rounding (|phi error| <= 4.4e-5 per feature value), not bit for bit.
+    # so models agree to that rounding, not bit for bit. The products run in Z_2^32 (issue 11): a row's
+    # value is exact to about 2**-12 of the sum of its terms' magnitudes, so f (up to 113 here) agrees
+    # to 0.1% of its scale; alpha, from Adam's normalised steps, to 1e-4.
     torch.testing.assert_close(a["alpha"], b["alpha"], rtol=0, atol=1e-4)
-    np.testing.assert_allclose(a["f"], b["f"], rtol=0, atol=1e-3)
+    np.testing.assert_allclose(a["f"], b["f"], rtol=0, atol=1e-3 * float(np.abs(b["f"]).max()))
+    assert np.mean(np.sign(a["f"]) == np.sign(b["f"])) > 0.99
     assert all(shared[r]["fits"][0]["alpha"] is None for r in (1, 2)) and shared[3]["fits"] == []
     # Federated == centralised (plain DSG at Q = 1), up to the 16-bit angles and the fixed point.
     local = FDSKLClassifier(**SHARED).fit(_full(shared), _labels())

@@ -110,11 +110,16 @@ def job(fed):
     est = FDSKLClassifier(fed, **BOUNDED)
     if data is None:
         est.fit(None)
+        before = phase_totals(fed, "fdskl/predict")["bytes_sent"]
         est.decision_function()
+        out["shared_predict_bytes"] = phase_totals(fed, "fdskl/predict")["bytes_sent"] - before
     else:
         est.fit(data.X_train, data.y_train, columns=data.columns, monitor=(data.X_test, data.y_test))
-        out["shared"] = {"alpha": est.alpha_, "f": est.decision_function(data.X_test), "comm": est.comm_,
-                         "history": est.history_, "n_iter": est.n_iter_}
+        before = phase_totals(fed, "fdskl/predict")["bytes_sent"]
+        f = est.decision_function(data.X_test)
+        out["shared_predict_bytes"] = phase_totals(fed, "fdskl/predict")["bytes_sent"] - before
+        out["shared"] = {"alpha": est.alpha_, "f": f, "comm": est.comm_, "history": est.history_,
+                         "n_iter": est.n_iter_}
     # The paper's protocol (the dealer sits it out): bytes of training and of prediction.
     if data is not None:
         est = FDSKLClassifier(fed, protocol="paper", mask_seed="seed", **BOUNDED)
@@ -185,6 +190,10 @@ def test_bytes_are_linear_in_rows_and_prediction_costs_m_times_d(runs):
     # Prediction: the m rows on the D features once, all ranks together (plus < 1 kB of JSON control messages).
     total = sum(r["paper"]["predict_bytes"] for r in runs[:3])
     assert got["features"] == D and 0 <= total - 2 * (2 * Q - 2) * got["rows"] * D < 1000
+    # Under shared: the star of phases, one product of 32-bit words, the dealer's corrections and seeds.
+    m = got["rows"]
+    total = sum(r["shared_predict_bytes"] for r in runs)
+    assert 0 <= total - (2 * (Q - 1) * m * D + 8 * m * D + 12 * m + 32 * Q - 16) < 1000
 
 
 def test_one_vs_rest_equals_its_centralised_twin(runs):

@@ -51,8 +51,16 @@ Algorithm 3): no label, alpha or f. D learns nothing (it receives only the
 row counts and the stop flag). A colluding with D (or with K_t) recovers the
 phases of block t, i.e. falls back to the paper's leak.
 
-This module trains the growing model (``n_components=None``); the bounded default reuses its
-phases and products per mini-batch (``budget.py``).
+This module trains the growing model (``n_components=None``). The bounded default
+(``budget.py``) and prediction use a leaner form of steps 1-2 (issue 11): one keeper per
+iteration (or per chunk of rows) for all D features, drawn from the public seed; the phases
+travel as a star into A (``star_phases``: one message per passive party, masked by dealt
+masks, instead of the masked sum's two trees); and both products (f on the batch, then the
+gradient sums) run in Z_2^32 (``StarProducts``: 32-bit words on the wire, A's operand scaled
+per row so that the opened value cannot wrap, the keeper's cosines with the fractional bits that
+balance the two roundings). What each role learns is unchanged; A colluding with that
+iteration's keeper (who knows every passive party's mask) recovers each passive party's partial
+phases, as before the phases of the iteration's features.
 
 Bytes per iteration, on top of the paper's cached schedule (2Q - 2 messages of
 n r angles): A -> K_t n x 2r ring words (16 n r bytes), D -> A n words, the
