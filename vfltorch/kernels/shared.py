@@ -370,7 +370,8 @@ class StarProducts:
         if beta is not None:                                    # keeper and dealer
             ys = [cos_sin(narrow_table(table, self.fbits[0]), beta)]
             if grad_cols is not None:
-                ys.append(cos_sin(narrow_table(table, self.fbits[1]), beta[:, grad_cols].T.contiguous()))
+                picked = beta if self._all(grad_cols) else beta[:, grad_cols]
+                ys.append(cos_sin(narrow_table(table, self.fbits[1]), picked.T.contiguous()))
         self.ys = ys
         self.shapes = shapes
         with fed.phase(f"{fed.current_phase}/deal"):
@@ -378,6 +379,9 @@ class StarProducts:
                                shapes_y=[(m, 2 * self.D)] + ([(len(grad_cols), 2 * m)] if grad_cols is not None
                                                              else []), bits=PRODUCT_BITS)
         self.dealt = dealt if fed.rank in self.holders else None
+
+    def _all(self, cols: torch.Tensor) -> bool:
+        return len(cols) == self.D and bool((cols == torch.arange(self.D)).all())
 
     def _cos_sin_S(self) -> torch.Tensor:
         if self.pairs is None:
@@ -421,7 +425,8 @@ class StarProducts:
         x = None
         if self.fed.is_active:
             w = SQRT2 * weights.to(torch.float32).cpu()
-            x = _pairs_by_column(self._cos_sin_S())[self.grad_cols] * w.repeat_interleave(2)
+            pairs = _pairs_by_column(self._cos_sin_S())
+            x = (pairs if self._all(self.grad_cols) else pairs[self.grad_cols]) * w.repeat_interleave(2)
         return self._product(1, x, (len(self.grad_cols),))
 
 
