@@ -33,7 +33,6 @@ def _timed(store, name, fn):
 
 
 def job(fed, dataset, protocol, iterations):
-
     from vfltorch.data import DataConfig, load_party_data
     from vfltorch.kernels import FDSKLClassifier
     from vfltorch.kernels import budget
