@@ -171,18 +171,22 @@ def test_dealer_receives_only_control_messages(runs):
     for src, dst, dtype, numel, phase in to_dealer:
         assert dtype in ("torch.uint8", "torch.int64") and (dtype == "torch.uint8" or numel <= 10), (src, phase)
     # Passive parties receive no label-dependent value in the clear: from the active party only e = x - a
-    # (ring words, uniform) and control; checked here by type and size: nothing real-valued.
+    # (ring words, uniform: int64, or int32 in Z_2^32) and control; checked here by type: nothing real-valued.
     from_active = [m for m in shared[0]["messages"] if m[1] in (1, 2)]
-    assert all(m[2] in ("torch.int64", "torch.int16", "torch.uint8") for m in from_active)
+    assert all(m[2] in ("torch.int64", "torch.int32", "torch.int16", "torch.uint8") for m in from_active)
 
 
 def test_masks_cancel_and_the_model_is_reproducible(runs):
     shared = runs
     a, b = shared[0]["fits"]
     # Fresh private masks each fit; the fixed-point rounding of the two cos/sin factors depends on the mask,
-    # so models agree to that rounding (|phi error| <= 4.4e-5 per feature value), not bit for bit.
-    torch.testing.assert_close(a["alpha"], b["alpha"], rtol=0, atol=1e-4)
-    np.testing.assert_allclose(a["f"], b["f"], rtol=0, atol=1e-3)
+    # so models agree to that rounding, not bit for bit. The products run in Z_2^32 (issue 11): a row's
+    # value is exact to about 2**-12 of the sum of its terms' magnitudes, so f (up to 113 here) agrees
+    # to 0.1% of its scale; alpha too (measured: 1.1e-4 at a scale of 0.32).
+    torch.testing.assert_close(a["alpha"], b["alpha"], rtol=0, atol=1e-3 * float(b["alpha"].abs().max()))
+    fa, fb = np.asarray(a["f"]), np.asarray(b["f"])
+    np.testing.assert_allclose(fa, fb, rtol=0, atol=1e-3 * float(np.abs(fb).max()))
+    assert np.mean(np.sign(fa) == np.sign(fb)) > 0.99
     assert all(shared[r]["fits"][0]["alpha"] is None for r in (1, 2)) and shared[3]["fits"] == []
     # Federated == centralised (plain DSG at Q = 1), up to the 16-bit angles and the fixed point.
     local = FDSKLClassifier(**SHARED).fit(_full(shared), _labels())

@@ -61,10 +61,10 @@ def spy_on_training(fed):
     from vfltorch.kernels.protocol import FederatedFeatureMap
 
     seen = []
-    dealt, phases = budget.dealt_phases, FederatedFeatureMap.phases
+    dealt, phases = budget.star_phases, FederatedFeatureMap.phases
 
-    def dealt_spy(fmap, X, blocks, dealer):
-        ph = dealt(fmap, X, blocks, dealer)
+    def dealt_spy(*args, **kwargs):
+        ph = dealt(*args, **kwargs)
         if fed.is_active:
             seen.append(ph.S.clone())
         return ph
@@ -75,11 +75,11 @@ def spy_on_training(fed):
             seen.append(theta.clone())
         return theta
 
-    budget.dealt_phases = dealt_spy
+    budget.star_phases = dealt_spy
     FederatedFeatureMap.phases = phases_spy
 
     def stop():
-        budget.dealt_phases, FederatedFeatureMap.phases = dealt, phases
+        budget.star_phases, FederatedFeatureMap.phases = dealt, phases
         return seen
     return stop
 
@@ -110,11 +110,16 @@ def job(fed):
     est = FDSKLClassifier(fed, **BOUNDED)
     if data is None:
         est.fit(None)
+        before = phase_totals(fed, "fdskl/predict")["bytes_sent"]
         est.decision_function()
+        out["shared_predict_bytes"] = phase_totals(fed, "fdskl/predict")["bytes_sent"] - before
     else:
         est.fit(data.X_train, data.y_train, columns=data.columns, monitor=(data.X_test, data.y_test))
-        out["shared"] = {"alpha": est.alpha_, "f": est.decision_function(data.X_test), "comm": est.comm_,
-                         "history": est.history_, "n_iter": est.n_iter_}
+        before = phase_totals(fed, "fdskl/predict")["bytes_sent"]
+        f = est.decision_function(data.X_test)
+        out["shared_predict_bytes"] = phase_totals(fed, "fdskl/predict")["bytes_sent"] - before
+        out["shared"] = {"alpha": est.alpha_, "f": f, "comm": est.comm_, "history": est.history_,
+                         "n_iter": est.n_iter_}
     # The paper's protocol (the dealer sits it out): bytes of training and of prediction.
     if data is not None:
         est = FDSKLClassifier(fed, protocol="paper", mask_seed="seed", **BOUNDED)
@@ -175,9 +180,20 @@ def test_bytes_are_linear_in_rows_and_prediction_costs_m_times_d(runs):
     Q, B, D = 3, 32, 128
     # Training: 2 (2Q - 2) B D bytes per iteration (16-bit angles), the same at every iteration: O(n D) per epoch.
     assert got["comm"]["bytes_per_iteration"] == 2 * (2 * Q - 2) * B * D
+    # The shared protocol (docs/fdskl.md, *Bytes of the shared protocol*): phases in a star into the active
+    # party ((Q - 1) 2 B D), two products of 32-bit words (8 B (D + G), G = D gradient sums for adam), the
+    # dealer's corrections (8 (B + G)), the openings (4 (B + G)) and 128-bit seeds (32 Q - 16).
+    G = D
+    shared = runs[0]["shared"]["comm"]["bytes_per_iteration"]
+    assert shared == 2 * (Q - 1) * B * D + 8 * B * (D + G) + 12 * (B + G) + 32 * Q - 16
+    assert shared <= 3 * got["comm"]["bytes_per_iteration"]        # at most 3x the paper's from Q = 3 on
     # Prediction: the m rows on the D features once, all ranks together (plus < 1 kB of JSON control messages).
     total = sum(r["paper"]["predict_bytes"] for r in runs[:3])
     assert got["features"] == D and 0 <= total - 2 * (2 * Q - 2) * got["rows"] * D < 1000
+    # Under shared: the star of phases, one product of 32-bit words, the dealer's corrections and seeds.
+    m = got["rows"]
+    total = sum(r["shared_predict_bytes"] for r in runs)
+    assert 0 <= total - (2 * (Q - 1) * m * D + 8 * m * D + 12 * m + 32 * Q - 16) < 1000
 
 
 def test_one_vs_rest_equals_its_centralised_twin(runs):

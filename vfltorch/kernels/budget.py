@@ -32,10 +32,13 @@ Solvers (the active party alone updates alpha, from what it already learns):
   feature being created).
 
 Under ``protocol='shared'`` step 2 runs with dealt phase masks: the active
-party receives S = theta + beta (uniform), f on the batch rows comes from the
-products of its operands alpha_j cos S_ij with the keepers' cos beta_ij as
-shares (``shared.shared_decision``), opened to it alone, and the gradient sums
-sum_i L'_i phi_j(x_i) likewise. No party holds f on all n rows, so there is no
+party receives S = theta + beta (uniform; ``shared.star_phases``, one keeper
+for all D features per iteration), f on the batch rows comes from the
+products of its operands alpha_j cos S_ij with the keeper's cos beta_ij as
+shares in Z_2^32 (``shared.StarProducts``), opened to it alone, and the
+gradient sums sum_i L'_i phi_j(x_i) likewise. Bytes per iteration (all
+ranks): 2 (Q - 1) B D (phases) + 8 B (D + G) (the two products' 32-bit e,
+G gradient sums) + 12 (B + G) (corrections, openings) + 32 Q - 16 (seeds). No party holds f on all n rows, so there is no
 fixed-point growth limit. What the active party learns: f on its batch rows
 (B values) and the gradient sums (D values for adam, r for dsg) per iteration,
 f on the monitor rows once per epoch. These are linear in the n D unknown
@@ -53,9 +56,7 @@ import warnings
 import torch
 
 from ..comm import Federation, pairwise_tree, reduce
-from ..comm.sharing import mul_dealt, open_shares
-from .shared import (PRODUCT_SCALE, REAL_PAIRS, SQRT2, _coef_check, cos_sin, dealt_phases, encode_factor,
-                     open_to_active, shared_decision, shared_decision_values)
+from .shared import StarProducts, shared_decision_values, star_phases
 from .trainer import (MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainResult, _stop, finish_point, log_interval,
                       phase_totals, step_marks)
 
@@ -165,7 +166,8 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             Xb = X[batch.to(X.device)]
             cols = opt.columns(t) if active else None
             if shared:
-                f_batch, state = _shared_f(fed, fmap, Xb, opt, blocks, dealer, table, B)
+                prod = _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, cfg.solver, r, D)
+                f_batch = prod.forward(opt.alpha if active else None)
             else:
                 phi = fmap.features(Xb, blocks)                     # Algorithm 3: B rows, all D features
                 f_batch = phi.to(torch.float64).cpu() @ opt.alpha if active else None
@@ -176,7 +178,7 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                 window_loss += float(cfg.loss.value(f_batch, y_batch).mean())
                 window_count += 1
             if shared:
-                sums = _shared_gradient(fed, state, d_loss, t, cfg.solver, r, D, dealer, table, B)
+                sums = prod.gradient(d_loss)
             elif active:
                 sums = phi[:, cols.to(phi.device)].to(torch.float64).cpu().T @ d_loss
             if active:
@@ -212,52 +214,17 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                        sent["messages_sent"] - sent_before["messages_sent"])
 
 
-def _shared_f(fed, fmap, Xb, opt, blocks, dealer, table, B):
-    """f on the batch rows under the shared protocol, opened to the active party; the phases for the gradient."""
-    ph = dealt_phases(fmap, Xb, blocks, dealer)                  # S at the active party, beta at keepers / dealer
-    z = shared_decision(fed, ph, opt.alpha if fed.is_active else None, table, dealer, B)
-    f = open_to_active(fed, z, B)
-    return f, ph
-
-
-def _shared_gradient(fed, ph, d_loss, t, solver, r, D, dealer, table, B):
-    """sum_i L'_i phi_j(x_i) for the step's features as shares of each keeper group, opened to the active party."""
+def _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D) -> StarProducts:
+    """Step 2's phases under the shared protocol (one keeper for all D features, drawn per iteration from the
+    public seed) and the dealer's material for both of the iteration's products (f, then the gradient sums)."""
+    keeper = fmap.keeper_of(t)
+    ph = star_phases(fmap, Xb, blocks, dealer, keeper)         # S at the active party, beta at keeper / dealer
     if solver == "adam":
-        wanted = None
+        grad_cols = torch.arange(D)
     else:
         k = t % (D // r)
-        wanted = set(range(k * r, (k + 1) * r))
-    lp = None
-    if fed.is_active:
-        lp = SQRT2 * d_loss.to(torch.float64)
-        _coef_check(lp)
-    out = torch.zeros(D if wanted is None else r, dtype=torch.float64) if fed.is_active else None
-    position = 0
-    for keeper, cols, beta in ph.groups:
-        if wanted is None:
-            pick = torch.arange(len(cols))
-        else:
-            pick = torch.tensor([i for i, c in enumerate(cols.tolist()) if c in wanted], dtype=torch.int64)
-        if len(pick) == 0:
-            continue
-        sel = cols[pick]
-        holders = (fed.active, keeper)
-        x = yv = None
-        if fed.is_active:
-            # [L'_i cos S_ij, L'_i sin S_ij] over the batch rows i, one row per feature j
-            x = encode_factor(cos_sin(REAL_PAIRS, ph.S[:, sel].T) * lp.repeat_interleave(2))
-        if fed.rank in (keeper, dealer):
-            yv = cos_sin(table, beta[:, pick].T)
-        z = mul_dealt(fed, x, yv, holders=holders, dealer=dealer, kind="rowdot", shape_x=(len(sel), 2 * B))
-        g = open_shares(fed, z, holders=holders, to=fed.active, shape=(len(sel),)) if fed.rank in holders else None
-        if fed.is_active:
-            values = g.to(torch.float64) / PRODUCT_SCALE
-            if wanted is None:
-                out[sel] = values
-            else:
-                out[position:position + len(sel)] = values
-                position += len(sel)
-    return out          # dsg: the block's r sums in feature order (a block lies in one keeper group)
+        grad_cols = torch.arange(k * r, (k + 1) * r)
+    return StarProducts(fed, ph, table, dealer, B, grad_cols=grad_cols)
 
 
 class _BudgetMonitor:

@@ -382,6 +382,10 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
 
         Under the shared protocol the dealer calls it too, without X.
         """
+        return self._decide(X)
+
+    def _decide(self, X=None, classes: int | None = None):
+        """decision_function; ``classes``: one-vs-rest with ``alpha_`` D x classes (bounded, shared)."""
         self._check_fitted()
         fed = self.feature_map_.fed
         shared = self._shared(fed)
@@ -415,7 +419,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
                 if X is None:
                     X = torch.zeros(verdict["rows"], 0, dtype=torch.float64)
                 f = shared_decision_values(fed, self.feature_map_, X, self.alpha_, dealer=fed.coordinator,
-                                           table=self.table_, max_elements=self.max_elements)
+                                           table=self.table_, max_elements=self.max_elements, classes=classes)
                 if f is not None:
                     f = f.to(device=self.feature_map_.device, dtype=self.feature_map_.dtype)
             else:
@@ -573,6 +577,10 @@ class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
     def decision_function(self, X=None):
         """f(x) at the active party: (rows,) for a binary model, (rows, classes) one-vs-rest; None elsewhere."""
         if getattr(self, "estimators_", None):
+            fed = self.feature_map_.fed
+            if self._bounded() and self._shared(fed):
+                # The same D features for every class: the phases once, one product for all classes.
+                return self._decide(X, classes=len(self.estimators_))
             parts = [e.decision_function(X) for e in self.estimators_]
             if parts[0] is None:
                 return None

@@ -51,8 +51,16 @@ Algorithm 3): no label, alpha or f. D learns nothing (it receives only the
 row counts and the stop flag). A colluding with D (or with K_t) recovers the
 phases of block t, i.e. falls back to the paper's leak.
 
-This module trains the growing model (``n_components=None``); the bounded default reuses its
-phases and products per mini-batch (``budget.py``).
+This module trains the growing model (``n_components=None``). The bounded default
+(``budget.py``) and prediction use a leaner form of steps 1-2 (issue 11): one keeper per
+iteration (or per chunk of rows) for all D features, drawn from the public seed; the phases
+travel as a star into A (``star_phases``: one message per passive party, masked by dealt
+masks, instead of the masked sum's two trees); and both products (f on the batch, then the
+gradient sums) run in Z_2^32 (``StarProducts``: 32-bit words on the wire, A's operand scaled
+per row so that the opened value cannot wrap, the keeper's cosines with the fractional bits that
+balance the two roundings). What each role learns is unchanged; A colluding with that
+iteration's keeper (who knows every passive party's mask) recovers each passive party's partial
+phases, as before the phases of the iteration's features.
 
 Bytes per iteration, on top of the paper's cached schedule (2Q - 2 messages of
 n r angles): A -> K_t n x 2r ring words (16 n r bytes), D -> A n words, the
@@ -70,7 +78,7 @@ import numpy as np
 import torch
 
 from ..comm import Federation, MaskStream, broadcast, masked_sum, pairwise_tree, reduce
-from ..comm.sharing import deal_dealt, mul_dealt, open_shares
+from ..comm.sharing import deal_dealt, mul_dealt, open_shares, rowdot_scales
 from .circle import Circle, KeptPhases
 from .trainer import (MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainResult, finish_point, log_interval, phase_totals,
                       step_marks)
@@ -120,7 +128,7 @@ def _index(words: torch.Tensor) -> torch.Tensor:
 
 def cos_sin(pairs: torch.Tensor, words: torch.Tensor) -> torch.Tensor:
     """[cos, sin] of 16-bit angle words, interleaved along the last dimension (... x 2k) from a pair table."""
-    out = pairs[_index(words)]
+    out = pairs.index_select(0, _index(words).reshape(-1))       # 3x faster than pairs[index] here
     return out.reshape(*words.shape[:-1], 2 * words.shape[-1])
 
 
@@ -242,6 +250,184 @@ def _beta_for_round(fed: Federation, ph: DealtPhases, m: int, width: int) -> tor
                 out = torch.zeros(m, width, dtype=CIRCLE.dtype)
             out[:, cols] = beta
     return out
+
+
+# ------------------------------------------------------------------------ one keeper, a star, Z_2^32
+PRODUCT_BITS = 32                # the bounded model's products and openings: shares mod 2**32 (sharing.py)
+
+
+def y_frac_bits(k: int) -> int:
+    """Fractional bits of the keeper's [cos beta, sin beta] in a row dot of k products in Z_2^32.
+
+    A's operand gets the rest of the 31 bits (``rowdot_scales``). The rounding error of A's
+    factors grows like 2**(F - 31) k**1.5, that of the keeper's like 2**-F k**0.5: they are equal
+    at F = (31.5 - log2 k) / 2 (10 for the forward pass at D = 1024, 12 to 13 for a gradient over
+    B = 256 to 32 rows).
+    """
+    return int(min(FRAC_BITS, max(4, round((31.5 - math.log2(max(1, k))) / 2))))
+
+
+def narrow_table(table: torch.Tensor | None, bits: int) -> torch.Tensor | None:
+    """The dealer's [cos, sin] table (FRAC_BITS) rounded to ``bits``: the same int32 at keeper and dealer."""
+    if table is None:
+        return None
+    shift = FRAC_BITS - bits
+    if shift == 0:
+        return table.to(torch.int32)
+    return ((table + (1 << (shift - 1))) >> shift).to(torch.int32)
+
+
+REAL_PAIRS32 = REAL_PAIRS.to(torch.float32)      # A's [cos S, sin S]: 24 bits, beyond the keeper's 10
+
+
+def _seed() -> torch.Tensor:
+    return torch.tensor(np.frombuffer(secrets.token_bytes(16), dtype=np.int64).copy())
+
+
+def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int) -> DealtPhases:
+    """Algorithm 3 with a dealt mask and one keeper K for all features of ``blocks``: a star into A.
+
+    The dealer draws 128-bit seeds from the OS: one for beta (a fresh uniform
+    angle per row and feature), sent to K only, and one for each other passive
+    party p's mask m_p, sent to p and to K. p sends A its partial phases
+    Z_p + m_p, K sends Z_K + b + beta - sum_p m_p, and A adds its own Z_A:
+    S = theta + beta. Each message is uniform and the set of them is jointly
+    uniform (beta and the m_p are fresh, independent and unknown to A); the
+    passive parties and the dealer receive seeds only. One message per passive
+    party (Q - 1 in all) instead of the masked sum's 2Q - 2: the dealer's beta
+    already hides the total, so no second tree is needed.
+    SPMD over the parties and the dealer (which passes an (m x 0) ``X``).
+    """
+    fed = fmap.fed
+    blocks = list(blocks)
+    m = X.shape[0]
+    feats = _feature_index(fmap, blocks)
+    shape = (m, len(feats))
+    passive = [p for p in fed.parties if p != fed.active]
+    others = [p for p in passive if p != keeper]
+    beta = own_mask = None
+    with fed.phase(f"{fed.current_phase}/deal"):
+        if fed.rank == dealer:
+            seeds = [_seed() for _ in range(1 + len(others))]
+            for p, seed in zip(others, seeds[1:]):
+                fed.send(seed, p)
+            fed.send(torch.cat(seeds), keeper)
+            beta = _masks(seeds[0], shape)
+        elif fed.rank == keeper:
+            msg = fed.recv(dealer, (2 * (1 + len(others)),), torch.int64, device="cpu")
+            beta = _masks(msg[:2], shape)
+            own_mask = beta + torch.cat([fmap.phase_words[t] for t in blocks]).cpu()
+            for k in range(len(others)):
+                own_mask = own_mask - _masks(msg[2 + 2 * k:4 + 2 * k], shape)
+        elif fed.rank in others:
+            own_mask = _masks(fed.recv(dealer, (2,), torch.int64, device="cpu"), shape)
+    S = None
+    if fed.rank in fed.parties:
+        part = CIRCLE.encode(X @ fmap.omega[:, feats]).cpu()
+        with fed.phase(f"{fed.current_phase}/star-sum"):
+            if fed.is_active:
+                S = part
+                for p in passive:
+                    S = S + fed.recv(p, shape, CIRCLE.dtype, device="cpu")
+            else:
+                fed.send(part + own_mask, fed.active)
+    return DealtPhases(S, [(keeper, torch.arange(len(feats)), beta)])
+
+
+def _pairs_by_column(pairs: torch.Tensor) -> torch.Tensor:
+    """(rows x 2k) interleaved [cos, sin] per column -> (k x 2 rows), the same pairs laid out per column."""
+    rows, width = pairs.shape
+    return pairs.view(rows, width // 2, 2).transpose(0, 1).reshape(width // 2, 2 * rows)
+
+
+class StarProducts:
+    """Row-wise products of A's operands with the keeper's [cos beta, sin beta], opened to A, in Z_2^32.
+
+    ``forward``: f_i = sum_j c_j phi_j(x_i) for A's coefficients c (D, or D x classes).
+    ``gradient``: g_j = sum_i w_i phi_j(x_i) for A's row weights w, over the features ``grad_cols``.
+    The dealer's material for both travels in one message to A and one seed to K
+    before any data message (``deal_dealt``); each product is then one message
+    A -> K (e, 32-bit words) and one K -> A (K's share, 32-bit words).
+    """
+
+    def __init__(self, fed: Federation, ph: DealtPhases, table, dealer: int, m: int, *, classes: int | None = None,
+                 grad_cols: torch.Tensor | None = None):
+        self.fed, self.dealer = fed, dealer
+        (self.keeper, cols, beta), = ph.groups
+        self.holders = (fed.active, self.keeper)
+        self.m, self.D = m, len(cols)
+        self.classes = classes
+        self.grad_cols = grad_cols
+        self.S = ph.S
+        self.pairs = None
+        lead = () if classes is None else (classes,)
+        shapes = [lead + (m, 2 * self.D)]
+        self.fbits = [y_frac_bits(2 * self.D)]
+        if grad_cols is not None:
+            shapes.append((len(grad_cols), 2 * m))
+            self.fbits.append(y_frac_bits(2 * m))
+        ys = None
+        if beta is not None:                                    # keeper and dealer
+            ys = [cos_sin(narrow_table(table, self.fbits[0]), beta)]
+            if grad_cols is not None:
+                picked = beta if self._all(grad_cols) else beta[:, grad_cols]
+                ys.append(cos_sin(narrow_table(table, self.fbits[1]), picked.T.contiguous()))
+        self.ys = ys
+        self.shapes = shapes
+        with fed.phase(f"{fed.current_phase}/deal"):
+            dealt = deal_dealt(fed, ys, holders=self.holders, dealer=dealer, kind="rowdot", shapes_x=shapes,
+                               shapes_y=[(m, 2 * self.D)] + ([(len(grad_cols), 2 * m)] if grad_cols is not None
+                                                             else []), bits=PRODUCT_BITS)
+        self.dealt = dealt if fed.rank in self.holders else None
+
+    def _all(self, cols: torch.Tensor) -> bool:
+        return len(cols) == self.D and bool((cols == torch.arange(self.D)).all())
+
+    def _cos_sin_S(self) -> torch.Tensor:
+        if self.pairs is None:
+            self.pairs = cos_sin(REAL_PAIRS32, self.S)          # (m x 2D) real [cos S, sin S]
+        return self.pairs
+
+    def _product(self, k: int, x: torch.Tensor | None, out_shape) -> torch.Tensor | None:
+        fed = self.fed
+        if fed.rank not in self.holders:
+            return None
+        scales = None
+        xe = None
+        if fed.is_active:
+            if not bool(torch.isfinite(x).all()):
+                raise OverflowError("FDSKL shared protocol: a non-finite coefficient or loss derivative")
+            scales = rowdot_scales(x, PRODUCT_BITS, self.fbits[k])
+            xe = torch.round(x * scales.unsqueeze(-1).to(x.dtype)).to(torch.int32)
+        y = self.ys[k] if self.ys is not None else None
+        with fed.phase(f"{fed.current_phase}/{'forward' if k == 0 else 'gradient'}"):
+            z = mul_dealt(fed, xe, y, holders=self.holders, dealer=self.dealer, kind="rowdot",
+                          shape_x=self.shapes[k], dealt=self.dealt[k], bits=PRODUCT_BITS)
+            v = open_shares(fed, z, holders=self.holders, to=fed.active, shape=out_shape, bits=PRODUCT_BITS)
+        return None if v is None else v.to(torch.float64) / (scales * 2.0 ** self.fbits[k])
+
+    def forward(self, coef: torch.Tensor | None) -> torch.Tensor | None:
+        """f at A: (m,) for coefficients (D,), (m x classes) for (D x classes); None elsewhere."""
+        x = None
+        if self.fed.is_active:
+            c = SQRT2 * coef.to(torch.float32).cpu()
+            cs = self._cos_sin_S()
+            if self.classes is None:
+                x = cs * c.repeat_interleave(2)
+            else:
+                x = cs.unsqueeze(0) * c.T.repeat_interleave(2, dim=1).unsqueeze(1)
+        out_shape = (self.m,) if self.classes is None else (self.classes, self.m)
+        f = self._product(0, x, out_shape)
+        return f if f is None or self.classes is None else f.T
+
+    def gradient(self, weights: torch.Tensor | None) -> torch.Tensor | None:
+        """g_j = sum_i weights_i phi_j(x_i) for j in ``grad_cols``, at A; None elsewhere."""
+        x = None
+        if self.fed.is_active:
+            w = SQRT2 * weights.to(torch.float32).cpu()
+            pairs = _pairs_by_column(self._cos_sin_S())
+            x = (pairs if self._all(self.grad_cols) else pairs[self.grad_cols]) * w.repeat_interleave(2)
+        return self._product(1, x, (len(self.grad_cols),))
 
 
 # ------------------------------------------------------------------------------------------- training
@@ -431,19 +617,25 @@ def _shared_log_point(fed, t, fmap, created, shrink, train_seconds, batch_loss, 
 
 # ----------------------------------------------------------------------------------------- prediction
 def shared_decision_values(fed: Federation, fmap, X: torch.Tensor, alpha, *, dealer: int, table,
-                           max_elements: int) -> torch.Tensor | None:
-    """Algorithm 2 under the shared protocol: f on the rows of X, opened to the active party only."""
+                           max_elements: int, classes: int | None = None) -> torch.Tensor | None:
+    """Algorithm 2 under the shared protocol: f on the rows of X, opened to the active party only.
+
+    Per chunk of rows: the phases in one star (``star_phases``, one keeper drawn from the public seed per
+    chunk) and one product of 32-bit words. ``classes`` (known to every rank): ``alpha`` is D x classes
+    (one-vs-rest) and the phases serve every class at once; f is rows x classes.
+    """
     m = X.shape[0]
-    f = torch.zeros(m, dtype=torch.float64) if fed.is_active else None
+    f = None
+    if fed.is_active:
+        f = torch.zeros(m, dtype=torch.float64) if classes is None else torch.zeros(m, classes, dtype=torch.float64)
     if not fmap.n_blocks:
         return f
-    step = max(1, max_elements // max(1, fmap.n_features))
-    for start in range(0, m, step):
+    step = max(1, max_elements // max(1, fmap.n_features * (classes or 1)))
+    for chunk, start in enumerate(range(0, m, step)):
         rows = slice(start, min(m, start + step))
-        count = rows.stop - rows.start
-        ph = dealt_phases(fmap, X[rows], range(fmap.n_blocks), dealer)
-        z = shared_decision(fed, ph, None if alpha is None else alpha.to(torch.float64).cpu(), table, dealer, count)
-        part = open_to_active(fed, z, count)
+        ph = star_phases(fmap, X[rows], range(fmap.n_blocks), dealer, fmap.keeper_of(chunk))
+        prod = StarProducts(fed, ph, table, dealer, rows.stop - rows.start, classes=classes)
+        part = prod.forward(None if alpha is None else alpha[:fmap.n_features])
         if fed.is_active:
             f[rows] = part
     return f

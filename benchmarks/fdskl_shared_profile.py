@@ -1,0 +1,102 @@
+"""Where one iteration of FDSKL's default (bounded, ``shared``) training spends its bytes and seconds.
+
+Runs ``FDSKLClassifier`` at its defaults (D = 1024, B = n / 128, Adam) on Q parties plus the dealer
+for a few iterations, with timers around each step of ``budget.train_budget`` at every rank, and
+reports per rank: wall seconds per iteration in each step (the active party's wall time is the
+critical path), process CPU seconds per iteration, and bytes sent per iteration by sub-phase
+(``fdskl/train/deal``: the dealer's seeds and corrections; ``star-sum``: the phases;
+``forward`` / ``gradient``: the two products and their openings). ``--protocol paper`` profiles
+the paper's protocol the same way (phases and the active party's local products).
+
+    python -m benchmarks.fdskl_shared_profile --dataset credit_default --parties 4 --iterations 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+import warnings
+from collections import defaultdict
+
+
+def _timed(store, name, fn):
+    def wrapper(*args, **kwargs):
+        w, c = time.perf_counter(), time.process_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            store[name][0] += time.perf_counter() - w
+            store[name][1] += time.process_time() - c
+    return wrapper
+
+
+def job(fed, dataset, protocol, iterations):
+    from vfltorch.data import DataConfig, load_party_data
+    from vfltorch.kernels import FDSKLClassifier
+    from vfltorch.kernels import budget
+    from vfltorch.kernels.protocol import FederatedFeatureMap
+    from vfltorch.kernels.trainer import BatchSampler
+
+    warnings.simplefilter("ignore")
+    store = defaultdict(lambda: [0.0, 0.0])
+    budget.star_phases = _timed(store, "phases", budget.star_phases)
+    FederatedFeatureMap.phases = _timed(store, "phases", FederatedFeatureMap.phases)
+    P = budget.StarProducts
+    P.__init__ = _timed(store, "deal", P.__init__)
+    P.forward = _timed(store, "forward", P.forward)
+    P.gradient = _timed(store, "gradient", P.gradient)
+    budget._Optimizer.step = _timed(store, "adam step", budget._Optimizer.step)
+    data = load_party_data(fed, DataConfig(dataset=dataset, scale="minmax", seed=0)) if fed.is_data_party else None
+    n = data.X_train.shape[0] if data is not None else None
+    n = fed.broadcast_json(n, fed.active)
+    per_epoch = BatchSampler(n, min(256, max(32, n // 128)), 0).per_epoch
+    est = FDSKLClassifier(fed, protocol=protocol, epochs=iterations / per_epoch)
+    wall, cpu = time.perf_counter(), time.process_time()
+    if data is None:
+        est.fit(None)
+    else:
+        est.fit(data.X_train, data.y_train, columns=data.columns)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    meter = {k: v for k, v in fed.meter.as_dict().items() if k.startswith("fdskl/train")}
+    return {"rank": fed.rank, "role": "active" if fed.is_active else ("dealer" if fed.is_coordinator else "passive"),
+            "iterations": est.n_iter_, "train_seconds": est.train_seconds_, "fit_wall": wall, "fit_cpu": cpu,
+            "steps": {k: v for k, v in store.items()}, "meter": meter}
+
+
+def main(argv=None) -> int:
+    from vfltorch.comm import launch
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dataset", default="credit_default")
+    ap.add_argument("--parties", type=int, default=4)
+    ap.add_argument("--protocol", default="shared", choices=["shared", "paper"])
+    ap.add_argument("--iterations", type=int, default=20)
+    args = ap.parse_args(argv)
+    out = launch(job, args.parties, (args.dataset, args.protocol, args.iterations),
+                 coordinator=args.protocol == "shared")
+    it = max(r["iterations"] for r in out)
+    print(f"{args.dataset}, Q = {args.parties}, protocol {args.protocol}, {it} iterations; "
+          f"active party's training clock {out[0]['train_seconds'] / it * 1000:.1f} ms per iteration")
+    print("rank role     step         wall ms/it  cpu ms/it")
+    for r in out:
+        for step, (w, c) in sorted(r["steps"].items()):
+            print(f"{r['rank']:4d} {r['role']:8s} {step:12s} {w / it * 1000:10.1f} {c / it * 1000:10.1f}")
+        print(f"{r['rank']:4d} {r['role']:8s} {'fit (all)':12s} {r['fit_wall'] / it * 1000:10.1f} "
+              f"{r['fit_cpu'] / it * 1000:10.1f}")
+    print("bytes sent per iteration by sub-phase, all ranks:")
+    phases = defaultdict(int)
+    for r in out:
+        for k, v in r["meter"].items():
+            phases[k] += v.get("bytes_sent", 0)
+    for k, v in sorted(phases.items()):
+        print(f"  {k:28s} {v / it:12.0f}")
+    print(f"  {'total':28s} {sum(phases.values()) / it:12.0f}")
+    print(json.dumps({"load_average": os.getloadavg()}))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("VFLTORCH_TIMEOUT", "600")
+    raise SystemExit(main())
