@@ -77,7 +77,8 @@ from .host import Host
 from .lbfgs import CurvatureMemory
 from .local import LocalLearner
 from .masks import MaskSource
-from .packed import PackedCoordinator, PackedGuest, PackedHost, check_packed
+from .packed import PackedCoordinator, PackedGuest, PackedHost
+from .packed_check import check_packed
 from .shared import DEFAULT_FEATURE_BITS as SHARED_FEATURE_BITS, SharedRole
 from .optimizers import IterationPlan, StepSize
 from .session import PHASE_MONITOR, PHASE_PREDICT, PHASE_REPORT, PHASE_SETUP, TRAIN_PHASES, Session

@@ -55,7 +55,6 @@ per gradient entry.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -69,6 +68,7 @@ from .coordinator import Coordinator
 from .guest import Guest
 from .host import Host
 from .masks import unmask
+from .packed_check import check_packed  # noqa: F401  (re-exported)
 from .session import PHASE_GRADIENT, PHASE_LOSS
 from .taylor import LOG2
 
@@ -313,20 +313,6 @@ class PackedCoordinator(Coordinator):
         with fed.phase(PHASE_LOSS):
             ints, f = self._open(s.guest)
             self.tracker.add_batch(float(from_fixed(ints, f, ())) / 8.0, len(rows))
-
-
-def check_packed(protocol: str, optimizer: str, encryption: bool, parties: int | None) -> str | None:
-    """Why ``packed_features`` cannot run with these settings (None: it can)."""
-    if protocol != "paper":
-        return "packed_features applies to the paper protocol (protocol='paper', --protocol paper)"
-    if optimizer != "sgd":
-        return ("packed_features supports optimizer='sgd' only (in SQN steps the host does not learn the gradient "
-                "block that the packed loss needs); use --optimizer sgd")
-    if not encryption:
-        return "packed_features is a Paillier layout: it has no plaintext mode (drop --insecure-plaintext)"
-    if parties is not None and parties != 2:
-        return f"packed_features runs between one guest and one host (2 data parties), got {parties}"
-    return None
 
 
 __all__ = ["F_V", "PackedColumns", "PackedCoordinator", "PackedGuest", "PackedHost", "check_packed",
