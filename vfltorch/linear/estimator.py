@@ -422,7 +422,8 @@ class HeteroLogisticRegression(ShardedModelMixin, ClassifierMixin, BaseEstimator
             role.exchange_columns()          # packed_features: the one-off encryption of the columns
         self.setup_seconds_ = time.perf_counter() - started
         self.encryption_ = ("none (centralised: one party)" if fed.world_size == 1 else
-                            SHARED_LABEL if self.protocol == "shared" else session.scheme.label)
+                            SHARED_LABEL if self.protocol == "shared" else
+                            session.scheme.label + (", packed features" if self.packed_features else ""))
         self.privacy_ = ("void: SIMULATION mode (seeded masks)" if self.mask_seed is not None else
                          "none: centralised" if fed.world_size == 1 else
                          "shared model: no per-step gradient at any party" if self.protocol == "shared" else
