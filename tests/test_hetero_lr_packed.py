@@ -105,3 +105,13 @@ def test_packed_messages_are_ciphertexts_or_masked(results):
     to_c = [(phase, t) for phase, src, t in _received(results, coordinator)
             if phase in ("hetero-lr/gradient", "hetero-lr/loss")]
     assert to_c and not any(t.is_floating_point() for _, t in to_c)
+
+
+def test_cli_refuses_packed_features_where_it_cannot_run(capfd):
+    """The launcher's check answers before any party starts (the other refusals: check_packed, above)."""
+    from vfltorch.cli import main
+
+    argv = ["hetero-lr", "--dataset", "breast_cancer", "--quiet", "--packed-features", "--protocol", "paper",
+            "--optimizer", "sqn"]
+    assert main(argv) == 2
+    assert "supports optimizer='sgd' only" in capfd.readouterr().err
