@@ -3,9 +3,10 @@
 * crypto: a packed row is an ordinary Paillier ciphertext (phe decrypts it to the packed integer), and a
   linear combination with signed exponents plus the public offset decrypts to X^T e slot by slot;
 * one launch (guest + host + coordinator, 512-bit test keys, breast cancer): the packed layout trains the
-  same model as the per-row protocol (coefficients to 1e-7, epoch losses to 1e-7), the host receives
-  ciphertexts only (no clear number but its masked-gradient reply), the coordinator only masked slots
-  and the batch loss, and bad settings are refused.
+  same model as the per-row protocol (its plaintext mode, which test_hetero_lr.py checks equal to its
+  encrypted runs to 1e-10) with SGD and with SQN (coefficients and epoch losses to 1e-7, the
+  same curvature pairs), the host receives no clear number from the guest, the coordinator ciphertexts
+  only in the gradient and loss phases, and bad settings are refused.
 """
 
 import pytest
@@ -20,8 +21,9 @@ from vfltorch.linear.packed import PackedColumns
 from vfltorch.linear.packed_check import check_packed
 
 CONFIG = DataConfig(dataset="breast_cancer", scale="standard", test_fraction=0.2, seed=0)
-COMMON = dict(protocol="paper", optimizer="sgd", crypto_processes=1, batch_size=64, max_epochs=2, tol=0.0,
+COMMON = dict(protocol="paper", crypto_processes=1, batch_size=64, max_epochs=2, tol=0.0,
               l2=0.01, lr=0.2, key_bits=512, insecure_key=True, random_state=5)
+RUNS = {"sgd": dict(optimizer="sgd"), "sqn": dict(optimizer="sqn", decay=0.5, L=2, M=3)}
 
 
 def test_packed_rows_are_paillier_ciphertexts_and_combine_slotwise():
@@ -49,13 +51,12 @@ def test_packed_rows_are_paillier_ciphertexts_and_combine_slotwise():
 
 
 def test_packed_settings_refused_where_they_cannot_run():
-    assert check_packed("paper", "sgd", True, 2) is None
-    assert "paper protocol" in check_packed("shared", "sgd", True, 2)
-    assert "sgd" in check_packed("paper", "sqn", True, 2)
-    assert "plaintext" in check_packed("paper", "sgd", False, 2)
-    assert "2 data parties" in check_packed("paper", "sgd", True, 3)
-    with pytest.raises(VFLInputError, match="sgd"):
-        HeteroLogisticRegression(None, protocol="paper", optimizer="sqn", packed_features=True)._check_params()
+    assert check_packed("paper", True, 2) is None
+    assert "paper protocol" in check_packed("shared", True, 2)
+    assert "plaintext" in check_packed("paper", False, 2)
+    assert "2 data parties" in check_packed("paper", True, 3)
+    with pytest.raises(VFLInputError, match="paper protocol"):
+        HeteroLogisticRegression(None, protocol="shared", packed_features=True)._check_params()
 
 
 def _job(fed):
@@ -63,13 +64,16 @@ def _job(fed):
     X = None if data is None else data.X_train
     y = None if data is None else data.y_train
     out = {"rank": fed.rank}
-    for packed in (False, True):
-        start = len(fed.transcript)
-        est = HeteroLogisticRegression(fed, packed_features=packed, mask_seed=None, **COMMON)
-        est.fit(X, y)
-        out[packed] = {"coef": est.coef_, "intercept": est.intercept_,
-                       "losses": [h["loss"] for h in getattr(est, "history_", [])],
-                       "transcript": [(m.phase, m.src, m.dst, m.tensor) for m in fed.transcript.messages[start:]]}
+    for name, kw in RUNS.items():
+        for packed in (False, True):
+            start = len(fed.transcript)
+            # the reference: the per-row protocol in plaintext mode (test_hetero_lr: == encrypted to 1e-10)
+            est = HeteroLogisticRegression(fed, packed_features=packed, encryption=packed, **COMMON, **kw)
+            est.fit(X, y)
+            out[name, packed] = {
+                "coef": est.coef_, "intercept": est.intercept_, "pairs": est.n_curvature_pairs_,
+                "losses": [h["loss"] for h in getattr(est, "history_", [])],
+                "transcript": [(m.phase, m.src, m.dst, m.tensor) for m in fed.transcript.messages[start:]]}
     return out
 
 
@@ -78,31 +82,36 @@ def results():
     return launch(_job, 2, coordinator=True, record_transcript=True, timeout=180)
 
 
-def test_packed_trains_the_same_model_as_the_per_row_protocol(results):
+@pytest.mark.parametrize("name", list(RUNS))
+def test_packed_trains_the_same_model_as_the_per_row_protocol(results, name):
     for res in results[:2]:
-        a, b = res[False], res[True]
+        a, b = res[name, False], res[name, True]
         assert torch.allclose(a["coef"], b["coef"], atol=1e-7, rtol=0)
         if a["intercept"] is not None:
             assert abs(a["intercept"] - b["intercept"]) < 1e-7
-    la, lb = results[0][False]["losses"], results[0][True]["losses"]
+    la, lb = results[0][name, False]["losses"], results[0][name, True]["losses"]
     assert len(la) == len(lb) == 2
     assert max(abs(p - q) for p, q in zip(la, lb)) < 1e-7
+    if name == "sqn":       # the quasi-Newton steps ran on the same curvature pairs
+        assert results[0][name, True]["pairs"] == results[0][name, False]["pairs"] >= 1
 
 
-def _received(results, rank):
-    return [(phase, src, t) for res in results for (phase, src, dst, t) in res[True]["transcript"] if dst == rank]
+def _received(results, rank, name):
+    return [(phase, src, t) for res in results for (phase, src, dst, t) in res[name, True]["transcript"]
+            if dst == rank]
 
 
-def test_packed_messages_are_ciphertexts_or_masked(results):
+@pytest.mark.parametrize("name", list(RUNS))
+def test_packed_messages_are_ciphertexts_or_masked(results, name):
     host, coordinator = 1, 2
     width = 128                                   # bytes of a 512-bit key's ciphertext
-    from_guest = [t for phase, src, t in _received(results, host) if src == 0 and phase.startswith("hetero-lr/")
+    from_guest = [t for phase, src, t in _received(results, host, name) if src == 0 and phase.startswith("hetero-lr/")
                   and phase not in ("hetero-lr/setup", "hetero-lr/report")]
     payloads = [t for t in from_guest if t.dtype == torch.uint8 and t.dim() == 2]
     assert payloads and all(t.shape[1] == width for t in payloads)
-    assert not any(t.is_floating_point() for _, src, t in _received(results, host) if src == 0)
+    assert not any(t.is_floating_point() for _, src, t in _received(results, host, name) if src == 0)
     # the coordinator receives ciphertexts only (packed masked slots, the batch loss)
-    to_c = [(phase, t) for phase, src, t in _received(results, coordinator)
+    to_c = [(phase, t) for phase, src, t in _received(results, coordinator, name)
             if phase in ("hetero-lr/gradient", "hetero-lr/loss")]
     assert to_c and not any(t.is_floating_point() for _, t in to_c)
 
@@ -111,7 +120,6 @@ def test_cli_refuses_packed_features_where_it_cannot_run(capfd):
     """The launcher's check answers before any party starts (the other refusals: check_packed, above)."""
     from vfltorch.cli import main
 
-    argv = ["hetero-lr", "--dataset", "breast_cancer", "--quiet", "--packed-features", "--protocol", "paper",
-            "--optimizer", "sqn"]
+    argv = ["hetero-lr", "--dataset", "breast_cancer", "--quiet", "--packed-features"]     # shared by default
     assert main(argv) == 2
-    assert "supports optimizer='sgd' only" in capfd.readouterr().err
+    assert "applies to the paper protocol" in capfd.readouterr().err

@@ -102,7 +102,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="paper protocol: processes per party for obfuscators, [[d]]^T X and decryption (default: "
                         "the machine's cores; 1: none)")
     e.add_argument("--packed-features", action="store_true",
-                   help="paper protocol, SGD, 2 parties: encrypt each party's columns once, packed, instead of "
+                   help="paper protocol, 2 parties: encrypt each party's columns once, packed, instead of "
                         "2 x batch fresh encryptions per batch (same gradients and leakage; much faster epochs)")
     e.add_argument("--mask-seed", type=int, default=None,
                    help="SIMULATION ONLY: seed the masks (reproducible; whoever knows the seed removes them; the "
@@ -134,7 +134,7 @@ def check(args, info: dict) -> None:
     if args.packed_features:
         from .packed_check import check_packed       # torch-free
 
-        problem = check_packed(args.protocol, args.optimizer, not args.insecure_plaintext, args.parties)
+        problem = check_packed(args.protocol, not args.insecure_plaintext, args.parties)
         if problem:
             raise VFLInputError(problem)
     if not args.insecure_plaintext:

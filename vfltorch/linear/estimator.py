@@ -252,7 +252,7 @@ class HeteroLogisticRegression(ShardedModelMixin, ClassifierMixin, BaseEstimator
         if self.obfuscation not in ("djn", "full"):
             raise VFLInputError(f"obfuscation must be 'djn' or 'full', got {self.obfuscation!r}")
         if self.packed_features:
-            problem = check_packed(self.protocol, self.optimizer, bool(self.encryption), None)
+            problem = check_packed(self.protocol, bool(self.encryption), None)
             if problem:
                 raise VFLInputError(problem)
         if self.precompute not in PRECOMPUTE:
@@ -279,7 +279,7 @@ class HeteroLogisticRegression(ShardedModelMixin, ClassifierMixin, BaseEstimator
                 raise VFLInputError("the INSECURE plaintext mode runs the paper protocol without encryption: "
                                     "add protocol='paper' (--protocol paper)")
         if fed.world_size > 1 and self.packed_features and fed.num_parties != 2:
-            raise VFLInputError(check_packed(self.protocol, self.optimizer, bool(self.encryption), fed.num_parties))
+            raise VFLInputError(check_packed(self.protocol, bool(self.encryption), fed.num_parties))
         if fed.world_size > 1 and fed.coordinator is None:
             raise VFLInputError("hetero-LR needs a coordinator that holds the Paillier key: start the federation "
                                 "with coordinator=True (launch(..., coordinator=True); `vfl hetero-lr` adds it)")

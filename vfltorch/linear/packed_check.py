@@ -4,13 +4,10 @@ answer an impossible combination before any party starts."""
 from __future__ import annotations
 
 
-def check_packed(protocol: str, optimizer: str, encryption: bool, parties: int | None) -> str | None:
+def check_packed(protocol: str, encryption: bool, parties: int | None) -> str | None:
     """Why ``packed_features`` cannot run with these settings (None: it can)."""
     if protocol != "paper":
         return "packed_features applies to the paper protocol (protocol='paper', --protocol paper)"
-    if optimizer != "sgd":
-        return ("packed_features supports optimizer='sgd' only (in SQN steps the host does not learn the gradient "
-                "block that the packed loss needs); use --optimizer sgd")
     if not encryption:
         return "packed_features is a Paillier layout: it has no plaintext mode (drop --insecure-plaintext)"
     if parties is not None and parties != 2:
