@@ -148,7 +148,7 @@ class HeteroLogisticRegression(ShardedModelMixin, ClassifierMixin, BaseEstimator
         (None: the machine's cores; 1: none, everything in the party's own process).
     obfuscation: ``"djn"`` (fixed-base h_s^a, fast; Damgard-Jurik-Nielsen's assumption) or ``"full"``
         (r^n as python-paillier; slower, the textbook assumption only).
-    packed_features: paper protocol, SGD, one host: each data party encrypts its columns once, several
+    packed_features: paper protocol, one host (SGD or SQN): each data party encrypts its columns once, several
         features per plaintext, and every batch costs a few ciphertexts instead of 2 |S| encryptions and
         d_B + d_A bucket products (``packed.py``; same gradients to 2^-25 max|x|, same leakage).
     random_state: the public seed of mini-batches and Hessian samples.
