@@ -1,4 +1,4 @@
-"""The paper's SGD under Paillier with the columns encrypted once, packed (``packed_features=True``).
+"""The paper protocol (SGD and SQN) under Paillier with the columns encrypted once, packed (``packed_features=True``).
 
 Why. In Hardy's round every mini-batch costs 2 |S| fresh Paillier encryptions:
 the host encrypts its margins [[u_A]], the guest re-randomises [[d]] for the
