@@ -101,6 +101,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--crypto-processes", type=_positive_int("--crypto-processes"), default=None,
                    help="paper protocol: processes per party for obfuscators, [[d]]^T X and decryption (default: "
                         "the machine's cores; 1: none)")
+    e.add_argument("--packed-features", action="store_true",
+                   help="paper protocol, 2 parties: encrypt each party's columns once, packed, instead of "
+                        "2 x batch fresh encryptions per batch (same gradients and leakage; much faster epochs)")
     e.add_argument("--mask-seed", type=int, default=None,
                    help="SIMULATION ONLY: seed the masks (reproducible; whoever knows the seed removes them; the "
                         "run warns and its record says it carries no privacy guarantee). Default: OS entropy")
@@ -128,6 +131,12 @@ def check(args, info: dict) -> None:
         if args.monitor:
             raise VFLInputError("--monitor hands the guest the host's partial test scores every epoch; the shared "
                                 "protocol refuses it (use --protocol paper on public data)")
+    if args.packed_features:
+        from .packed_check import check_packed       # torch-free
+
+        problem = check_packed(args.protocol, not args.insecure_plaintext, args.parties)
+        if problem:
+            raise VFLInputError(problem)
     if not args.insecure_plaintext:
         check_key_option(args.key_bits, args.insecure_key)   # before the estimator: answered without torch
     if info.get("rows"):
@@ -148,7 +157,7 @@ def _check_hyperparameters(args) -> None:
         encryption=not args.insecure_plaintext, key_bits=args.key_bits, insecure_key=args.insecure_key,
         feature_frac_bits=args.feature_frac_bits, mask_bits=args.mask_bits,
         precompute=args.precompute, decay_sqrt=args.decay_sqrt, obfuscation=args.obfuscation,
-        crypto_processes=args.crypto_processes)._check_params()
+        crypto_processes=args.crypto_processes, packed_features=args.packed_features)._check_params()
 
 
 def run(fed, data, args, log_):
@@ -163,7 +172,8 @@ def run(fed, data, args, log_):
         fit_intercept=args.fit_intercept, max_epochs=args.max_epochs, tol=args.tol,
         encryption=not args.insecure_plaintext, key_bits=args.key_bits, insecure_key=args.insecure_key,
         feature_frac_bits=args.feature_frac_bits, mask_bits=args.mask_bits, precompute=args.precompute,
-        obfuscation=args.obfuscation, crypto_processes=args.crypto_processes, random_state=args.seed,
+        obfuscation=args.obfuscation, crypto_processes=args.crypto_processes,
+        packed_features=args.packed_features, random_state=args.seed,
         mask_seed=args.mask_seed, device=args.device)
     X_train = None if data is None else data.X_train
     X_test = None if data is None else data.X_test
