@@ -1,20 +1,30 @@
 """What authenticated encryption costs: the same run over gloo (plain TCP) and over the TLS mesh.
 
-Each workload runs as the real command twice per repeat, alternating, on loopback:
+Each workload runs as the real command, gloo and TLS paired in each repeat (the order alternates
+from one repeat to the next, so that a load that drifts during the benchmark falls on both):
 
-* gloo:  ``vfl METHOD ... --parties Q`` (the launcher's local processes, plain TCP),
+* gloo:  plain TCP, no authentication, no encryption;
 * TLS:   one ``vfl METHOD ... --federation fed.json --party NAME --identity KEY`` process per
   party (TLS 1.3, pinned certificates, sequence-numbered frames),
 
-with the same torch threads per process, and reports the active party's ``train_seconds``
-(start-up and data loading excluded), median over repeats, and the ratio TLS / gloo.
+with the same torch threads per process. Reported: the active party's ``train_seconds``
+(start-up, joining and data loading excluded), median over repeats, the median of the paired
+ratios TLS / gloo, and the load average of the machine around each run.
+
+On loopback (the default) gloo runs through the launcher (``vfl METHOD --parties Q``):
 
     python -m benchmarks.link_overhead --repeats 3
 
-Workloads: FDSKL (a9a if found, else breast_cancer; 0.2 epoch) and one epoch of the Paillier
-hetero-LR (2 data parties + coordinator). Loopback has no bandwidth limit, so the ratio is an
-upper bound on what TLS adds on a real 1 Gbit/s link, where the wire time grows and the
-encryption cost does not.
+Across simulated hosts (root; ``vfltorch.comm.netns``): every party in its own network
+namespace with its own address, behind a veth link limited by ``tc ... tbf`` to ``--rate`` in
+each direction. gloo then runs as torchrun would start it (``RANK``, ``WORLD_SIZE``,
+``MASTER_ADDR`` = party 0's address), TLS from a federation file with those addresses:
+
+    python -m benchmarks.link_overhead --netns --rate 1gbit 100mbit --repeats 5
+
+Workloads: FDSKL (a9a if found, else breast_cancer; 0.2 epoch; 2 data parties and the dealer of
+the default shared protocol) and one epoch of the Paillier hetero-LR (2048-bit keys, 2 data
+parties + coordinator; ``--lr-dataset``, ``--lr-test-fraction`` to train on fewer rows).
 """
 
 from __future__ import annotations
@@ -27,18 +37,23 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from vfltorch.comm import federation_file as ff
 from vfltorch.comm.identity import generate
 from vfltorch.data import available
 
+PORT_GLOO, PORT_TLS = 29431, 29432   # on simulated hosts every party has its own address
 
-def workloads(dataset_fdskl: str) -> dict:
+
+def workloads(dataset_fdskl: str, lr_dataset: str = "breast_cancer", lr_test_fraction: float = 0.25,
+              lr_batch: int = 1000) -> dict:
+    """name -> (vfl arguments, data parties, coordinator process?)"""
     return {
-        "fdskl": (["fdskl", "--dataset", dataset_fdskl, "--epochs", "0.2", "--quiet"], 2, False),
-        "hetero-lr epoch": (["hetero-lr", "--dataset", "breast_cancer", "--max-epochs", "1", "--batch-size", "100",
-                                            "--quiet"], 2, True),
+        "fdskl": (["fdskl", "--dataset", dataset_fdskl, "--epochs", "0.2", "--quiet"], 2, True),
+        "hetero-lr epoch": (["hetero-lr", "--dataset", lr_dataset, "--test-fraction", str(lr_test_fraction),
+                             "--max-epochs", "1", "--batch-size", str(lr_batch), "--quiet"], 2, True),
     }
 
 
@@ -48,37 +63,123 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _env(world: int) -> dict:
+def _env(world: int, **extra) -> dict:
     threads = max(1, (os.cpu_count() or 1) // world)
-    return {**os.environ, "OMP_NUM_THREADS": str(threads), "VFLTORCH_TIMEOUT": os.environ.get("VFLTORCH_TIMEOUT", "300")}
+    return {**os.environ, "OMP_NUM_THREADS": str(threads),
+            "VFLTORCH_TIMEOUT": os.environ.get("VFLTORCH_TIMEOUT", "600"), **extra}
 
 
-def run_gloo(argv, parties, coordinator, out: Path) -> float:
-    subprocess.run([sys.executable, "-m", "vfltorch", *argv, "--parties", str(parties), "--output-json", str(out)],
-                   check=True, env=_env(parties + coordinator))
-    return json.loads(out.read_text())["train_seconds"]
+def _names(parties: int, coordinator: bool) -> list[str]:
+    return [f"p{r}" for r in range(parties)] + (["coord"] if coordinator else [])
 
 
-def run_tls(argv, parties, coordinator, out: Path, workdir: Path) -> float:
-    names = [f"p{r}" for r in range(parties)] + (["coord"] if coordinator else [])
+def _wait(procs, what: str) -> None:
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        raise SystemExit(f"{what}: a party failed, exit codes {codes}")
+
+
+class Loopback:
+    """Every party a process on this host's loopback."""
+
+    label = "loopback"
+
+    def prefix(self, rank: int) -> list[str]:
+        return []
+
+    def address(self, rank: int) -> str:
+        return "127.0.0.1"
+
+    def gloo(self, argv, parties, coordinator, out: Path) -> None:
+        subprocess.run([sys.executable, "-m", "vfltorch", *argv, "--parties", str(parties), "--output-json",
+                        str(out)], check=True, env=_env(parties + coordinator))
+
+    def close(self):
+        pass
+
+
+class Hosts(Loopback):
+    """Every party on its own simulated host (network namespace, tbf-limited veth link)."""
+
+    def __init__(self, world: int, rate: str):
+        from vfltorch.comm import netns
+
+        ok, why = netns.available()
+        if not ok:
+            raise SystemExit(f"--netns: {why}")
+        self.label = f"netns {rate}"
+        self.hosts = netns.SimulatedHosts(world, rate=rate).__enter__()
+
+    def prefix(self, rank: int) -> list[str]:
+        return self.hosts.exec_prefix(rank)
+
+    def address(self, rank: int) -> str:
+        return self.hosts.addresses[rank]
+
+    def gloo(self, argv, parties, coordinator, out: Path) -> None:
+        """As torchrun starts a multi-node run, minus the agent: env:// rendezvous at party 0's address."""
+        world = parties + coordinator
+        procs = []
+        for r in range(world):
+            env = _env(world, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                       MASTER_ADDR=self.address(0), MASTER_PORT=str(PORT_GLOO), GLOO_SOCKET_IFNAME="eth0")
+            extra = ["--output-json", str(out)] if r == 0 else []
+            procs.append(subprocess.Popen(self.prefix(r) + [sys.executable, "-m", "vfltorch", *argv, *extra],
+                                          env=env))
+        _wait(procs, f"gloo on {self.label}")
+
+    def close(self):
+        self.hosts.close()
+
+
+def tls(place, argv, parties, coordinator, out: Path, workdir: Path) -> None:
+    names = _names(parties, coordinator)
     entries, keys = [], {}
     for r, name in enumerate(names):
         ident = generate(name, workdir / f"{name}.pem", overwrite=True)
         keys[name] = ident.path
         role = "coordinator" if name == "coord" else ("active" if r == 0 else "passive")
-        entries.append(dict(name=name, rank=r, role=role, address=f"127.0.0.1:{_free_port()}",
+        port = PORT_TLS if isinstance(place, Hosts) else _free_port()
+        entries.append(dict(name=name, rank=r, role=role, address=f"{place.address(r)}:{port}",
                             fingerprint=ident.fingerprint, certificate=f"{name}.crt"))
     ff.write(workdir / "fed.json", entries, federation="bench")
     procs = []
     for r, name in enumerate(names):
         extra = ["--output-json", str(out)] if r == 0 else []
-        procs.append(subprocess.Popen([sys.executable, "-m", "vfltorch", *argv, "--federation",
-                                       str(workdir / "fed.json"), "--party", name, "--identity", str(keys[name]),
-                                       *extra], env=_env(len(names))))
-    codes = [p.wait() for p in procs]
-    if any(codes):
-        raise SystemExit(f"a TLS party failed: exit codes {codes}")
-    return json.loads(out.read_text())["train_seconds"]
+        procs.append(subprocess.Popen(place.prefix(r) + [
+            sys.executable, "-m", "vfltorch", *argv, "--federation", str(workdir / "fed.json"), "--party", name,
+            "--identity", str(keys[name]), *extra], env=_env(len(names))))
+    _wait(procs, f"TLS on {place.label}")
+
+
+def _timed(run, out: Path) -> tuple[float, float]:
+    """(train seconds of the active party, 1-minute load average just before the run)."""
+    load = os.getloadavg()[0]
+    out.unlink(missing_ok=True)
+    run()
+    return json.loads(out.read_text())["train_seconds"], load
+
+
+def measure(place, name, cmd, parties, coordinator, repeats, tmp: Path) -> dict:
+    gloo, tls_, loads = [], [], []
+    for k in range(repeats):
+        runs = [("gloo", lambda: place.gloo(cmd, parties, coordinator, tmp / "gloo.json"), tmp / "gloo.json"),
+                ("tls", lambda: tls(place, cmd, parties, coordinator, tmp / "tls.json", tmp), tmp / "tls.json")]
+        if k % 2:
+            runs.reverse()   # paired and alternating: gloo first, then TLS first, ...
+        got = {}
+        for kind, run, out in runs:
+            got[kind], load = _timed(run, out)
+            loads.append(load)
+        gloo.append(got["gloo"])
+        tls_.append(got["tls"])
+        print(f"  {place.label} {name} repeat {k + 1}: gloo {got['gloo']:.2f} s, TLS {got['tls']:.2f} s "
+              f"(x{got['tls'] / got['gloo']:.2f}), load {loads[-2]:.1f}/{loads[-1]:.1f}", flush=True)
+    ratios = [t / g for g, t in zip(gloo, tls_)]
+    return dict(workload=name, place=place.label, command=" ".join(cmd), gloo_seconds=gloo, tls_seconds=tls_,
+                gloo_median=statistics.median(gloo), tls_median=statistics.median(tls_),
+                ratio=statistics.median(ratios), ratios=ratios, load_min=min(loads), load_max=max(loads),
+                load_median=statistics.median(loads))
 
 
 def main(argv=None):
@@ -86,30 +187,42 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--only", nargs="+", help="run only these workloads (fdskl, 'hetero-lr epoch')")
     p.add_argument("--fdskl-dataset", default=None, help="default: a9a if found, else breast_cancer")
+    p.add_argument("--lr-dataset", default=None, help="hetero-LR data (default: credit_default if found, "
+                   "else breast_cancer)")
+    p.add_argument("--lr-test-fraction", type=float, default=0.25,
+                   help="hetero-LR held-out fraction: raise it to train the epoch on fewer rows")
+    p.add_argument("--lr-batch-size", type=int, default=1000)
+    p.add_argument("--netns", action="store_true",
+                   help="every party on its own simulated host (network namespaces; root)")
+    p.add_argument("--rate", nargs="+", default=["1gbit"], help="with --netns: link rates, e.g. 1gbit 100mbit")
     p.add_argument("--output-dir", default="results/comm")
     args = p.parse_args(argv)
     dataset = args.fdskl_dataset or ("a9a" if available("a9a") else "breast_cancer")
+    lr_dataset = args.lr_dataset or ("credit_default" if available("credit_default") else "breast_cancer")
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    chosen = {k: v for k, v in workloads(dataset, lr_dataset, args.lr_test_fraction, args.lr_batch_size).items()
+              if not args.only or k in args.only}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        for name, (cmd, parties, coord) in workloads(dataset).items():
-            if args.only and name not in args.only:
-                continue
-            gloo, tls = [], []
-            for _ in range(args.repeats):
-                gloo.append(run_gloo(cmd, parties, coord, tmp / "gloo.json"))
-                tls.append(run_tls(cmd, parties, coord, tmp / "tls.json", tmp))
-            g, t = statistics.median(gloo), statistics.median(tls)
-            rows.append(dict(workload=name, command=" ".join(cmd), gloo_seconds=gloo, tls_seconds=tls,
-                             gloo_median=g, tls_median=t, ratio=t / g))
-    (out / "link_overhead.json").write_text(json.dumps({"repeats": args.repeats, "rows": rows}, indent=2))
-    print(f"train seconds, median of {args.repeats}; loopback; same threads per process")
-    print(f"{'workload':<18} {'gloo':>8} {'TLS':>8} {'TLS/gloo':>9}")
+        for rate in (args.rate if args.netns else [None]):
+            for name, (cmd, parties, coord) in chosen.items():
+                place = Hosts(parties + coord, rate) if rate else Loopback()
+                try:
+                    rows.append(measure(place, name, cmd, parties, coord, args.repeats, tmp))
+                finally:
+                    place.close()
+    stem = "link_overhead_netns" if args.netns else "link_overhead"
+    (out / f"{stem}.json").write_text(json.dumps({"repeats": args.repeats, "cpus": os.cpu_count(), "rows": rows,
+                                                  "when": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=2))
+    print(f"train seconds of the active party, median of {args.repeats}; ratio = median of the paired "
+          f"TLS/gloo ratios; same threads per process; {os.cpu_count()} cpus")
+    print(f"{'where':<14} {'workload':<16} {'gloo':>8} {'TLS':>8} {'TLS/gloo':>9} {'load (min-max)':>15}")
     for r in rows:
-        print(f"{r['workload']:<18} {r['gloo_median']:>8.2f} {r['tls_median']:>8.2f} {r['ratio']:>9.2f}")
-    print(f"wrote {out}/link_overhead.json")
+        print(f"{r['place']:<14} {r['workload']:<16} {r['gloo_median']:>8.2f} {r['tls_median']:>8.2f} "
+              f"{r['ratio']:>9.2f} {r['load_min']:>7.1f}-{r['load_max']:<7.1f}")
+    print(f"wrote {out}/{stem}.json")
 
 
 if __name__ == "__main__":
