@@ -23,8 +23,10 @@ each direction. gloo then runs as torchrun would start it (``RANK``, ``WORLD_SIZ
     python -m benchmarks.link_overhead --netns --rate 1gbit 100mbit --repeats 5
 
 Workloads: FDSKL (a9a if found, else breast_cancer; 0.2 epoch; 2 data parties and the dealer of
-the default shared protocol) and one epoch of the Paillier hetero-LR (2048-bit keys, 2 data
-parties + coordinator; ``--lr-dataset``, ``--lr-test-fraction`` to train on fewer rows).
+the default shared protocol) and one epoch of the Paillier-encrypted hetero-LR (``--protocol
+paper``, 2048-bit keys, 2 data parties + the key-holding coordinator; credit_default if found;
+``--lr-test-fraction`` trains the epoch on fewer rows: a full credit_default epoch takes about
+6 minutes on a loaded 2-core machine).
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ def workloads(dataset_fdskl: str, lr_dataset: str = "breast_cancer", lr_test_fra
     """name -> (vfl arguments, data parties, coordinator process?)"""
     return {
         "fdskl": (["fdskl", "--dataset", dataset_fdskl, "--epochs", "0.2", "--quiet"], 2, True),
-        "hetero-lr epoch": (["hetero-lr", "--dataset", lr_dataset, "--test-fraction", str(lr_test_fraction),
+        "hetero-lr epoch": (["hetero-lr", "--protocol", "paper", "--key-bits", "2048", "--dataset", lr_dataset,
+                             "--test-fraction", str(lr_test_fraction),
                              "--max-epochs", "1", "--batch-size", str(lr_batch), "--quiet"], 2, True),
     }
 
@@ -73,10 +76,17 @@ def _names(parties: int, coordinator: bool) -> list[str]:
     return [f"p{r}" for r in range(parties)] + (["coord"] if coordinator else [])
 
 
-def _wait(procs, what: str) -> None:
-    codes = [p.wait() for p in procs]
+def _wait(procs, what: str) -> float:
+    """Wait for every party; returns the CPU seconds (user + system) they used, start-up included."""
+    codes, cpu = [], 0.0
+    for p in procs:
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        codes.append(p.returncode)
+        cpu += usage.ru_utime + usage.ru_stime
     if any(codes):
         raise SystemExit(f"{what}: a party failed, exit codes {codes}")
+    return cpu
 
 
 class Loopback:
@@ -90,9 +100,10 @@ class Loopback:
     def address(self, rank: int) -> str:
         return "127.0.0.1"
 
-    def gloo(self, argv, parties, coordinator, out: Path) -> None:
+    def gloo(self, argv, parties, coordinator, out: Path) -> float | None:
         subprocess.run([sys.executable, "-m", "vfltorch", *argv, "--parties", str(parties), "--output-json",
                         str(out)], check=True, env=_env(parties + coordinator))
+        return None   # the launcher's parties are not its children (fork server): no CPU total here
 
     def close(self):
         pass
@@ -116,7 +127,7 @@ class Hosts(Loopback):
     def address(self, rank: int) -> str:
         return self.hosts.addresses[rank]
 
-    def gloo(self, argv, parties, coordinator, out: Path) -> None:
+    def gloo(self, argv, parties, coordinator, out: Path) -> float:
         """As torchrun starts a multi-node run, minus the agent: env:// rendezvous at party 0's address."""
         world = parties + coordinator
         procs = []
@@ -126,13 +137,13 @@ class Hosts(Loopback):
             extra = ["--output-json", str(out)] if r == 0 else []
             procs.append(subprocess.Popen(self.prefix(r) + [sys.executable, "-m", "vfltorch", *argv, *extra],
                                           env=env))
-        _wait(procs, f"gloo on {self.label}")
+        return _wait(procs, f"gloo on {self.label}")
 
     def close(self):
         self.hosts.close()
 
 
-def tls(place, argv, parties, coordinator, out: Path, workdir: Path) -> None:
+def tls(place, argv, parties, coordinator, out: Path, workdir: Path) -> float:
     names = _names(parties, coordinator)
     entries, keys = [], {}
     for r, name in enumerate(names):
@@ -149,19 +160,21 @@ def tls(place, argv, parties, coordinator, out: Path, workdir: Path) -> None:
         procs.append(subprocess.Popen(place.prefix(r) + [
             sys.executable, "-m", "vfltorch", *argv, "--federation", str(workdir / "fed.json"), "--party", name,
             "--identity", str(keys[name]), *extra], env=_env(len(names))))
-    _wait(procs, f"TLS on {place.label}")
+    return _wait(procs, f"TLS on {place.label}")
 
 
-def _timed(run, out: Path) -> tuple[float, float]:
-    """(train seconds of the active party, 1-minute load average just before the run)."""
+def _timed(run, out: Path) -> tuple[float, float, float | None, str]:
+    """(train seconds of the active party, 1-minute load average just before the run, CPU seconds of all parties,
+    the backend the run reports)."""
     load = os.getloadavg()[0]
     out.unlink(missing_ok=True)
-    run()
-    return json.loads(out.read_text())["train_seconds"], load
+    cpu = run()
+    rec = json.loads(out.read_text())
+    return rec["train_seconds"], load, cpu, rec["config"]["backend"]
 
 
 def measure(place, name, cmd, parties, coordinator, repeats, tmp: Path) -> dict:
-    gloo, tls_, loads = [], [], []
+    gloo, tls_, loads, cpu = [], [], [], {"gloo": [], "tls": []}
     for k in range(repeats):
         runs = [("gloo", lambda: place.gloo(cmd, parties, coordinator, tmp / "gloo.json"), tmp / "gloo.json"),
                 ("tls", lambda: tls(place, cmd, parties, coordinator, tmp / "tls.json", tmp), tmp / "tls.json")]
@@ -169,14 +182,20 @@ def measure(place, name, cmd, parties, coordinator, repeats, tmp: Path) -> dict:
             runs.reverse()   # paired and alternating: gloo first, then TLS first, ...
         got = {}
         for kind, run, out in runs:
-            got[kind], load = _timed(run, out)
+            got[kind], load, used, backend = _timed(run, out)
+            if backend != kind:
+                raise SystemExit(f"the {kind} run reports backend {backend!r}")
             loads.append(load)
+            cpu[kind].append(used)
         gloo.append(got["gloo"])
         tls_.append(got["tls"])
+        used = "" if cpu["gloo"][-1] is None else f", CPU {cpu['gloo'][-1]:.1f} / {cpu['tls'][-1]:.1f} s"
         print(f"  {place.label} {name} repeat {k + 1}: gloo {got['gloo']:.2f} s, TLS {got['tls']:.2f} s "
-              f"(x{got['tls'] / got['gloo']:.2f}), load {loads[-2]:.1f}/{loads[-1]:.1f}", flush=True)
+              f"(x{got['tls'] / got['gloo']:.2f}){used}, load {loads[-2]:.1f}/{loads[-1]:.1f}", flush=True)
     ratios = [t / g for g, t in zip(gloo, tls_)]
-    return dict(workload=name, place=place.label, command=" ".join(cmd), gloo_seconds=gloo, tls_seconds=tls_,
+    extra_cpu = (statistics.median(t - g for g, t in zip(cpu["gloo"], cpu["tls"]))
+                 if None not in cpu["gloo"] + cpu["tls"] else None)
+    return dict(cpu_seconds=cpu, extra_cpu_median=extra_cpu, workload=name, place=place.label, command=" ".join(cmd), gloo_seconds=gloo, tls_seconds=tls_,
                 gloo_median=statistics.median(gloo), tls_median=statistics.median(tls_),
                 ratio=statistics.median(ratios), ratios=ratios, load_min=min(loads), load_max=max(loads),
                 load_median=statistics.median(loads))
@@ -218,10 +237,14 @@ def main(argv=None):
                                                   "when": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=2))
     print(f"train seconds of the active party, median of {args.repeats}; ratio = median of the paired "
           f"TLS/gloo ratios; same threads per process; {os.cpu_count()} cpus")
-    print(f"{'where':<14} {'workload':<16} {'gloo':>8} {'TLS':>8} {'TLS/gloo':>9} {'load (min-max)':>15}")
+    print("extra CPU = median over repeats of (CPU seconds of all TLS parties - of all gloo parties), start-up "
+          "included (netns only)")
+    print(f"{'where':<14} {'workload':<16} {'gloo':>8} {'TLS':>8} {'TLS/gloo':>9} {'extra CPU s':>12} "
+          f"{'load (min-max)':>15}")
     for r in rows:
+        extra = "" if r["extra_cpu_median"] is None else f"{r['extra_cpu_median']:.2f}"
         print(f"{r['place']:<14} {r['workload']:<16} {r['gloo_median']:>8.2f} {r['tls_median']:>8.2f} "
-              f"{r['ratio']:>9.2f} {r['load_min']:>7.1f}-{r['load_max']:<7.1f}")
+              f"{r['ratio']:>9.2f} {extra:>12} {r['load_min']:>7.1f}-{r['load_max']:<7.1f}")
     print(f"wrote {out}/{stem}.json")
 
 

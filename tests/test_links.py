@@ -61,6 +61,9 @@ def exchange(fed):
     nxt, prv = (fed.rank + 1) % fed.world_size, (fed.rank - 1) % fed.world_size
     got = fed.sendrecv(torch.arange(6, dtype=torch.int64) * fed.rank, nxt, prv)
     out["ring_step"] = got.tolist()
+    # 8 MB each way at once, more than the socket buffers hold: a send that did not overlap the receive would hang.
+    got = fed.sendrecv(torch.arange(1 << 20, dtype=torch.float64) + 10 * fed.rank, nxt, prv)
+    out["ring_big"] = [float(got[0]), float(got[-1])]
     if fed.rank == 0:
         fed.send_tensor(torch.tensor([[1.5, -2.0]], dtype=torch.bfloat16), 1)
         fed.send_json({"epoch": 3, "note": "hello"}, 1)
