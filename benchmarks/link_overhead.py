@@ -22,6 +22,11 @@ each direction. gloo then runs as torchrun would start it (``RANK``, ``WORLD_SIZ
 
     python -m benchmarks.link_overhead --netns --rate 1gbit 100mbit --repeats 5
 
+``--stream`` measures the link alone instead: 4 MB float32 tensors from party 0 to party 1
+(throughput, CPU seconds at each end) and a 64-byte ping-pong (round trip), gloo and TLS::
+
+    python -m benchmarks.link_overhead --stream --netns --rate 1gbit --repeats 2
+
 Workloads: FDSKL (a9a if found, else breast_cancer; 0.2 epoch; 2 data parties and the dealer of
 the default shared protocol) and one epoch of the Paillier-encrypted hetero-LR (``--protocol
 paper``, 2048-bit keys, 2 data parties + the key-holding coordinator; credit_default if found;
@@ -43,7 +48,7 @@ import time
 from pathlib import Path
 
 from vfltorch.comm import federation_file as ff
-from vfltorch.comm.identity import generate
+from vfltorch.comm.identity import Identity, generate
 from vfltorch.data import available
 
 PORT_GLOO, PORT_TLS = 29431, 29432   # on simulated hosts every party has its own address
@@ -79,11 +84,17 @@ def _names(parties: int, coordinator: bool) -> list[str]:
 def _wait(procs, what: str) -> float:
     """Wait for every party; returns the CPU seconds (user + system) they used, start-up included."""
     codes, cpu = [], 0.0
-    for p in procs:
-        _, status, usage = os.wait4(p.pid, 0)
-        p.returncode = os.waitstatus_to_exitcode(status)
-        codes.append(p.returncode)
-        cpu += usage.ru_utime + usage.ru_stime
+    try:
+        for p in procs:
+            _, status, usage = os.wait4(p.pid, 0)
+            p.returncode = os.waitstatus_to_exitcode(status)
+            codes.append(p.returncode)
+            cpu += usage.ru_utime + usage.ru_stime
+    except BaseException:   # Ctrl-C: stop the parties too, before the namespaces go
+        for p in procs:
+            if p.returncode is None:
+                p.terminate()
+        raise
     if any(codes):
         raise SystemExit(f"{what}: a party failed, exit codes {codes}")
     return cpu
@@ -201,6 +212,84 @@ def measure(place, name, cmd, parties, coordinator, repeats, tmp: Path) -> dict:
                 load_median=statistics.median(loads))
 
 
+# ------------------------------------------------------------------------------------ --stream
+STREAM_MB, STREAM_COUNT, PINGS = 4, 40, 300
+
+
+def _stream(fed) -> dict:
+    """Party 0 streams tensors to party 1, then they ping-pong a small one (run by both transports)."""
+    import torch
+
+    big, small = torch.randn(STREAM_MB << 18), torch.zeros(16)
+    fed.barrier()
+    t0, c0 = time.perf_counter(), time.process_time()
+    for _ in range(STREAM_COUNT):
+        if fed.rank == 0:
+            fed.send(big, 1)
+        else:
+            fed.recv(0, big.shape, big.dtype)
+    fed.barrier()
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    rtt = []
+    for _ in range(PINGS):
+        t0 = time.perf_counter()
+        if fed.rank == 0:
+            fed.send(small, 1)
+            fed.recv(1, small.shape, small.dtype)
+        else:
+            fed.recv(0, small.shape, small.dtype)
+            fed.send(small, 0)
+        rtt.append(time.perf_counter() - t0)
+    return dict(mb_per_s=STREAM_COUNT * big.numel() * 4 / 1e6 / seconds, cpu_seconds=cpu,
+                cpu_ns_per_byte=cpu * 1e9 / (STREAM_COUNT * big.numel() * 4), rtt_median_us=statistics.median(rtt) * 1e6)
+
+
+def _stream_worker(args) -> None:
+    from vfltorch.comm import connect_federation, init_from_env
+
+    if args.federation:
+        fed = connect_federation(args.federation, args.party, args.identity, timeout=300)
+    else:
+        fed = init_from_env(timeout=300)
+    out = _stream(fed)
+    fed.close()
+    Path(args.result).write_text(json.dumps(out))
+
+
+def stream(place, repeats: int, tmp: Path) -> list[dict]:
+    rows = []
+    keys = {r: generate(f"p{r}", tmp / f"p{r}.pem", overwrite=True).path for r in range(2)}
+    for k in range(repeats):
+        for kind in (("gloo", "tls") if k % 2 == 0 else ("tls", "gloo")):
+            if kind == "tls":
+                ports = [PORT_TLS if isinstance(place, Hosts) else _free_port() for _ in range(2)]
+                ff.write(tmp / "fed.json", [dict(name=f"p{r}", rank=r, role="active" if r == 0 else "passive",
+                                                 address=f"{place.address(r)}:{ports[r]}",
+                                                 fingerprint=Identity.load(keys[r]).fingerprint,
+                                                 certificate=f"p{r}.crt") for r in range(2)], federation="stream")
+            port = PORT_GLOO if isinstance(place, Hosts) else _free_port()
+            load, procs = os.getloadavg()[0], []
+            for r in range(2):
+                env = _env(2) if kind == "tls" else _env(
+                    2, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR=place.address(0), MASTER_PORT=str(port),
+                    **({"GLOO_SOCKET_IFNAME": "eth0"} if isinstance(place, Hosts) else {}))
+                extra = ["--federation", str(tmp / "fed.json"), "--party", f"p{r}", "--identity", str(keys[r])] \
+                    if kind == "tls" else []
+                procs.append(subprocess.Popen(place.prefix(r) + [
+                    sys.executable, "-m", "benchmarks.link_overhead", "--stream-worker", "--result",
+                    str(tmp / f"s{r}.json"), *extra], env=env))
+            _wait(procs, f"{kind} stream on {place.label}")
+            send, recv = (json.loads((tmp / f"s{r}.json").read_text()) for r in range(2))
+            rows.append(dict(place=place.label, transport=kind, repeat=k + 1, load=load, mb_per_s=recv["mb_per_s"],
+                             send_ns_per_byte=send["cpu_ns_per_byte"], recv_ns_per_byte=recv["cpu_ns_per_byte"],
+                             rtt_median_us=send["rtt_median_us"]))
+            r = rows[-1]
+            print(f"  {place.label} {kind:<4} repeat {k + 1}: {r['mb_per_s']:6.0f} MB/s, CPU ns/byte send "
+                  f"{r['send_ns_per_byte']:.2f} receive {r['recv_ns_per_byte']:.2f}, ping-pong "
+                  f"{r['rtt_median_us']:.0f} us, load {load:.1f}", flush=True)
+    return rows
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repeats", type=int, default=3)
@@ -214,8 +303,32 @@ def main(argv=None):
     p.add_argument("--netns", action="store_true",
                    help="every party on its own simulated host (network namespaces; root)")
     p.add_argument("--rate", nargs="+", default=["1gbit"], help="with --netns: link rates, e.g. 1gbit 100mbit")
+    p.add_argument("--stream", action="store_true", help="the link alone: tensor stream and ping-pong, 2 parties")
     p.add_argument("--output-dir", default="results/comm")
+    w = p.add_argument_group("worker (internal: one party of --stream)")
+    w.add_argument("--stream-worker", action="store_true", help=argparse.SUPPRESS)
+    w.add_argument("--result", help=argparse.SUPPRESS)
+    w.add_argument("--federation", help=argparse.SUPPRESS)
+    w.add_argument("--party", help=argparse.SUPPRESS)
+    w.add_argument("--identity", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.stream_worker:
+        return _stream_worker(args)
+    if args.stream:
+        out = Path(args.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        rows = []
+        with tempfile.TemporaryDirectory() as tmp:
+            for rate in (args.rate if args.netns else [None]):
+                place = Hosts(2, rate) if rate else Loopback()
+                try:
+                    rows += stream(place, args.repeats, Path(tmp))
+                finally:
+                    place.close()
+        (out / "link_stream.json").write_text(json.dumps({"rows": rows, "mb": STREAM_MB, "count": STREAM_COUNT,
+                                                          "cpus": os.cpu_count()}, indent=2))
+        print(f"wrote {out}/link_stream.json")
+        return None
     dataset = args.fdskl_dataset or ("a9a" if available("a9a") else "breast_cancer")
     lr_dataset = args.lr_dataset or ("credit_default" if available("credit_default") else "breast_cancer")
     out = Path(args.output_dir)
