@@ -206,8 +206,8 @@ def measure(place, name, cmd, parties, coordinator, repeats, tmp: Path) -> dict:
     ratios = [t / g for g, t in zip(gloo, tls_)]
     extra_cpu = (statistics.median(t - g for g, t in zip(cpu["gloo"], cpu["tls"]))
                  if None not in cpu["gloo"] + cpu["tls"] else None)
-    return dict(cpu_seconds=cpu, extra_cpu_median=extra_cpu, workload=name, place=place.label, command=" ".join(cmd), gloo_seconds=gloo, tls_seconds=tls_,
-                gloo_median=statistics.median(gloo), tls_median=statistics.median(tls_),
+    return dict(workload=name, place=place.label, command=" ".join(cmd), gloo_seconds=gloo, tls_seconds=tls_,
+                cpu_seconds=cpu, extra_cpu_median=extra_cpu, gloo_median=statistics.median(gloo), tls_median=statistics.median(tls_),
                 ratio=statistics.median(ratios), ratios=ratios, load_min=min(loads), load_max=max(loads),
                 load_median=statistics.median(loads))
 
@@ -240,8 +240,9 @@ def _stream(fed) -> dict:
             fed.recv(0, small.shape, small.dtype)
             fed.send(small, 0)
         rtt.append(time.perf_counter() - t0)
-    return dict(mb_per_s=STREAM_COUNT * big.numel() * 4 / 1e6 / seconds, cpu_seconds=cpu,
-                cpu_ns_per_byte=cpu * 1e9 / (STREAM_COUNT * big.numel() * 4), rtt_median_us=statistics.median(rtt) * 1e6)
+    nbytes = STREAM_COUNT * big.numel() * 4
+    return dict(mb_per_s=nbytes / 1e6 / seconds, cpu_seconds=cpu, cpu_ns_per_byte=cpu * 1e9 / nbytes,
+                rtt_median_us=statistics.median(rtt) * 1e6)
 
 
 def _stream_worker(args) -> None:
