@@ -207,7 +207,8 @@ def measure(place, name, cmd, parties, coordinator, repeats, tmp: Path) -> dict:
     extra_cpu = (statistics.median(t - g for g, t in zip(cpu["gloo"], cpu["tls"]))
                  if None not in cpu["gloo"] + cpu["tls"] else None)
     return dict(workload=name, place=place.label, command=" ".join(cmd), gloo_seconds=gloo, tls_seconds=tls_,
-                cpu_seconds=cpu, extra_cpu_median=extra_cpu, gloo_median=statistics.median(gloo), tls_median=statistics.median(tls_),
+                cpu_seconds=cpu, extra_cpu_median=extra_cpu, gloo_median=statistics.median(gloo),
+                tls_median=statistics.median(tls_),
                 ratio=statistics.median(ratios), ratios=ratios, load_min=min(loads), load_max=max(loads),
                 load_median=statistics.median(loads))
 
