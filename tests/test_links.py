@@ -61,6 +61,9 @@ def exchange(fed):
     nxt, prv = (fed.rank + 1) % fed.world_size, (fed.rank - 1) % fed.world_size
     got = fed.sendrecv(torch.arange(6, dtype=torch.int64) * fed.rank, nxt, prv)
     out["ring_step"] = got.tolist()
+    # 8 MB each way at once, more than the socket buffers hold: a send that did not overlap the receive would hang.
+    got = fed.sendrecv(torch.arange(1 << 20, dtype=torch.float64) + 10 * fed.rank, nxt, prv)
+    out["ring_big"] = [float(got[0]), float(got[-1])]
     if fed.rank == 0:
         fed.send_tensor(torch.tensor([[1.5, -2.0]], dtype=torch.bfloat16), 1)
         fed.send_json({"epoch": 3, "note": "hello"}, 1)
@@ -106,12 +109,16 @@ def test_an_impostor_is_refused_and_the_run_goes_on(tmp_path):
 
     def intrude():
         # Wait for bank's listener, then dial it with the impostor's certificate, claiming to be shop.
-        deadline = time.monotonic() + TIMEOUT
-        while time.monotonic() < deadline:
+        # (Generous: on a loaded 2-core machine starting bank's process alone can take over 20 s.)
+        deadline = time.monotonic() + 6 * TIMEOUT
+        while True:
             try:
                 raw = socket.create_connection((bank.host, bank.port), timeout=5)
                 break
             except OSError:
+                if time.monotonic() > deadline:
+                    outcome["error"] = "bank never listened"
+                    return
                 time.sleep(0.05)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE

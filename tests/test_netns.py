@@ -111,3 +111,19 @@ def test_three_hosts_at_100mbit_and_a_stranger_on_the_switch(tmp_path):
     assert "refused" in said or "read b''" in said, said
     rec = json.loads((tmp_path / "hosts.json").read_text())
     assert rec["parties"] == 3 and rec["metrics"]["test_accuracy"] > 0.85
+
+
+@pytest.mark.slow
+def test_link_overhead_benchmark_runs_gloo_and_tls_across_hosts(tmp_path):
+    """The benchmark behind the README's "What TLS costs" table: both transports, each party on its own host."""
+    out = tmp_path / "res"
+    run = subprocess.run([sys.executable, "-m", "benchmarks.link_overhead", "--netns", "--rate", "1gbit",
+                          "--repeats", "1", "--only", "fdskl", "--fdskl-dataset", "breast_cancer",
+                          "--output-dir", str(out)], env=_env(), capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert run.returncode == 0, run.stderr[-2000:]
+    rec = json.loads((out / "link_overhead_netns.json").read_text())
+    (row,) = rec["rows"]
+    assert row["place"] == "netns 1gbit" and row["workload"] == "fdskl"
+    assert row["gloo_seconds"][0] > 0 and row["tls_seconds"][0] > 0
+    assert row["ratio"] == pytest.approx(row["tls_seconds"][0] / row["gloo_seconds"][0])
+    assert all(c > 0 for c in row["cpu_seconds"]["gloo"] + row["cpu_seconds"]["tls"])

@@ -41,6 +41,7 @@ import struct
 import threading
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -127,6 +128,7 @@ class TLSMesh:
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
         self._digest = bytes.fromhex(spec.digest)
+        self._sender: ThreadPoolExecutor | None = None
 
     # ---------------------------------------------------------------- naming
     def link_name(self, src: int, dst: int) -> str:
@@ -281,8 +283,8 @@ class TLSMesh:
         code = _dtype_code(t.dtype) if t is not None else 0
         head = _FRAME.pack(_MAGIC, seq, kind, code, len(view))
         try:
-            if len(view) <= _SMALL:   # one TLS record for header + payload of small messages
-                sock.sendall(head + view.tobytes())
+            if len(view) <= _SMALL:   # one TLS record (and one syscall) for header + payload of small messages
+                sock.sendall(b"".join((head, view)))
             else:
                 sock.sendall(head)
                 sock.sendall(view)
@@ -342,22 +344,17 @@ class TLSMesh:
         return self._recv_frame(src, KIND_DATA, dtype, shape)
 
     def sendrecv(self, t: torch.Tensor, dst: int, src: int, shape, dtype) -> torch.Tensor:
-        error: list[BaseException] = []
-
-        def send():
-            try:
-                self.send(t, dst)
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-                error.append(exc)
-
-        th = threading.Thread(target=send, daemon=True)
-        th.start()
+        # The send runs on the mesh's one sender thread (started once, not per call: a ring makes 2 (Q - 1)
+        # steps per all-reduce) while this thread receives; the link to ``dst`` is used by nobody else meanwhile.
+        if self._sender is None:
+            self._sender = ThreadPoolExecutor(1, thread_name_prefix="vfl-tls-send")
+        sent = self._sender.submit(self.send, t, dst)
         try:
             buf = self.recv(src, shape, dtype)
         finally:
-            th.join()
-        if error:
-            raise error[0]
+            error = sent.exception()   # waits for the send in every case: the link is free again after this
+        if error is not None:
+            raise error
         return buf
 
     def barrier(self) -> None:
@@ -374,6 +371,9 @@ class TLSMesh:
 
     def close(self) -> None:
         self._close_listener()
+        if self._sender is not None:
+            self._sender.shutdown(wait=False)
+            self._sender = None
         for sock in list(self.out.values()) + list(self.inc.values()):
             try:
                 sock.close()
