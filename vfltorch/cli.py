@@ -77,9 +77,24 @@ class Command:
     check: Callable[[argparse.Namespace, dict], None] | None = None
     tasks: tuple[str, ...] | None = None    # data tasks the method handles (None: any); checked before start
     data_config: Callable | None = None     # (fed, args) -> DataConfig in each party (default: from the options)
+    # Modules every party of this method imports: the fork server imports them once, while the launching process
+    # runs its checks, and the party processes it forks start with them (vfltorch.comm.start).
+    preload: tuple[str, ...] = ()
 
     def wants_coordinator(self, args) -> bool:
         return self.coordinator(args) if callable(self.coordinator) else bool(self.coordinator)
+
+
+# What `run_party` imports in every party, whatever the method (data loading, the scikit-learn dataset loaders and
+# metrics, the run log, the model store): preloaded by the fork server with the method's own ``Command.preload``.
+PARTY_PRELOAD = ("vfltorch.data.party", "vfltorch.data.registry", "vfltorch.data.psi", "vfltorch.data.preflight",
+                 "vfltorch.data.labels", "vfltorch.runlog", "vfltorch.predict", "sklearn.datasets", "sklearn.metrics")
+
+
+def party_preload(command: "Command") -> tuple[str, ...]:
+    """The modules the parties' fork server imports for ``command`` (missing ones are skipped by the server)."""
+    module = COMMAND_INDEX.get(command.name, ("vfltorch.cli",))[0]
+    return tuple(dict.fromkeys(("vfltorch.cli", module, *PARTY_PRELOAD, *command.preload)))
 
 
 def _builtin_commands() -> list[Command]:
@@ -284,6 +299,7 @@ def data_config(args):
 
 def run_party(fed, argv: list[str]) -> dict | None:
     """What every party process runs for ``vfl METHOD ...``; the active party returns the JSON record."""
+    from .comm.start import profile_mark
     from .data import VFLInputError, load_party_data
     from .runlog import RunLog, write_json
 
@@ -297,6 +313,7 @@ def run_party(fed, argv: list[str]) -> dict | None:
         data = load_party_data(fed, config) if fed.is_data_party else None
         fed.barrier()
         load_seconds = time.perf_counter() - started
+        profile_mark(f"party{fed.rank}_loaded")
         try:
             out = command.run(fed, data, args, log) or {}
         except VFLInputError as exc:
@@ -305,6 +322,7 @@ def run_party(fed, argv: list[str]) -> dict | None:
             if type(exc) is VFLInputError:
                 raise
             raise VFLInputError(str(exc)) from exc
+        profile_mark(f"party{fed.rank}_ran")
         meters = fed.meter.as_dict()
         if args.verbose:
             fed.meter.log(fed.rank)
@@ -437,7 +455,7 @@ def _main(argv, args, command) -> int:
     from .data.validation import VFLInputError
 
     coordinator = command.wants_coordinator(args)
-    preload = ("vfltorch.cli", COMMAND_INDEX.get(command.name, ("vfltorch.cli",))[0])
+    preload = party_preload(command)
     try:
         distributed = args.backend == "mpi" or _under_launcher()
         info = preflight(args, command, local=not distributed)

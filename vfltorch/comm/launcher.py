@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from .errors import FederationError, PartyFailure
-from .start import start_context
+from .start import profile_mark, start_context
 from .federation import Federation, check_backend, default_timeout
 from .roles import Roles
 from .transcript import Transcript
@@ -64,14 +64,6 @@ def init_from_env(*, coordinator: bool = False, active: int = 0, backend: str = 
 STRAGGLER_GRACE = 5.0
 # When the launcher itself is stopped (SIGINT / SIGTERM), parties get this long after SIGTERM before SIGKILL.
 STOP_GRACE = 2.0
-
-
-def profile_mark(event: str) -> None:
-    """With VFLTORCH_PROFILE_STARTUP=FILE, append 'event wall-clock-time' to FILE (benchmarks/startup.py)."""
-    path = os.environ.get("VFLTORCH_PROFILE_STARTUP")
-    if path:
-        with open(path, "a") as f:
-            f.write(f"{event} {time.time():.6f}\n")
 
 
 class _Stdio:
@@ -119,7 +111,9 @@ def _party_main(rank, roles, port, options, fn, args, kwargs, results):
                                  transcript=transcript, store_secret=options["store_secret"])
         profile_mark(f"party{rank}_joined")
         out = fn(fed, *args, **kwargs)
+        profile_mark(f"party{rank}_returned")
         fed.close()
+        profile_mark(f"party{rank}_closed")
         # Plain pickle bytes: torch's queue pickler would share tensors through file
         # descriptors that vanish when this process exits.
         results.put((rank, "ok", pickle.dumps(out)))

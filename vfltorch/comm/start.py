@@ -15,6 +15,16 @@ import os
 PRELOAD = ["torch", "torch.distributed", "vfltorch.comm.launcher"]
 
 
+def profile_mark(event: str) -> None:
+    """With VFLTORCH_PROFILE_STARTUP=FILE, append 'event wall-clock-time' to FILE (benchmarks/startup.py)."""
+    path = os.environ.get("VFLTORCH_PROFILE_STARTUP")
+    if path:
+        import time
+
+        with open(path, "a") as f:
+            f.write(f"{event} {time.time():.6f}\n")
+
+
 def under_torchrun() -> bool:
     """True when this process was started by torchrun (or anything else that sets RANK/WORLD_SIZE)."""
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
