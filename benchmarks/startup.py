@@ -4,6 +4,7 @@
     python -m benchmarks.startup                 # help, option errors, 3 runs of the demo
     python -m benchmarks.startup --runs 0        # only help and option errors
     python -m benchmarks.startup --json out.json
+    python -m benchmarks.startup --runs 4 --compare /tmp/old-checkout   # demo walls, old and this tree interleaved
 
 For the demo (`vfl fdskl --dataset breast_cancer --parties 3`, what `make demo` runs) it splits the wall
 time into the launcher's start-up (before any party starts), the parties' start (spawn, imports, joining
@@ -48,14 +49,17 @@ def best_of(cmd, expect: int, repeat: int) -> float:
     return min(times)
 
 
-def demo_run(extra: list[str]) -> dict:
+def demo_run(extra: list[str], tree: str | None = None) -> dict:
+    """One demo run; ``tree``: run the vfltorch of that source tree instead of this one (on PYTHONPATH)."""
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "r.json")
         profile = os.path.join(d, "profile.txt")
         env = {**os.environ, "VFLTORCH_PROFILE_STARTUP": profile}
+        if tree is not None:
+            env["PYTHONPATH"] = os.path.abspath(tree)
         t0, t = time.time(), time.perf_counter()
         r = subprocess.run([sys.executable, "-m", "vfltorch", *DEMO, *extra, "--output-json", out],
-                           capture_output=True, text=True, env=env)
+                           capture_output=True, text=True, env=env, cwd=tree)
         wall = time.perf_counter() - t
         if r.returncode != 0:
             raise SystemExit(f"demo run failed:\n{r.stderr}")
@@ -66,7 +70,7 @@ def demo_run(extra: list[str]) -> dict:
             marks[event] = float(when) - t0
     spawn = marks["spawn"]
     joined = max(v for k, v in marks.items() if k.endswith("_joined"))    # the last party to join
-    return {"wall": wall, "launcher_before_parties": spawn, "party_start": joined - spawn,
+    return {"load_avg": os.getloadavg()[0], "wall": wall, "launcher_before_parties": spawn, "party_start": joined - spawn,
             "load": record["load_seconds"], "train": record["train_seconds"],
             "rest": wall - joined - record["load_seconds"] - record["train_seconds"]}
 
@@ -76,24 +80,54 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="fresh interpreters per case (best is kept)")
     ap.add_argument("--runs", type=int, default=3, help="demo runs (each reported)")
     ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--compare", metavar="TREE", help="another source tree (e.g. `git archive REV | tar -x -C DIR`): "
+                    "run its demo and this tree's in turn, --runs times each, order alternating")
+    ap.add_argument("--demo-only", action="store_true", help="skip help and option errors")
     args = ap.parse_args(argv)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load average "
           f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    base = best_of(CASES[0][1], 0, args.repeat)
-    figures = {"python -c pass": base}
-    print(f"{'command':34s} {'seconds':>8s} {'x python -c pass':>17s}")
-    for name, cmd, expect in CASES:
-        s = base if name == "python -c pass" else best_of(cmd, expect, args.repeat)
-        figures[name] = s
-        print(f"{name:34s} {s:8.3f} {s / base:17.1f}")
+    figures = {}
+    if not args.demo_only:
+        base = best_of(CASES[0][1], 0, args.repeat)
+        figures["python -c pass"] = base
+        print(f"{'command':34s} {'seconds':>8s} {'x python -c pass':>17s}")
+        for name, cmd, expect in CASES:
+            s = base if name == "python -c pass" else best_of(cmd, expect, args.repeat)
+            figures[name] = s
+            print(f"{name:34s} {s:8.3f} {s / base:17.1f}")
+    if args.compare:
+        return compare(args, figures)
     runs = [demo_run([]) for _ in range(args.runs)]
     if runs:
         print(f"\n`vfl {' '.join(DEMO)}` ({args.runs} runs, seconds)")
-        keys = ["wall", "launcher_before_parties", "party_start", "load", "train", "rest"]
+        keys = ["wall", "launcher_before_parties", "party_start", "load", "train", "rest", "load_avg"]
         print("  ".join(f"{k:>23s}" if i == 1 else f"{k:>11s}" for i, k in enumerate(keys)))
         for r in runs:
             print("  ".join(f"{r[k]:23.2f}" if i == 1 else f"{r[k]:11.2f}" for i, k in enumerate(keys)))
         figures["demo_runs"] = runs
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=1)
+    return 0
+
+
+def compare(args, figures: dict) -> int:
+    """The demo from ``--compare TREE`` and from this tree, interleaved (ABBA...), with the load average."""
+    keys = ["wall", "launcher_before_parties", "party_start", "load", "train", "rest", "load_avg"]
+    rows = {"before": [], "after": []}
+    print(f"\n`vfl {' '.join(DEMO)}`, {args.compare} (before) and this tree (after) interleaved, seconds")
+    print(f"{'':7s}" + "  ".join(f"{k:>23s}" if k == "launcher_before_parties" else f"{k:>9s}" for k in keys))
+    for i in range(args.runs):
+        for which in (("before", "after") if i % 2 == 0 else ("after", "before")):
+            r = demo_run([], args.compare if which == "before" else None)
+            rows[which].append(r)
+            print(f"{which:7s}" + "  ".join(f"{r[k]:23.2f}" if k == "launcher_before_parties" else f"{r[k]:9.2f}"
+                                            for k in keys), flush=True)
+    for which, rs in rows.items():
+        walls = sorted(r["wall"] for r in rs)
+        print(f"{which}: wall median {walls[len(walls) // 2]:.2f} s, best {walls[0]:.2f} s, "
+              f"load average {min(r['load_avg'] for r in rs):.1f}-{max(r['load_avg'] for r in rs):.1f}")
+    figures["compare"] = rows
     if args.json:
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=1)

@@ -119,3 +119,26 @@ def test_datasets_into_a_closed_pipe_prints_no_traceback():
     p.stdout.close()                     # no reader left: every write raises EPIPE
     err = p.stderr.read().decode()
     assert p.wait(timeout=60) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_a_run_imports_no_torch_in_the_launching_process(tmp_path):
+    """`vfl fdskl` (the demo, 2 parties and the dealer): the launching process imports neither torch nor
+    scikit-learn (the fork server does, once; the store and FDSKL's check run in processes forked from it), and
+    an option the check rejects still answers with exit code 2 before any party starts."""
+    code = textwrap.dedent("""
+        import json, sys
+        from vfltorch.cli import main
+        rc = main(sys.argv[1:])
+        print("RESULT", json.dumps([rc, sorted(m for m in %r if m in sys.modules)]))
+    """ % (HEAVY,))
+    run = ["fdskl", "--parties", "2", "--epochs", "0.2", "--n-components", "64", "--quiet",
+           "--output-json", str(tmp_path / "r.json")]
+    r = subprocess.run([sys.executable, "-c", code, *run], capture_output=True, text=True, timeout=300,
+                       cwd=tmp_path)
+    assert "RESULT [0, []]" in r.stdout, r.stdout + r.stderr
+    record = json.loads((tmp_path / "r.json").read_text())
+    assert record["parties"] == 2 and record["metrics"]["test_accuracy"] > 0.8, record["metrics"]
+    r = subprocess.run([sys.executable, "-c", code, "fdskl", "--gamma", "-1"], capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path)
+    assert "RESULT [2, []]" in r.stdout, r.stdout + r.stderr
+    assert r.stderr.strip() == "vfl: error: gamma (the step size) must be > 0, got -1.0", r.stderr

@@ -80,6 +80,9 @@ class Command:
     # Modules every party of this method imports: the fork server imports them once, while the launching process
     # runs its checks, and the party processes it forks start with them (vfltorch.comm.start).
     preload: tuple[str, ...] = ()
+    # The check imports the method's library (torch, scikit-learn): run it in a process forked from the parties'
+    # fork server, which imports them anyway, so that the launching process never imports torch.
+    check_in_server: bool = False
 
     def wants_coordinator(self, args) -> bool:
         return self.coordinator(args) if callable(self.coordinator) else bool(self.coordinator)
@@ -152,6 +155,12 @@ def run_check(command: "Command", args, info: dict) -> None:
         command.check(args, info)
     else:
         command.check(args)
+
+
+def _server_check(argv: list[str], info: dict) -> None:
+    """``run_check`` for ``vfl ARGV``, in a process forked from the parties' fork server."""
+    args, command = parse_command_line(argv)
+    run_check(command, args, info)
 
 
 def command_name(argv: list[str]) -> str | None:
@@ -460,20 +469,29 @@ def _main(argv, args, command) -> int:
         distributed = args.backend == "mpi" or _under_launcher()
         info = preflight(args, command, local=not distributed)
         _check_device(args.device)
-        if not (distributed or args.federation):
-            from .comm.start import warm_start
+        local = not (distributed or args.federation)
+        if local:
+            from .comm.start import start_context, warm_start
 
-            warm_start(preload)      # the parties' fork server imports torch while the checks below do
-        run_check(command, args, info)
-        from .comm import FederationError, PartyFailure, check_backend, init_from_env, launch
-        try:
-            check_backend(args.backend)
-        except RuntimeError as exc:
-            raise VFLInputError(str(exc)) from None
+            warm_start(preload)      # the parties' fork server imports torch while the checks below run
+        if local and command.check_in_server and start_context(preload).get_start_method() == "forkserver":
+            from .comm.start import run_in_server
+
+            run_in_server(_server_check, (argv, info), preload)
+        else:
+            run_check(command, args, info)
+        if not local:
+            from .comm import check_backend
+            try:
+                check_backend(args.backend)
+            except RuntimeError as exc:
+                raise VFLInputError(str(exc)) from None
         if args.federation or distributed:
             if args.federation:
                 fed = _join_federation(args, coordinator)
             else:
+                from .comm import init_from_env
+
                 fed = init_from_env(coordinator=coordinator, backend=args.backend, device=args.device,
                                     timeout=args.timeout)
                 expected = fed.num_parties
@@ -488,14 +506,20 @@ def _main(argv, args, command) -> int:
                 raise
             fed.close()
         else:
+            from .comm.errors import BackendUnavailable
+            from .comm.launcher import launch
+
             parties = 3 if args.parties is None else args.parties
-            records = launch(_party_entry, parties, args=(argv,), coordinator=coordinator, backend=args.backend,
-                             device=args.device, timeout=args.timeout, preload=preload)
+            try:
+                records = launch(_party_entry, parties, args=(argv,), coordinator=coordinator,
+                                 backend=args.backend, device=args.device, timeout=args.timeout, preload=preload)
+            except BackendUnavailable as exc:
+                raise VFLInputError(str(exc)) from None
     except VFLInputError as exc:
         print(f"vfl: error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
-        from .comm import FederationError, PartyFailure
+        from .comm.errors import FederationError, PartyFailure
         if isinstance(exc, FederationError):
             root = exc.errors.get(exc.root, "") if exc.root is not None else ""
             first = root.splitlines()[0] if root else str(exc)
