@@ -223,6 +223,16 @@ def add_common_arguments(p: argparse.ArgumentParser, defaults: dict | None = Non
     o.add_argument("-v", "--verbose", action="store_true", help="log per-phase communication")
 
 
+SAVE_HELP = ("save the trained model here, one shard per party (DIR/party-<rank>: manifest.json + arrays.npz, "
+             "each party writes only its own); score new rows later with `vfl predict --model DIR`")
+
+
+def add_save_argument(p: argparse.ArgumentParser) -> None:
+    """The ``--save-model DIR`` option of a training command (checked writable before any party starts); here,
+    not in predict.py, so that parsing a command line imports no numpy."""
+    p.add_argument("--save-model", metavar="DIR", default=None, help=SAVE_HELP)
+
+
 COMMON_HELP = """\
 options common to every method (see `vfl METHOD --help` for the method's own):
   --dataset NAME|PATH   registered name (`vfl datasets`) or a LIBSVM/CSV file (default breast_cancer)

@@ -28,10 +28,14 @@ import signal
 import socket
 import sys
 import traceback
+from typing import TYPE_CHECKING
 
 from .errors import BackendUnavailable, FederationError, PartyFailure
 from .start import Stdio, adopt, default_timeout, name_process, profile_mark, server_started, start_context
 from .roles import Roles
+
+if TYPE_CHECKING:
+    from .federation import Federation
 
 
 def init_from_env(*, coordinator: bool = False, active: int = 0, backend: str = "gloo",

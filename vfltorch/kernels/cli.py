@@ -103,7 +103,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--monitor-rows", type=int, default=2000,
                    help="held-out rows for the learning curve (0: none, -1: all)")
     g.add_argument("--log-every", type=int, default=None, help="iterations between curve points (default: ~50 points)")
-    from ..predict import add_save_argument
+    from ..cli import add_save_argument
 
     add_save_argument(p)
 

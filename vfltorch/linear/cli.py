@@ -53,7 +53,7 @@ def _positive_int(what):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..predict import add_save_argument
+    from ..cli import add_save_argument
 
     add_save_argument(p)
     g = p.add_argument_group("hetero-LR")

@@ -50,7 +50,7 @@ def _gamma(text: str):
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..predict import add_save_argument
+    from ..cli import add_save_argument
 
     add_save_argument(p)
     g = p.add_argument_group("pca")

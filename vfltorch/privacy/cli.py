@@ -72,7 +72,7 @@ def _common_model_arguments(g) -> None:
 
 def _dpscd_arguments(p) -> None:
     _replace_task_option(p)
-    from ..predict import add_save_argument
+    from ..cli import add_save_argument
 
     add_save_argument(p)
     g = p.add_argument_group("DP-SCD")
@@ -100,7 +100,7 @@ def _dpscd_arguments(p) -> None:
 
 def _dpsgd_arguments(p) -> None:
     _replace_task_option(p)
-    from ..predict import add_save_argument
+    from ..cli import add_save_argument
 
     add_save_argument(p)
     # DP-SGD is the centralised baseline: one party unless told otherwise.
