@@ -5,6 +5,7 @@ Speed itself is measured by benchmarks/startup.py, not here.
 """
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -142,3 +143,20 @@ def test_a_run_imports_no_torch_in_the_launching_process(tmp_path):
                        timeout=300, cwd=tmp_path)
     assert "RESULT [2, []]" in r.stdout, r.stdout + r.stderr
     assert r.stderr.strip() == "vfl: error: gamma (the step size) must be > 0, got -1.0", r.stderr
+
+
+def test_spawned_parties_use_a_store_in_the_launching_process(tmp_path):
+    """VFLTORCH_START_METHOD=spawn: no fork server to host the store; the launcher hosts it (loopback only) and
+    the parties still rendezvous and reduce."""
+    code = textwrap.dedent("""
+        import os
+        from vfltorch.comm import allreduce, launch
+        import torch
+        def total(fed):
+            return float(allreduce(fed, torch.tensor([float(fed.rank + 1)]), "tree")[0])
+        print("RESULT", launch(total, 2))
+    """)
+    env = {**os.environ, "VFLTORCH_START_METHOD": "spawn"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                       env=env)
+    assert "RESULT [3.0, 3.0]" in r.stdout, r.stdout + r.stderr
