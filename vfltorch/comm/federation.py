@@ -16,7 +16,7 @@ The peer we were talking to is not always the culprit: it may itself have
 stopped because *its* peer died. So every party that detects a failure writes
 "I lost party p" into the rendezvous store, and a party that raises follows
 that chain to the first party that reported nothing: the root cause. The store
-lives outside the parties (the launcher's parent process, or torchrun's
+lives outside the parties (a helper process of the launcher's, or torchrun's
 agent), so it survives any of them.
 """
 

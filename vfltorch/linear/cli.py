@@ -220,5 +220,6 @@ def _test_metrics(scores, y) -> dict:
 COMMANDS = [
     Command("hetero-lr", "encrypted vertical logistic regression: SGD (Hardy et al.) or SQN (Yang et al.) with a "
                          "Paillier coordinator", run, add_arguments=add_arguments, coordinator=True,
-            data_defaults={"test_fraction": 0.2, "scale": "standard"}, tasks=("binary",), check=check),
+            data_defaults={"test_fraction": 0.2, "scale": "standard"}, tasks=("binary",), check=check,
+            preload=("vfltorch.linear.estimator", "vfltorch.model_store")),
 ]

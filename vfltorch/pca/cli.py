@@ -263,5 +263,7 @@ def _evaluate(fed, est, args, log, finals, metrics) -> dict:
 COMMANDS = [
     Command("pca", "vertical federated PCA: VFedPCA, VFedAKPCA (Cheung et al.) or exact federated (kernel) PCA",
             _run, add_arguments=_add_arguments, coordinator=_wants_server,
-            data_defaults={"test_fraction": 0.0}, check=check),
+            data_defaults={"test_fraction": 0.0}, check=check,
+            preload=("vfltorch.pca.vfedpca", "vfltorch.pca.akpca", "vfltorch.pca.exact", "vfltorch.pca.exact_kernel",
+                     "vfltorch.pca.linalg", "vfltorch.pca.metrics", "vfltorch.model_store")),
 ]
