@@ -89,9 +89,11 @@ class Command:
 
 
 # What `run_party` imports in every party, whatever the method (data loading, the scikit-learn dataset loaders and
-# metrics, the run log, the model store): preloaded by the fork server with the method's own ``Command.preload``.
+# metrics, the run log and its progress bars, the model store): preloaded by the fork server with the method's own
+# ``Command.preload``.
 PARTY_PRELOAD = ("vfltorch.data.party", "vfltorch.data.registry", "vfltorch.data.psi", "vfltorch.data.preflight",
-                 "vfltorch.data.labels", "vfltorch.runlog", "vfltorch.predict", "sklearn.datasets", "sklearn.metrics")
+                 "vfltorch.data.labels", "vfltorch.runlog", "vfltorch.predict", "sklearn.datasets", "sklearn.metrics",
+                 "tqdm.auto")
 
 
 def party_preload(command: "Command") -> tuple[str, ...]:
