@@ -107,7 +107,9 @@ def demo_run(extra: list[str], tree: str | None = None) -> dict:
             marks[event] = float(when) - t0
     spawn = marks["spawn"]
     joined = max(v for k, v in marks.items() if k.endswith("_joined"))    # the last party to join
-    return {"load_avg": os.getloadavg()[0], "cpu": cpu, "wall": wall, "launcher_before_parties": spawn, "party_start": joined - spawn,
+    return {"load_avg": os.getloadavg()[0], "cpu": cpu, "wall": wall,
+            "to_server": marks.get("server_start", float("nan")),      # when vfl started the parties' fork server
+            "launcher_before_parties": spawn, "party_start": joined - spawn,
             "load": record["load_seconds"], "train": record["train_seconds"],
             "rest": wall - joined - record["load_seconds"] - record["train_seconds"]}
 
@@ -138,10 +140,11 @@ def main(argv=None) -> int:
     runs = [demo_run([]) for _ in range(args.runs)]
     if runs:
         print(f"\n`vfl {' '.join(DEMO)}` ({args.runs} runs, seconds)")
-        keys = ["wall", "launcher_before_parties", "party_start", "load", "train", "rest", "cpu", "load_avg"]
-        print("  ".join(f"{k:>23s}" if i == 1 else f"{k:>11s}" for i, k in enumerate(keys)))
+        keys = ["wall", "to_server", "launcher_before_parties", "party_start", "load", "train", "rest", "cpu",
+                "load_avg"]
+        print("  ".join(f"{k:>23s}" if k == "launcher_before_parties" else f"{k:>9s}" for k in keys))
         for r in runs:
-            print("  ".join(f"{r[k]:23.2f}" if i == 1 else f"{r[k]:11.2f}" for i, k in enumerate(keys)))
+            print("  ".join(f"{r[k]:23.2f}" if k == "launcher_before_parties" else f"{r[k]:9.2f}" for k in keys))
         figures["demo_runs"] = runs
     if args.json:
         with open(args.json, "w") as f:
@@ -151,7 +154,8 @@ def main(argv=None) -> int:
 
 def compare(args, figures: dict) -> int:
     """The demo from ``--compare TREE`` and from this tree, interleaved (ABBA...), with the load average."""
-    keys = ["wall", "launcher_before_parties", "party_start", "load", "train", "rest", "cpu", "load_avg"]
+    keys = ["wall", "to_server", "launcher_before_parties", "party_start", "load", "train", "rest", "cpu",
+            "load_avg"]
     rows = {"before": [], "after": []}
     print(f"\n`vfl {' '.join(DEMO)}`, {args.compare} (before) and this tree (after) interleaved, seconds")
     print(f"{'':7s}" + "  ".join(f"{k:>23s}" if k == "launcher_before_parties" else f"{k:>9s}" for k in keys))

@@ -483,8 +483,9 @@ def _main(argv, args, command) -> int:
         _check_device(args.device)
         local = not (distributed or args.federation)
         if local:
-            from .comm.start import start_context, warm_start
+            from .comm.start import profile_mark, start_context, warm_start
 
+            profile_mark("server_start")
             warm_start(preload)      # the parties' fork server imports torch while the checks below run
         if local and command.check_in_server and start_context(preload).get_start_method() == "forkserver":
             from .comm.start import run_in_server
