@@ -210,9 +210,9 @@ def _store_host(conn, backend: str, join_timeout: float, environ, stdio) -> None
     ``conn``."""
     from .._lifetime import die_with_parent
 
+    die_with_parent()                            # SIGINT ignored: the launcher answers a Ctrl-C and closes conn
     name_process("vfl-store")
     adopt(environ, stdio)
-    die_with_parent()                            # SIGINT ignored: the launcher answers a Ctrl-C and closes conn
     try:
         store = _listening_store(backend, join_timeout)
         conn.send(("port", store.port))
@@ -235,7 +235,7 @@ class _StoreHost:
 
     def close(self) -> None:
         self.store = None
-        if self.proc is None:
+        if self.proc is None or self.proc.pid is None:
             return
         self.conn.close()
         self.proc.join(timeout=5)
@@ -252,7 +252,9 @@ def _start_store(ctx, backend: str, options: dict):
     here, there = ctx.Pipe()                    # the host replies (port or error) and then waits for EOF on it
     proc = ctx.Process(target=_store_host, name="vfl-store",
                        args=(there, backend, options["join_timeout"], options["environ"], None))
-    _start_ignoring_sigint([proc])
+    # start() returns once the server has forked it, i.e. after the server's imports: SIGINT is not ignored
+    # meanwhile, so a Ctrl-C then stops vfl at once (a host forked later finds its pipe closed and leaves).
+    proc.start()
     there.close()
     host = _StoreHost(proc, here)
     try:

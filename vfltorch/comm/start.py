@@ -142,9 +142,9 @@ def name_process(name: str) -> None:
 def _run_child(conn, environ, stdio, fn, args):
     from .._lifetime import die_with_parent
 
+    die_with_parent()                            # SIGINT ignored first: a Ctrl-C is the launcher's to answer
     name_process("vfl-check")
     adopt(environ, stdio)
-    die_with_parent()                            # SIGINT ignored: a Ctrl-C is the launcher's to answer
     try:
         out = ("ok", fn(*args))
     except BaseException as exc:                 # noqa: BLE001 - every failure goes back to the launcher
@@ -152,10 +152,15 @@ def _run_child(conn, environ, stdio, fn, args):
 
         out = ("error", exc, traceback.format_exc())
     try:
-        conn.send(out)
-    except Exception:                            # an exception that does not pickle: its text
-        conn.send(("error", RuntimeError(f"{type(out[1]).__name__}: {out[1]}"), out[2]))
-    conn.close()
+        try:
+            conn.send(out)
+        except (OSError, EOFError):
+            raise
+        except Exception:                        # an exception that does not pickle: its text
+            conn.send(("error", RuntimeError(f"{type(out[1]).__name__}: {out[1]}"), out[2]))
+        conn.close()
+    except (OSError, EOFError):                  # the launcher is gone (stopped while this process started)
+        pass
     for stream in (__import__("sys").stdout, __import__("sys").stderr):
         stream.flush()
     os._exit(0)                                  # no torch teardown
