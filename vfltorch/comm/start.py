@@ -1,10 +1,10 @@
 """How party processes start: from a fork server that imported torch once, or fresh interpreters.
 
-Kept free of torch, like the launcher: ``vfl`` starts the fork server (``warm_start``) first thing, and
-what needs torch before the parties start (a method's option check: ``run_in_server``; the rendezvous
-store: ``launcher._store_host``) runs in processes forked from that server, which imported torch once.
-The launching process itself never imports torch (a second torch import on a 2-core machine competes
-with the server's).
+Kept free of torch, like the launcher: ``vfl`` starts the fork server (``warm_start``) as soon as the
+cheap checks pass, and what needs torch before the parties start (a method's option check:
+``run_in_server``; the rendezvous store: ``launcher._store_host``) runs in processes forked from that
+server, which imported torch once. So the launching process need not import torch (a second torch
+import on a 2-core machine competes with the server's); `vfl fdskl` does not.
 """
 
 from __future__ import annotations
