@@ -64,7 +64,8 @@ class Command:
     learnt without reading a registered dataset: ``task``, ``features`` and
     training ``rows`` where known (``vfltorch.data.registry.SHAPES``); a check
     builds the method's estimator or configuration from the options with the
-    same function the run uses, and calls its validation.
+    same function the run uses, and calls its validation; where that imports
+    torch, that part is ``server_check`` (run where torch is imported already).
     """
 
     name: str
@@ -80,9 +81,11 @@ class Command:
     # Modules every party of this method imports: the fork server imports them once, while the launching process
     # runs its checks, and the party processes it forks start with them (vfltorch.comm.start).
     preload: tuple[str, ...] = ()
-    # The check imports the method's library (torch, scikit-learn): run it in a process forked from the parties'
-    # fork server, which imports them anyway, so that the launching process never imports torch.
-    check_in_server: bool = False
+    # The part of the check that imports the method's library (torch, scikit-learn), called as
+    # ``server_check(args, info)`` after ``check``: in a process forked from the parties' fork server, which imports
+    # them anyway, so that the launching process imports no torch (in this process under torchrun, mpirun,
+    # --federation or VFLTORCH_START_METHOD=spawn). It must not change ``args``: it sees its own parse of them.
+    server_check: Callable[[argparse.Namespace, dict], None] | None = None
 
     def wants_coordinator(self, args) -> bool:
         return self.coordinator(args) if callable(self.coordinator) else bool(self.coordinator)
@@ -160,9 +163,9 @@ def run_check(command: "Command", args, info: dict) -> None:
 
 
 def _server_check(argv: list[str], info: dict) -> None:
-    """``run_check`` for ``vfl ARGV``, in a process forked from the parties' fork server."""
+    """``Command.server_check`` for ``vfl ARGV``, in a process forked from the parties' fork server."""
     args, command = parse_command_line(argv)
-    run_check(command, args, info)
+    command.server_check(args, info)
 
 
 def command_name(argv: list[str]) -> str | None:
@@ -487,12 +490,14 @@ def _main(argv, args, command) -> int:
 
             profile_mark("server_start")
             warm_start(preload)      # the parties' fork server imports torch while the checks below run
-        if local and command.check_in_server and start_context(preload).get_start_method() == "forkserver":
-            from .comm.start import run_in_server
+        run_check(command, args, info)
+        if command.server_check is not None:
+            if local and start_context(preload).get_start_method() == "forkserver":
+                from .comm.start import run_in_server
 
-            run_in_server(_server_check, (argv, info), preload)
-        else:
-            run_check(command, args, info)
+                run_in_server(_server_check, (argv, info), preload)
+            else:
+                command.server_check(args, info)
         if not local:
             from .comm import check_backend
             try:

@@ -243,7 +243,7 @@ COMMANDS = [
     Command("fdskl", "FDSKL: kernel classification / regression with doubly stochastic random features "
                      "(Gu et al., KDD 2020)", run, add_arguments=add_arguments,
             coordinator=_wants_dealer, data_defaults={"scale": "minmax", "test_fraction": 0.25},
-            tasks=("binary", "regression", "multiclass"), check=check, check_in_server=True,
+            tasks=("binary", "regression", "multiclass"), server_check=check,
             preload=("vfltorch.kernels.estimator", "vfltorch.kernels.shared", "vfltorch.kernels.protocol",
                      "vfltorch.kernels.checks", "vfltorch.model_store")),
 ]
