@@ -4,7 +4,7 @@ Kept free of torch, like the launcher: ``vfl`` starts the fork server (``warm_st
 cheap checks pass, and what needs torch before the parties start (a method's option check:
 ``run_in_server``; the rendezvous store: ``launcher._store_host``) runs in processes forked from that
 server, which imported torch once. So the launching process need not import torch (a second torch
-import on a 2-core machine competes with the server's); `vfl fdskl` does not.
+import on a 2-core machine competes with the server's); a local `vfl METHOD` run does not.
 """
 
 from __future__ import annotations
