@@ -125,7 +125,8 @@ def test_datasets_into_a_closed_pipe_prints_no_traceback():
 def test_a_run_imports_no_torch_in_the_launching_process(tmp_path):
     """`vfl fdskl` (the demo, 2 parties and the dealer): the launching process imports neither torch nor
     scikit-learn (the fork server does, once; the store and FDSKL's check run in processes forked from it), and
-    an option the check rejects still answers with exit code 2 before any party starts."""
+    an option an estimator check rejects (FDSKL's, PCA's) still answers with exit code 2 before any party
+    starts."""
     code = textwrap.dedent("""
         import json, sys
         from vfltorch.cli import main
@@ -143,6 +144,10 @@ def test_a_run_imports_no_torch_in_the_launching_process(tmp_path):
                        timeout=300, cwd=tmp_path)
     assert "RESULT [2, []]" in r.stdout, r.stdout + r.stderr
     assert r.stderr.strip() == "vfl: error: gamma (the step size) must be > 0, got -1.0", r.stderr
+    r = subprocess.run([sys.executable, "-c", code, "pca", "--method", "vfedpca", "--kernel", "rbf"],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)     # PCA's Command.server_check
+    assert "RESULT [2, []]" in r.stdout, r.stdout + r.stderr
+    assert "--kernel rbf is for --method akpca or exact; vfedpca is linear" in r.stderr, r.stderr
 
 
 def test_spawned_parties_use_a_store_in_the_launching_process(tmp_path):
