@@ -112,7 +112,9 @@ def run_with_fault(args, fault, target, *, settle=3.0, start_limit=600):
         parties = []
         while time.monotonic() < deadline:
             parties = _children(vfl.pid)
-            if parties and len(parties) >= 2 and all(_running_own_code(p) for p in parties):
+            # every party up (a rank target: at least that many; they are forked one after another)
+            wanted = target + 1 if isinstance(target, int) else 2
+            if parties and len(parties) >= max(2, wanted) and all(_running_own_code(p) for p in parties):
                 break
             assert vfl.poll() is None, vfl.communicate()
             time.sleep(0.2)
