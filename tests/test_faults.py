@@ -71,11 +71,23 @@ def _processes() -> dict[int, tuple[int, bytes]]:
 
 def _children(pid: int) -> list[int]:
     """The party processes of `vfl`: its spawned children, or the children of its fork server (the default
-    start method, see vfltorch.comm.start.start_context); not the resource tracker."""
+    start method, see vfltorch.comm.start.start_context); not the resource tracker, not the fork server's
+    helpers (the store host, a check: named by vfltorch.comm.start.name_process)."""
     table = _processes()
     servers = {p for p, (ppid, cmd) in table.items() if ppid == pid and b"multiprocessing.forkserver" in cmd}
     return [p for p, (ppid, cmd) in table.items()
-            if (ppid == pid and b"spawn_main" in cmd) or ppid in servers]
+            if ((ppid == pid and b"spawn_main" in cmd) or ppid in servers) and _comm(p) not in HELPERS]
+
+
+HELPERS = ("vfl-store", "vfl-check")
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def _running_own_code(pid: int) -> bool:
@@ -100,7 +112,9 @@ def run_with_fault(args, fault, target, *, settle=3.0, start_limit=600):
         parties = []
         while time.monotonic() < deadline:
             parties = _children(vfl.pid)
-            if parties and len(parties) >= 2 and all(_running_own_code(p) for p in parties):
+            # every party up (a rank target: at least that many; they are forked one after another)
+            wanted = target + 1 if isinstance(target, int) else 2
+            if parties and len(parties) >= max(2, wanted) and all(_running_own_code(p) for p in parties):
                 break
             assert vfl.poll() is None, vfl.communicate()
             time.sleep(0.2)

@@ -5,6 +5,7 @@ Speed itself is measured by benchmarks/startup.py, not here.
 """
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -119,3 +120,48 @@ def test_datasets_into_a_closed_pipe_prints_no_traceback():
     p.stdout.close()                     # no reader left: every write raises EPIPE
     err = p.stderr.read().decode()
     assert p.wait(timeout=60) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_a_run_imports_no_torch_in_the_launching_process(tmp_path):
+    """`vfl fdskl` (the demo, 2 parties and the dealer): the launching process imports neither torch nor
+    scikit-learn (the fork server does, once; the store and FDSKL's check run in processes forked from it), and
+    an option an estimator check rejects (FDSKL's, PCA's) still answers with exit code 2 before any party
+    starts."""
+    code = textwrap.dedent("""
+        import json, sys
+        from vfltorch.cli import main
+        rc = main(sys.argv[1:])
+        print("RESULT", json.dumps([rc, sorted(m for m in %r if m in sys.modules)]))
+    """ % (HEAVY,))
+    run = ["fdskl", "--parties", "2", "--epochs", "0.2", "--n-components", "64", "--quiet",
+           "--output-json", str(tmp_path / "r.json")]
+    r = subprocess.run([sys.executable, "-c", code, *run], capture_output=True, text=True, timeout=300,
+                       cwd=tmp_path)
+    assert "RESULT [0, []]" in r.stdout, r.stdout + r.stderr
+    record = json.loads((tmp_path / "r.json").read_text())
+    assert record["parties"] == 2 and record["metrics"]["test_accuracy"] > 0.8, record["metrics"]
+    r = subprocess.run([sys.executable, "-c", code, "fdskl", "--gamma", "-1"], capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path)
+    assert "RESULT [2, []]" in r.stdout, r.stdout + r.stderr
+    assert r.stderr.strip() == "vfl: error: gamma (the step size) must be > 0, got -1.0", r.stderr
+    r = subprocess.run([sys.executable, "-c", code, "pca", "--method", "vfedpca", "--kernel", "rbf"],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)     # PCA's Command.server_check
+    assert "RESULT [2, []]" in r.stdout, r.stdout + r.stderr
+    assert "--kernel rbf is for --method akpca or exact; vfedpca is linear" in r.stderr, r.stderr
+
+
+def test_spawned_parties_use_a_store_in_the_launching_process(tmp_path):
+    """VFLTORCH_START_METHOD=spawn: no fork server to host the store; the launcher hosts it (loopback only) and
+    the parties still rendezvous and reduce."""
+    code = textwrap.dedent("""
+        import os
+        from vfltorch.comm import allreduce, launch
+        import torch
+        def total(fed):
+            return float(allreduce(fed, torch.tensor([float(fed.rank + 1)]), "tree")[0])
+        print("RESULT", launch(total, 2))
+    """)
+    env = {**os.environ, "VFLTORCH_START_METHOD": "spawn"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                       env=env)
+    assert "RESULT [3.0, 3.0]" in r.stdout, r.stdout + r.stderr

@@ -64,7 +64,8 @@ class Command:
     learnt without reading a registered dataset: ``task``, ``features`` and
     training ``rows`` where known (``vfltorch.data.registry.SHAPES``); a check
     builds the method's estimator or configuration from the options with the
-    same function the run uses, and calls its validation.
+    same function the run uses, and calls its validation; where that imports
+    torch, that part is ``server_check`` (run where torch is imported already).
     """
 
     name: str
@@ -77,9 +78,31 @@ class Command:
     check: Callable[[argparse.Namespace, dict], None] | None = None
     tasks: tuple[str, ...] | None = None    # data tasks the method handles (None: any); checked before start
     data_config: Callable | None = None     # (fed, args) -> DataConfig in each party (default: from the options)
+    # Modules every party of this method imports: the fork server imports them once, while the launching process
+    # runs its checks, and the party processes it forks start with them (vfltorch.comm.start).
+    preload: tuple[str, ...] = ()
+    # The part of the check that imports the method's library (torch, scikit-learn), called as
+    # ``server_check(args, info)`` after ``check``: in a process forked from the parties' fork server, which imports
+    # them anyway, so that the launching process imports no torch (in this process under torchrun, mpirun,
+    # --federation or VFLTORCH_START_METHOD=spawn). It must not change ``args``: it sees its own parse of them.
+    server_check: Callable[[argparse.Namespace, dict], None] | None = None
 
     def wants_coordinator(self, args) -> bool:
         return self.coordinator(args) if callable(self.coordinator) else bool(self.coordinator)
+
+
+# What `run_party` imports in every party, whatever the method (data loading, the scikit-learn dataset loaders and
+# metrics, the run log and its progress bars, the model store): preloaded by the fork server with the method's own
+# ``Command.preload``.
+PARTY_PRELOAD = ("vfltorch.data.party", "vfltorch.data.registry", "vfltorch.data.psi", "vfltorch.data.preflight",
+                 "vfltorch.data.labels", "vfltorch.runlog", "vfltorch.predict", "sklearn.datasets", "sklearn.metrics",
+                 "tqdm.auto")
+
+
+def party_preload(command: "Command") -> tuple[str, ...]:
+    """The modules the parties' fork server imports for ``command`` (missing ones are skipped by the server)."""
+    module = COMMAND_INDEX.get(command.name, ("vfltorch.cli",))[0]
+    return tuple(dict.fromkeys(("vfltorch.cli", module, *PARTY_PRELOAD, *command.preload)))
 
 
 def _builtin_commands() -> list[Command]:
@@ -137,6 +160,12 @@ def run_check(command: "Command", args, info: dict) -> None:
         command.check(args, info)
     else:
         command.check(args)
+
+
+def _server_check(argv: list[str], info: dict) -> None:
+    """``Command.server_check`` for ``vfl ARGV``, in a process forked from the parties' fork server."""
+    args, command = parse_command_line(argv)
+    command.server_check(args, info)
 
 
 def command_name(argv: list[str]) -> str | None:
@@ -197,6 +226,16 @@ def add_common_arguments(p: argparse.ArgumentParser, defaults: dict | None = Non
     o.add_argument("--logdir", metavar="DIR", help="TensorBoard scalars (loss, metrics, bytes) go here")
     o.add_argument("--quiet", action="store_true", help="no progress bars, no summary")
     o.add_argument("-v", "--verbose", action="store_true", help="log per-phase communication")
+
+
+SAVE_HELP = ("save the trained model here, one shard per party (DIR/party-<rank>: manifest.json + arrays.npz, "
+             "each party writes only its own); score new rows later with `vfl predict --model DIR`")
+
+
+def add_save_argument(p: argparse.ArgumentParser) -> None:
+    """The ``--save-model DIR`` option of a training command (checked writable before any party starts); here,
+    not in predict.py, so that parsing a command line imports no numpy."""
+    p.add_argument("--save-model", metavar="DIR", default=None, help=SAVE_HELP)
 
 
 COMMON_HELP = """\
@@ -284,6 +323,7 @@ def data_config(args):
 
 def run_party(fed, argv: list[str]) -> dict | None:
     """What every party process runs for ``vfl METHOD ...``; the active party returns the JSON record."""
+    from .comm.start import profile_mark
     from .data import VFLInputError, load_party_data
     from .runlog import RunLog, write_json
 
@@ -297,6 +337,7 @@ def run_party(fed, argv: list[str]) -> dict | None:
         data = load_party_data(fed, config) if fed.is_data_party else None
         fed.barrier()
         load_seconds = time.perf_counter() - started
+        profile_mark(f"party{fed.rank}_loaded")
         try:
             out = command.run(fed, data, args, log) or {}
         except VFLInputError as exc:
@@ -305,6 +346,7 @@ def run_party(fed, argv: list[str]) -> dict | None:
             if type(exc) is VFLInputError:
                 raise
             raise VFLInputError(str(exc)) from exc
+        profile_mark(f"party{fed.rank}_ran")
         meters = fed.meter.as_dict()
         if args.verbose:
             fed.meter.log(fed.rank)
@@ -437,25 +479,37 @@ def _main(argv, args, command) -> int:
     from .data.validation import VFLInputError
 
     coordinator = command.wants_coordinator(args)
-    preload = ("vfltorch.cli", COMMAND_INDEX.get(command.name, ("vfltorch.cli",))[0])
+    preload = party_preload(command)
     try:
         distributed = args.backend == "mpi" or _under_launcher()
         info = preflight(args, command, local=not distributed)
         _check_device(args.device)
-        if not (distributed or args.federation):
-            from .comm.start import warm_start
+        local = not (distributed or args.federation)
+        if local:
+            from .comm.start import profile_mark, start_context, warm_start
 
-            warm_start(preload)      # the parties' fork server imports torch while the checks below do
+            profile_mark("server_start")
+            warm_start(preload)      # the parties' fork server imports torch while the checks below run
         run_check(command, args, info)
-        from .comm import FederationError, PartyFailure, check_backend, init_from_env, launch
-        try:
-            check_backend(args.backend)
-        except RuntimeError as exc:
-            raise VFLInputError(str(exc)) from None
+        if command.server_check is not None:
+            if local and start_context(preload).get_start_method() == "forkserver":
+                from .comm.start import run_in_server
+
+                run_in_server(_server_check, (argv, info), preload)
+            else:
+                command.server_check(args, info)
+        if not local:
+            from .comm import check_backend
+            try:
+                check_backend(args.backend)
+            except RuntimeError as exc:
+                raise VFLInputError(str(exc)) from None
         if args.federation or distributed:
             if args.federation:
                 fed = _join_federation(args, coordinator)
             else:
+                from .comm import init_from_env
+
                 fed = init_from_env(coordinator=coordinator, backend=args.backend, device=args.device,
                                     timeout=args.timeout)
                 expected = fed.num_parties
@@ -470,14 +524,20 @@ def _main(argv, args, command) -> int:
                 raise
             fed.close()
         else:
+            from .comm.errors import BackendUnavailable
+            from .comm.launcher import launch
+
             parties = 3 if args.parties is None else args.parties
-            records = launch(_party_entry, parties, args=(argv,), coordinator=coordinator, backend=args.backend,
-                             device=args.device, timeout=args.timeout, preload=preload)
+            try:
+                records = launch(_party_entry, parties, args=(argv,), coordinator=coordinator,
+                                 backend=args.backend, device=args.device, timeout=args.timeout, preload=preload)
+            except BackendUnavailable as exc:
+                raise VFLInputError(str(exc)) from None
     except VFLInputError as exc:
         print(f"vfl: error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
-        from .comm import FederationError, PartyFailure
+        from .comm.errors import FederationError, PartyFailure
         if isinstance(exc, FederationError):
             root = exc.errors.get(exc.root, "") if exc.root is not None else ""
             first = root.splitlines()[0] if root else str(exc)

@@ -28,18 +28,9 @@ import io
 
 import numpy as np
 
-from .cli import Command
+from .cli import SAVE_HELP, Command, add_save_argument  # noqa: F401 - defined in cli.py: no numpy to parse options
 from .data.validation import VFLInputError
 from .model_store import ModelStoreError, describe, load_collective, settle
-
-SAVE_HELP = ("save the trained model here, one shard per party (DIR/party-<rank>: manifest.json + arrays.npz, "
-             "each party writes only its own); score new rows later with `vfl predict --model DIR`")
-
-
-def add_save_argument(p: argparse.ArgumentParser) -> None:
-    """The ``--save-model DIR`` option of a training command (checked writable before any party starts)."""
-    p.add_argument("--save-model", metavar="DIR", default=None, help=SAVE_HELP)
-
 
 # ----------------------------------------------------------------------------------- training side
 def data_manifest(fed, args, data) -> tuple[dict, dict]:

@@ -30,3 +30,7 @@ class FederationError(RuntimeError):
         super().__init__(message)
         self.errors = errors
         self.root = root
+
+
+class BackendUnavailable(RuntimeError):
+    """The torch build lacks the asked torch.distributed backend (gloo, MPI)."""

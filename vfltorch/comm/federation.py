@@ -16,7 +16,7 @@ The peer we were talking to is not always the culprit: it may itself have
 stopped because *its* peer died. So every party that detects a failure writes
 "I lost party p" into the rendezvous store, and a party that raises follows
 that chain to the first party that reported nothing: the root cause. The store
-lives outside the parties (the launcher's parent process, or torchrun's
+lives outside the parties (a helper process of the launcher's, or torchrun's
 agent), so it survives any of them.
 """
 
@@ -33,12 +33,12 @@ import time
 import torch
 import torch.distributed as dist
 
-from .errors import PartyFailure
+from .errors import BackendUnavailable, PartyFailure
 from .meter import CommMeter
 from .roles import Roles
+from .start import DEFAULT_TIMEOUT, default_timeout  # noqa: F401 - one definition, torch-free (the launcher's)
 from .transcript import Transcript
 
-DEFAULT_TIMEOUT = 60.0
 
 # Framed messages (shape and dtype not known to the receiver) carry this header.
 _MAX_DIMS = 8
@@ -53,11 +53,6 @@ _CLOSED_MARKERS = ("Connection closed", "Connection reset", "Broken pipe", "ECON
 def default_max_message_bytes() -> int:
     """Largest message a party accepts from a peer (VFLTORCH_MAX_MESSAGE_BYTES, default 1 GiB)."""
     return int(os.environ.get("VFLTORCH_MAX_MESSAGE_BYTES", 1 << 30))
-
-
-def default_timeout() -> float:
-    """Seconds a party waits for a peer before declaring it gone (VFLTORCH_TIMEOUT, default 60)."""
-    return float(os.environ.get("VFLTORCH_TIMEOUT", DEFAULT_TIMEOUT))
 
 
 class Federation:
@@ -426,10 +421,10 @@ def check_backend(backend: str) -> None:
     """Fail early, with a fix, when a backend is unavailable in this torch build."""
     if backend == "gloo":
         if not dist.is_gloo_available():
-            raise RuntimeError("this torch build has no gloo backend; install an official torch wheel")
+            raise BackendUnavailable("this torch build has no gloo backend; install an official torch wheel")
     elif backend == "mpi":
         if not dist.is_mpi_available():
-            raise RuntimeError(
+            raise BackendUnavailable(
                 "--backend mpi was asked for, but this torch build has no MPI support "
                 "(torch.distributed.is_mpi_available() is False). Use --backend gloo, or build "
                 "torch from source against an MPI library and start the parties with mpirun.")

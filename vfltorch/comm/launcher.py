@@ -1,11 +1,15 @@
 """Starting a federation: Q local processes on loopback, or one party under torchrun / MPI.
 
 ``launch(fn, parties=Q)`` is what tests, notebooks and ``vfl --parties Q`` use:
-it spawns one process per party, connects them through a TCP store that the
-parent hosts (so the store outlives any party, which failure diagnosis needs),
-runs ``fn(fed, *args)`` in each, and returns the per-rank results. If any party
-fails, it waits for all of them (each is bounded by the federation timeout)
-and raises ``FederationError`` with every party's message.
+it spawns one process per party, connects them through a TCP store that a
+process of the launcher's hosts (so the store outlives any party, which failure
+diagnosis needs), runs ``fn(fed, *args)`` in each, and returns the per-rank
+results. If any party fails, it waits for all of them (each is bounded by the
+federation timeout) and raises ``FederationError`` with every party's message.
+
+This module imports no torch where it launches (``vfl`` never imports torch in the launching process): under
+the fork server the store is hosted by a process forked from the server (``_store_host``), which imported
+torch once for all; with VFLTORCH_START_METHOD=spawn the launcher hosts it itself.
 
 ``init_from_env()`` is the same federation under ``torchrun`` (env://) or
 ``mpirun`` (the MPI backend): the code that runs inside a party is identical.
@@ -24,21 +28,25 @@ import signal
 import socket
 import sys
 import traceback
+from typing import TYPE_CHECKING
 
-import torch
-import torch.distributed as dist
-
-from .errors import FederationError, PartyFailure
-from .start import start_context
-from .federation import Federation, check_backend, default_timeout
+from .errors import BackendUnavailable, FederationError, PartyFailure
+from .start import Stdio, adopt, default_timeout, name_process, profile_mark, server_started, start_context
 from .roles import Roles
-from .transcript import Transcript
+
+if TYPE_CHECKING:
+    from .federation import Federation
 
 
 def init_from_env(*, coordinator: bool = False, active: int = 0, backend: str = "gloo",
                   device: str = "cpu", timeout: float | None = None,
                   record_transcript: bool = False) -> Federation:
     """Join the federation this process was started into (torchrun's env:// or mpirun)."""
+    import torch.distributed as dist
+
+    from .federation import Federation, check_backend
+    from .transcript import Transcript
+
     timeout = default_timeout() if timeout is None else float(timeout)
     transcript = Transcript() if record_transcript else None
     check_backend(backend)
@@ -66,43 +74,15 @@ STRAGGLER_GRACE = 5.0
 STOP_GRACE = 2.0
 
 
-def profile_mark(event: str) -> None:
-    """With VFLTORCH_PROFILE_STARTUP=FILE, append 'event wall-clock-time' to FILE (benchmarks/startup.py)."""
-    path = os.environ.get("VFLTORCH_PROFILE_STARTUP")
-    if path:
-        with open(path, "a") as f:
-            f.write(f"{event} {time.time():.6f}\n")
-
-
-class _Stdio:
-    """The launcher's stdout and stderr as they are now, for a party started by the fork server (which would
-    otherwise write where the launcher's output went when the server started: pytest's capfd, a notebook)."""
-
-    def __init__(self, fds=None):
-        self.fds = fds
-
-    def __reduce__(self):                        # while Process.start() pickles: the fds travel with the party
-        from multiprocessing.reduction import DupFd
-
-        return _Stdio, ((DupFd(1), DupFd(2)),)
-
-    def apply(self) -> None:
-        for target, fd in zip((1, 2), self.fds or ()):
-            for stream in (sys.stdout, sys.stderr):
-                stream.flush()
-            source = fd.detach()
-            os.dup2(source, target)
-            if source != target:
-                os.close(source)
-
-
 def _party_main(rank, roles, port, options, fn, args, kwargs, results):
     from .._lifetime import die_with_parent
 
-    if options.get("environ") is not None:       # forkserver: the launcher's environment now, not the server's
-        os.environ.clear()
-        os.environ.update(options["environ"])
-        options["stdio"].apply()
+    adopt(options.get("environ"), options.get("stdio"))   # forkserver: the launcher's environment and stdio now
+    import torch
+    import torch.distributed as dist
+
+    from .federation import Federation
+    from .transcript import Transcript
 
     # Started with SIGINT ignored (see launch): from here on SIGINT ends this party at once, without a
     # traceback, and the launcher names it; a Ctrl-C at the terminal is answered by the launcher in one line.
@@ -119,7 +99,9 @@ def _party_main(rank, roles, port, options, fn, args, kwargs, results):
                                  transcript=transcript, store_secret=options["store_secret"])
         profile_mark(f"party{rank}_joined")
         out = fn(fed, *args, **kwargs)
+        profile_mark(f"party{rank}_returned")
         fed.close()
+        profile_mark(f"party{rank}_closed")
         # Plain pickle bytes: torch's queue pickler would share tensors through file
         # descriptors that vanish when this process exits.
         results.put((rank, "ok", pickle.dumps(out)))
@@ -173,36 +155,123 @@ def launch(fn, parties: int, args: tuple = (), kwargs: dict | None = None, *, co
     world = roles.world_size
     timeout = default_timeout() if timeout is None else float(timeout)
     if world == 1:
+        from .federation import Federation
+        from .transcript import Transcript
+
         fed = Federation.local(device, transcript=Transcript() if record_transcript else None)
         return [fn(fed, *args, **(kwargs or {}))]
-    check_backend(backend)
     if backend == "mpi":
         raise ValueError("the MPI backend takes its processes from mpirun: start the parties with "
                          "`mpirun -n Q vfl ... --backend mpi` instead of --parties")
+    if backend != "gloo":
+        raise ValueError(f"unknown backend {backend!r}: choose 'gloo' or 'mpi'")
     options = dict(backend=backend, device=device, timeout=timeout,
                    join_timeout=timeout if join_timeout is None else float(join_timeout),
                    record_transcript=record_transcript,
                    threads=threads or max(1, (os.cpu_count() or 1) // world),
                    store_secret=secrets.token_bytes(32))   # reaches the children by spawn, never the network
-    # The parent hosts the store: it survives any party, so failures can be traced to their root.
-    # TCPStore alone listens on every interface whatever host it is given: hand it a loopback-bound socket.
-    listen = socket.create_server(("127.0.0.1", 0))
-    store = dist.TCPStore("127.0.0.1", listen.getsockname()[1], is_master=True, wait_for_workers=False,
-                          timeout=datetime.timedelta(seconds=options["join_timeout"]),
-                          master_listen_fd=listen.detach())
     ctx = start_context(preload)
-    options["environ"] = dict(os.environ) if ctx.get_start_method() == "forkserver" else None
-    options["stdio"] = _Stdio() if options["environ"] is not None else None
-    results = ctx.Queue()
+    options["environ"] = dict(os.environ) if server_started(ctx) else None
+    options["stdio"] = Stdio() if options["environ"] is not None else None
     target = portable(fn)
-    profile_mark("spawn")
-    procs = [ctx.Process(target=_party_main, name=f"vfl-party-{r}",
-                         args=(r, roles, store.port, options, target, args, kwargs or {}, results))
-             for r in range(world)]
-    _start_ignoring_sigint(procs)
-    out = collect_results(procs, results, roles, timeout, hint=_script_hint(fn))
+    # The store lives outside the parties (a process of the launcher's): it survives any party, so failures can
+    # be traced to their root.
+    port, store_host = _start_store(ctx, backend, options)
+    try:
+        results = ctx.Queue()
+        profile_mark("spawn")
+        procs = [ctx.Process(target=_party_main, name=f"vfl-party-{r}",
+                             args=(r, roles, port, options, target, args, kwargs or {}, results))
+                 for r in range(world)]
+        _start_ignoring_sigint(procs)
+        out = collect_results(procs, results, roles, timeout, hint=_script_hint(fn))
+    finally:
+        store_host.close()
     profile_mark("collected")
     return out
+
+
+def _listening_store(backend: str, join_timeout: float):
+    """The rendezvous store's server, listening on loopback only (``backend`` checked first)."""
+    import torch.distributed as dist
+
+    from .federation import check_backend
+
+    check_backend(backend)
+    # TCPStore alone listens on every interface whatever host it is given: hand it a loopback-bound socket.
+    listen = socket.create_server(("127.0.0.1", 0))
+    return dist.TCPStore("127.0.0.1", listen.getsockname()[1], is_master=True, wait_for_workers=False,
+                         timeout=datetime.timedelta(seconds=join_timeout), master_listen_fd=listen.detach())
+
+
+def _store_host(conn, backend: str, join_timeout: float, environ, stdio) -> None:
+    """A process from the fork server that hosts the store until the launcher closes ``conn`` (or dies). Its
+    output stays the server's (/dev/null): it must not hold the launcher's stdout open; its errors come back on
+    ``conn``."""
+    from .._lifetime import die_with_parent
+
+    die_with_parent()                            # SIGINT ignored: the launcher answers a Ctrl-C and closes conn
+    name_process("vfl-store")
+    adopt(environ, stdio)
+    try:
+        store = _listening_store(backend, join_timeout)
+        conn.send(("port", store.port))
+    except BaseException as exc:                 # noqa: BLE001 - the launcher raises it
+        kind = "backend" if isinstance(exc, BackendUnavailable) else "error"
+        conn.send((kind, f"{type(exc).__name__}: {exc}"))
+        os._exit(1)
+    try:
+        conn.recv()                              # nothing is ever sent: returns at EOF, when the launcher is done
+    except (EOFError, OSError):
+        pass
+    os._exit(0)                                  # no torch teardown
+
+
+class _StoreHost:
+    """The launcher's handle on whoever hosts the store: ``close()`` ends it (a process, or the store in here)."""
+
+    def __init__(self, proc=None, conn=None, store=None):
+        self.proc, self.conn, self.store = proc, conn, store
+
+    def close(self) -> None:
+        self.store = None
+        if self.proc is None or self.proc.pid is None:
+            return
+        self.conn.close()
+        self.proc.join(timeout=5)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(timeout=2)
+
+
+def _start_store(ctx, backend: str, options: dict):
+    """(port, host): the store in a process forked from the fork server, or in this process under spawn."""
+    if not server_started(ctx):
+        store = _listening_store(backend, options["join_timeout"])
+        return store.port, _StoreHost(store=store)
+    here, there = ctx.Pipe()                    # the host replies (port or error) and then waits for EOF on it
+    proc = ctx.Process(target=_store_host, name="vfl-store",
+                       args=(there, backend, options["join_timeout"], options["environ"], None))
+    # start() returns once the server has forked it, i.e. after the server's imports: SIGINT is not ignored
+    # meanwhile, so a Ctrl-C then stops vfl at once (a host forked later finds its pipe closed and leaves).
+    proc.start()
+    there.close()
+    host = _StoreHost(proc, here)
+    try:
+        try:
+            kind, value = here.recv()            # waits for the server's imports (torch), as a party would
+        except EOFError:
+            proc.join(timeout=5)
+            raise FederationError("the process hosting the rendezvous store "
+                                  + _death(proc.exitcode).removeprefix("the process "), errors={}) from None
+        if kind == "backend":
+            raise BackendUnavailable(value.partition(": ")[2])
+        if kind != "port":
+            raise FederationError(f"the rendezvous store could not be started: {value}", errors={})
+        return int(value), host
+    except BaseException:
+        host.close()
+        raise
 
 
 class _ByValue:

@@ -1,7 +1,10 @@
 """How party processes start: from a fork server that imported torch once, or fresh interpreters.
 
-Kept free of torch so that ``vfl`` can start the fork server (``warm_start``) before it imports torch
-itself for the option checks: on a 2-core machine the server's imports then overlap the launcher's.
+Kept free of torch, like the launcher: ``vfl`` starts the fork server (``warm_start``) as soon as the
+cheap checks pass, and what needs torch before the parties start (a method's option check:
+``run_in_server``; the rendezvous store: ``launcher._store_host``) runs in processes forked from that
+server, which imported torch once. So the launching process need not import torch (a second torch
+import on a 2-core machine competes with the server's); a local `vfl METHOD` run does not.
 """
 
 from __future__ import annotations
@@ -13,6 +16,24 @@ import os
 # launching process instead of one per party: 18-19 s -> 11-12 s for 3 parties and a coordinator on a loaded 2-core
 # machine); VFLTORCH_START_METHOD=spawn starts each party from a fresh interpreter instead.
 PRELOAD = ["torch", "torch.distributed", "vfltorch.comm.launcher"]
+
+
+DEFAULT_TIMEOUT = 60.0
+
+
+def default_timeout() -> float:
+    """Seconds a party waits for a peer before declaring it gone (VFLTORCH_TIMEOUT, default 60)."""
+    return float(os.environ.get("VFLTORCH_TIMEOUT", DEFAULT_TIMEOUT))
+
+
+def profile_mark(event: str) -> None:
+    """With VFLTORCH_PROFILE_STARTUP=FILE, append 'event wall-clock-time' to FILE (benchmarks/startup.py)."""
+    path = os.environ.get("VFLTORCH_PROFILE_STARTUP")
+    if path:
+        import time
+
+        with open(path, "a") as f:
+            f.write(f"{event} {time.time():.6f}\n")
 
 
 def under_torchrun() -> bool:
@@ -33,7 +54,8 @@ def start_context(preload=()):
     ctx = mp.get_context(method)
     if method == "forkserver":
         # Effective when this process starts its fork server (its first launch); later launches reuse it.
-        ctx.set_forkserver_preload(list(dict.fromkeys([*PRELOAD, *preload])))
+        # vfltorch.comm._server last: it makes the server leave without tearing down what it imported.
+        ctx.set_forkserver_preload(list(dict.fromkeys([*PRELOAD, *preload, "vfltorch.comm._server"])))
     return ctx
 
 
@@ -50,7 +72,7 @@ def warm_start(preload=()) -> None:
         return
     from multiprocessing import forkserver
 
-    # The server gets /dev/null as stdout and stderr: a party takes the launcher's own at launch (launcher._Stdio),
+    # The server gets /dev/null as stdout and stderr: a party takes the launcher's own at launch (Stdio),
     # and a server holding the launcher's pipe open would keep `vfl ... | tee` waiting after an early error
     # until the server's imports finish.
     for stream in (sys.stdout, sys.stderr):
@@ -66,3 +88,110 @@ def warm_start(preload=()) -> None:
         os.dup2(saved[1], 2)
         for fd in (*saved, null):
             os.close(fd)
+
+
+class Stdio:
+    """The launcher's stdout and stderr as they are now, for a process started by the fork server (which would
+    otherwise write where the launcher's output went when the server started: /dev/null, pytest's capfd)."""
+
+    def __init__(self, fds=None):
+        self.fds = fds
+
+    def __reduce__(self):                        # while Process.start() pickles: the fds travel with the process
+        from multiprocessing.reduction import DupFd
+
+        return Stdio, ((DupFd(1), DupFd(2)),)
+
+    def apply(self) -> None:
+        import sys
+
+        for target, fd in zip((1, 2), self.fds or ()):
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            source = fd.detach()
+            os.dup2(source, target)
+            if source != target:
+                os.close(source)
+
+
+def adopt(environ, stdio) -> None:
+    """In a process from the fork server: take the launcher's environment and stdio of now (see ``Stdio``)."""
+    if environ is not None:
+        os.environ.clear()
+        os.environ.update(environ)
+    if stdio is not None:
+        stdio.apply()
+
+
+def server_started(ctx) -> bool:
+    """Whether processes of ``ctx`` start from the fork server (else each from a fresh interpreter)."""
+    return ctx.get_start_method() == "forkserver"
+
+
+def name_process(name: str) -> None:
+    """Set this process's name as the OS shows it (/proc/PID/comm, `ps -o comm`), to tell a helper process of
+    the launcher's (the store host, a check) from the parties; a no-op where prctl is missing."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(15, name.encode()[:15], 0, 0, 0)     # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
+def _run_child(conn, environ, stdio, fn, args):
+    from .._lifetime import die_with_parent
+
+    die_with_parent()                            # SIGINT ignored first: a Ctrl-C is the launcher's to answer
+    name_process("vfl-check")
+    adopt(environ, stdio)
+    try:
+        out = ("ok", fn(*args))
+    except BaseException as exc:                 # noqa: BLE001 - every failure goes back to the launcher
+        import traceback
+
+        out = ("error", exc, traceback.format_exc())
+    try:
+        try:
+            conn.send(out)
+        except (OSError, EOFError):
+            raise
+        except Exception:                        # an exception that does not pickle: its text
+            conn.send(("error", RuntimeError(f"{type(out[1]).__name__}: {out[1]}"), out[2]))
+        conn.close()
+    except (OSError, EOFError):                  # the launcher is gone (stopped while this process started)
+        pass
+    for stream in (__import__("sys").stdout, __import__("sys").stderr):
+        stream.flush()
+    os._exit(0)                                  # no torch teardown
+
+
+def run_in_server(fn, args: tuple = (), preload=()):
+    """``fn(*args)`` in a process forked from the fork server (it has imported torch and ``preload`` once), with
+    this process's environment and stdio; its result, or its exception raised here. ``fn`` must be importable by
+    name (a module-level function); the launcher's own children are trusted like ``launch``'s results."""
+    ctx = start_context(preload)
+    here, there = ctx.Pipe(duplex=False)
+    server = server_started(ctx)
+    proc = ctx.Process(target=_run_child, name="vfl-check",
+                       args=(there, dict(os.environ) if server else None, Stdio() if server else None, fn, args))
+    proc.start()
+    there.close()
+    try:
+        try:
+            out = here.recv()
+        except EOFError:
+            proc.join(5)
+            raise RuntimeError(f"the check process exited with code {proc.exitcode} without answering") from None
+    finally:
+        here.close()
+        proc.join(5)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(1)
+    if out[0] == "ok":
+        return out[1]
+    exc = out[1]
+    if not isinstance(exc, ValueError) and hasattr(exc, "add_note"):      # not an input error: a bug, keep its trace
+        exc.add_note(f"(raised in the check process:)\n{out[2]}")
+    raise exc

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class VFLInputError(ValueError):
@@ -11,6 +14,8 @@ class VFLInputError(ValueError):
 
 def check_finite(X: np.ndarray, feature_names=None, where: str = "the data") -> None:
     """No NaN or inf; names the offending columns."""
+    import numpy as np  # not at the top: the launcher imports this module for VFLInputError alone
+
     X = np.asarray(X)
     bad = ~np.isfinite(X)
     if bad.any():
@@ -30,6 +35,8 @@ def check_file_values(X, feature_names, source: str, first_line: int = 1, *, imp
 
     Names the file, the column and the line of the first offending value, so the user can go and look.
     """
+    import numpy as np  # not at the top: the launcher imports this module for VFLInputError alone
+
     import scipy.sparse as sp
 
     if sp.issparse(X):
@@ -64,6 +71,8 @@ def check_file_values(X, feature_names, source: str, first_line: int = 1, *, imp
 
 def check_labels(y: np.ndarray, task: str, where: str = "the labels") -> None:
     """Labels must be finite; binary labels in {-1, +1}."""
+    import numpy as np  # not at the top: the launcher imports this module for VFLInputError alone
+
     y = np.asarray(y)
     if y.ndim != 1:
         raise VFLInputError(f"{where} must be one column, got shape {y.shape}")
@@ -91,6 +100,8 @@ def check_same_rows(counts: dict, what: str = "training rows") -> None:
 
 def check_partition(groups, n_features: int) -> None:
     """Feature groups: non-empty, disjoint, in range, covering every column."""
+    import numpy as np  # not at the top: the launcher imports this module for VFLInputError alone
+
     if len(groups) > n_features:
         raise VFLInputError(
             f"{len(groups)} parties but only {n_features} features: every party needs at least one column. "

@@ -103,7 +103,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--monitor-rows", type=int, default=2000,
                    help="held-out rows for the learning curve (0: none, -1: all)")
     g.add_argument("--log-every", type=int, default=None, help="iterations between curve points (default: ~50 points)")
-    from ..predict import add_save_argument
+    from ..cli import add_save_argument
 
     add_save_argument(p)
 
@@ -176,6 +176,9 @@ def run(fed, data, args, log):
         rows = np.sort(np.random.default_rng(args.seed + 17).permutation(data.n_test)[:m])
         monitor = (X_test[rows], None if data.y_test is None else data.y_test[rows])
     est.fit(X_train, data.y_train, columns=data.columns, monitor=monitor, log=log, progress=True)
+    from ..comm.start import profile_mark
+
+    profile_mark(f"party{fed.rank}_trained")
     metrics = {}
     if fed.coordinator is not None and fed.is_active:
         fed.send_json(X_test is not None, fed.coordinator)   # the dealer takes part in prediction too
@@ -240,5 +243,7 @@ COMMANDS = [
     Command("fdskl", "FDSKL: kernel classification / regression with doubly stochastic random features "
                      "(Gu et al., KDD 2020)", run, add_arguments=add_arguments,
             coordinator=_wants_dealer, data_defaults={"scale": "minmax", "test_fraction": 0.25},
-            tasks=("binary", "regression", "multiclass"), check=check),
+            tasks=("binary", "regression", "multiclass"), server_check=check,
+            preload=("vfltorch.kernels.estimator", "vfltorch.kernels.shared", "vfltorch.kernels.protocol",
+                     "vfltorch.kernels.checks", "vfltorch.model_store")),
 ]

@@ -53,7 +53,7 @@ def _positive_int(what):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..predict import add_save_argument
+    from ..cli import add_save_argument
 
     add_save_argument(p)
     g = p.add_argument_group("hetero-LR")
@@ -144,6 +144,10 @@ def check(args, info: dict) -> None:
 
         if batch_too_large(args.batch_size, info["rows"]):
             raise VFLInputError(batch_too_large(args.batch_size, info["rows"]))
+
+
+def check_estimator(args, info: dict) -> None:
+    """After ``check``, where torch is imported (the parties' fork server): the estimator's hyperparameters."""
     _check_hyperparameters(args)
 
 
@@ -230,5 +234,6 @@ def _test_metrics(scores, y) -> dict:
 COMMANDS = [
     Command("hetero-lr", "encrypted vertical logistic regression: SGD (Hardy et al.) or SQN (Yang et al.) with a "
                          "Paillier coordinator", run, add_arguments=add_arguments, coordinator=True,
-            data_defaults={"test_fraction": 0.2, "scale": "standard"}, tasks=("binary",), check=check),
+            data_defaults={"test_fraction": 0.2, "scale": "standard"}, tasks=("binary",), check=check, server_check=check_estimator,
+            preload=("vfltorch.linear.estimator", "vfltorch.model_store")),
 ]

@@ -50,7 +50,7 @@ def _gamma(text: str):
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..predict import add_save_argument
+    from ..cli import add_save_argument
 
     add_save_argument(p)
     g = p.add_argument_group("pca")
@@ -125,8 +125,8 @@ def build_estimator(args):
 
 
 def check(args, info: dict) -> None:
-    """Before any party starts: the estimator the options describe (method / kernel combinations), the counts,
-    and the components against the dataset's columns and rows where the launcher knows them."""
+    """Before any party starts, without torch: the counts, the tolerance and --save-model against the method
+    (``check_estimator`` then checks the estimator and the components)."""
     import math
 
     counts = [("--components", args.components, 1), ("--periods", args.periods, 1),
@@ -141,6 +141,11 @@ def check(args, info: dict) -> None:
         raise VFLInputError("--save-model keeps linear PCA only: kernel PCA cannot score new rows (the kernel "
                             "between new and training rows would need every party's columns); drop --save-model "
                             "or use a linear method")
+
+
+def check_estimator(args, info: dict) -> None:
+    """After ``check``, where torch is imported (the parties' fork server): the estimator the options describe
+    (method / kernel combinations) and the components against the dataset's columns and rows."""
     build_estimator(args)          # method / kernel combinations (imports torch: after the plain counts)
     features, rows = info.get("features"), info.get("rows")
     if features and args.components > features and args.method != "akpca" and args.kernel in (None, "linear"):
@@ -263,5 +268,7 @@ def _evaluate(fed, est, args, log, finals, metrics) -> dict:
 COMMANDS = [
     Command("pca", "vertical federated PCA: VFedPCA, VFedAKPCA (Cheung et al.) or exact federated (kernel) PCA",
             _run, add_arguments=_add_arguments, coordinator=_wants_server,
-            data_defaults={"test_fraction": 0.0}, check=check),
+            data_defaults={"test_fraction": 0.0}, check=check, server_check=check_estimator,
+            preload=("vfltorch.pca.vfedpca", "vfltorch.pca.akpca", "vfltorch.pca.exact", "vfltorch.pca.exact_kernel",
+                     "vfltorch.pca.linalg", "vfltorch.pca.metrics", "vfltorch.model_store")),
 ]

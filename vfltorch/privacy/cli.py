@@ -72,7 +72,7 @@ def _common_model_arguments(g) -> None:
 
 def _dpscd_arguments(p) -> None:
     _replace_task_option(p)
-    from ..predict import add_save_argument
+    from ..cli import add_save_argument
 
     add_save_argument(p)
     g = p.add_argument_group("DP-SCD")
@@ -100,7 +100,7 @@ def _dpscd_arguments(p) -> None:
 
 def _dpsgd_arguments(p) -> None:
     _replace_task_option(p)
-    from ..predict import add_save_argument
+    from ..cli import add_save_argument
 
     add_save_argument(p)
     # DP-SGD is the centralised baseline: one party unless told otherwise.
@@ -389,7 +389,9 @@ COMMANDS = [
     Command("dpscd", "DP-SCD: differentially private stochastic coordinate descent for ridge, logistic regression "
                      "and the L2-SVM over vertically split columns (Damaskinos et al., AAAI 2021)",
             _dpscd, add_arguments=_dpscd_arguments, data_defaults=DEFAULT_PREPROCESSING, tasks=("binary", "regression"),
-            check=_dpscd_check),
+            check=_dpscd_check,
+            preload=("vfltorch.privacy.glm", "vfltorch.privacy.solver", "vfltorch.privacy.vertical",
+                     "vfltorch.privacy.accountant", "vfltorch.model_store")),
     Command("dpsgd", "the DP-SGD baseline (opacus) on DP-SCD's linear model and data; centralised (--parties 1)",
             _dpsgd, add_arguments=_dpsgd_arguments, data_defaults=DEFAULT_PREPROCESSING, tasks=("binary", "regression"),
             check=_dpsgd_check),
