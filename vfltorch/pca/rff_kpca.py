@@ -127,6 +127,7 @@ class RandomFeatureKernelPCA(FederatedPCABase):
 
     method = "rffkpca"
     linear = False
+    kernel, degree, coef0 = "rbf", 3, 1.0     # the kernel it approximates (for the pooled reference)
 
     def __init__(self, n_components: int = 1, *, n_random_features: int = 256, gamma: float | str | None = None,
                  seed: int = 0, fed: Federation | None = None):
