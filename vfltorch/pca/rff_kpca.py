@@ -58,7 +58,6 @@ so M (the pooled random-feature Gram, up to centring).
 from __future__ import annotations
 
 import math
-import secrets
 import time
 
 import torch
