@@ -216,7 +216,7 @@ class RandomFeatureKernelPCA(FederatedPCABase):
                                             kind="matmul", shape_x=(D, 1), shape_y=(1, D))
                     if holder:
                         z = pair[holders]
-                        M = n * (Z.T @ Z + z + z.T) - ss
+                        M = n * (sharing.ring_matmul(Z.T, Z) + z + z.T) - ss
                         del pair, z, ss
             # 4. Rotation by P in Z_2^128: shares of P M P^T / 2**(e + 28), frac_out bits.
             with fed.phase(f"pca/{self.method}/rotate"):
@@ -255,7 +255,7 @@ class RandomFeatureKernelPCA(FederatedPCABase):
                 V = P.T @ block[:D]
                 self.feature_components_ = V
                 Venc = torch.round(V * 2.0 ** V_BITS).to(torch.int64)
-                T_share = (n * Z - Z.sum(0, keepdim=True)) @ Venc
+                T_share = sharing.ring_matmul(n * Z - Z.sum(0, keepdim=True), Venc)
                 del Z, P
             with fed.phase(f"pca/{self.method}/scores"):
                 T = sharing.open_shares(fed, T_share, holders=list(holders), to=list(parties), shape=(n, k))
