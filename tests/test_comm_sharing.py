@@ -187,3 +187,17 @@ def test_the_128_bit_helpers_agree_with_python_integers():
     signed = np.where(as_int >= 1 << 127, as_int - M, as_int)
     assert (back(_truncate128(tuple(words), 0, 40)) == (signed >> 40) % M).all()
     assert (back(_truncate128(tuple(words), 1, 40)) == (-((-signed) >> 40)) % M).all()
+
+
+def test_ring_matmul_through_float_limbs_equals_int64_matmul():
+    from vfltorch.comm.sharing import ring_matmul
+
+    g = torch.Generator().manual_seed(3)
+    for m, n, k in [(64, 500, 33), (1, 3, 1), (5, 0, 4)]:
+        a = torch.randint(-2 ** 63, 2 ** 63 - 1, (m, n), dtype=torch.int64, generator=g)
+        b = torch.randint(-2 ** 63, 2 ** 63 - 1, (n, k), dtype=torch.int64, generator=g)
+        assert torch.equal(ring_matmul(a, b), a @ b)
+        assert torch.equal(ring_matmul(a.T.contiguous().T, b), a @ b)
+    # extreme words: every limb 0xFFFF
+    a = torch.full((2, 2000), -1, dtype=torch.int64)
+    assert torch.equal(ring_matmul(a, a.T), a @ a.T)

@@ -75,3 +75,14 @@ def test_exact_covariance_protocol_on_a9a_sends_at_most_three_times_the_data(tmp
     assert m["distance"] < 1e-6
     data_bytes = 32561 * 123 * 8
     assert data_bytes < m["bytes"] <= 3 * data_bytes, m["bytes"] / data_bytes
+
+
+def test_rffkpca_options():
+    from vfltorch.pca import RandomFeatureKernelPCA
+    from vfltorch.pca.cli import _wants_server
+
+    est = build_estimator(_args("--method", "rffkpca", "--random-features", "32", "--components", "2"))
+    assert isinstance(est, RandomFeatureKernelPCA) and est.n_random_features == 32 and est.gamma == "scale"
+    assert _wants_server(_args("--method", "rffkpca"))
+    with pytest.raises(VFLInputError, match="RBF kernel only"):
+        build_estimator(_args("--method", "rffkpca", "--kernel", "poly"))

@@ -20,6 +20,9 @@ sign-free by default (``merge.py``; the paper's weighted sum: ``merge="paper"``)
 * All estimators are scikit-learn ``BaseEstimator`` / ``TransformerMixin``s.
 * ``ExactFederatedKernelPCA`` - kernel PCA of the pooled data through one
   (masked) sum of Gram matrices (``exact_kernel.py``).
+* ``RandomFeatureKernelPCA`` - private random-feature RBF kernel PCA (``rff_kpca.py``): O(n D) memory,
+  phases hidden by a kept mask, features in secret shares between two parties, a D x D rotated matrix
+  opened at the coordinator (``vfl pca --method rffkpca``).
 * ``metrics`` - distances and angles to the pooled references; ``synthetic`` -
   the paper's Gaussian data.
 
@@ -39,6 +42,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "kernels": "KERNELS center_kernel kernel_from_gram kernel_matrix",
     "linalg": "center_columns orthonormalize power_iteration shared_start",
     "merge": "MERGES eigenvalue_weights equal_merge merge merge_weights scale_weights subspace_merge",
+    "rff_kpca": "RandomFeatureKernelPCA",
     "metrics": "aligned_distances compare pooled_kernel_pca pooled_pca principal_angles unaligned_distances",
     "synthetic": "PAPER_SHAPES gaussian_data",
     "vfedpca": "VFedPCA update_local_data",

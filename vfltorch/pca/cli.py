@@ -26,7 +26,7 @@ import argparse
 from ..cli import Command, data_config
 from ..data.validation import VFLInputError
 
-METHODS = ("vfedpca", "exact", "akpca")
+METHODS = ("vfedpca", "exact", "akpca", "rffkpca")
 # The parser's choices, declared here so that `vfl pca --help` and option errors import no torch;
 # tests/test_startup.py checks that they equal the library's (exchange.TOPOLOGIES, merge.MERGES,
 # kernels.KERNELS, exact.PROTOCOLS, exact.SUM_TOPOLOGIES).
@@ -56,7 +56,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("pca")
     g.add_argument("--method", choices=METHODS, default="vfedpca",
                    help="vfedpca: merged local power iterations (the paper); exact: the pooled PCA by federated "
-                        "subspace iteration (or, with --kernel, exact kernel PCA); akpca: VFedAKPCA")
+                        "subspace iteration (or, with --kernel, exact kernel PCA); akpca: VFedAKPCA; rffkpca: private "
+                        "random-feature RBF kernel PCA (O(n D) memory; features in secret shares, a coordinator rank)")
     g.add_argument("--components", type=int, default=1, metavar="K", help="number of principal components")
     g.add_argument("--topology", choices=TOPOLOGIES, default="server",
                    help="vfedpca/akpca: server-client (a coordinator rank is started) or a decentralised graph")
@@ -75,6 +76,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gamma", type=_gamma, default=None,
                    help="kernel gamma: a number, or 'scale' for 1 / (features x variance) (default: 'scale' for "
                         "akpca, 1 / total features for exact kernel PCA)")
+    g.add_argument("--random-features", type=int, default=256, metavar="D",
+                   help="rffkpca: number of random Fourier features D")
     g.add_argument("--degree", type=int, default=3, help="poly kernel degree")
     g.add_argument("--coef0", type=float, default=1.0, help="poly / sigmoid kernel offset")
     g.add_argument("--protocol", choices=PROTOCOLS, default="auto",
@@ -100,6 +103,7 @@ def build_estimator(args):
     from .akpca import VFedAKPCA
     from .exact import ExactFederatedPCA
     from .exact_kernel import ExactFederatedKernelPCA
+    from .rff_kpca import RandomFeatureKernelPCA
     from .vfedpca import VFedPCA
 
     kernel = args.kernel
@@ -110,6 +114,11 @@ def build_estimator(args):
                        args.local_iters, topology=args.topology, warm_start=args.warm_start,
                        weight_scaling=args.weight_scaling, include_self=args.include_self, center=args.center,
                        merge=args.merge, seed=args.seed)
+    if args.method == "rffkpca":
+        if kernel not in (None, "rbf"):
+            raise VFLInputError(f"--kernel {kernel}: rffkpca approximates the RBF kernel only")
+        return RandomFeatureKernelPCA(args.components, n_random_features=args.random_features,
+                                      gamma=args.gamma or "scale", seed=args.seed)
     if args.method == "akpca":
         return VFedAKPCA(args.components, kernel=kernel or "rbf", gamma=args.gamma or "scale", degree=args.degree,
                          coef0=args.coef0, local_iters=args.local_iters, topology=args.topology,
@@ -131,13 +140,15 @@ def check(args, info: dict) -> None:
 
     counts = [("--components", args.components, 1), ("--periods", args.periods, 1),
               ("--local-iters", args.local_iters, 1), ("--max-rounds", args.max_rounds, 1),
-              ("--oversample", args.oversample, 0), ("--degree", args.degree, 1)]
+              ("--oversample", args.oversample, 0), ("--degree", args.degree, 1),
+              ("--random-features", args.random_features, 1)]
     for option, value, low in counts:
         if value is not None and value < low:
             raise VFLInputError(f"{option} must be {'a positive integer' if low else 'an integer >= 0'}, got {value}")
     if not (math.isfinite(args.tol) and args.tol > 0):
         raise VFLInputError(f"--tol must be a positive number (the relative residual at which to stop), got {args.tol:g}")
-    if getattr(args, "save_model", None) and (args.method == "akpca" or args.kernel not in (None, "linear")):
+    if getattr(args, "save_model", None) and (args.method in ("akpca", "rffkpca")
+                                                or args.kernel not in (None, "linear")):
         raise VFLInputError("--save-model keeps linear PCA only: kernel PCA cannot score new rows (the kernel "
                             "between new and training rows would need every party's columns); drop --save-model "
                             "or use a linear method")
@@ -148,7 +159,8 @@ def check_estimator(args, info: dict) -> None:
     (method / kernel combinations) and the components against the dataset's columns and rows."""
     build_estimator(args)          # method / kernel combinations (imports torch: after the plain counts)
     features, rows = info.get("features"), info.get("rows")
-    if features and args.components > features and args.method != "akpca" and args.kernel in (None, "linear"):
+    linear = args.method not in ("akpca", "rffkpca") and args.kernel in (None, "linear")
+    if features and args.components > features and linear:
         raise VFLInputError(f"--components {args.components} but {info.get('name', args.dataset)} has {features} "
                             f"columns: linear PCA has at most {features} components")
     if rows and args.components > rows:
@@ -158,6 +170,8 @@ def check_estimator(args, info: dict) -> None:
 def _wants_server(args) -> bool:
     if args.method == "exact":
         return args.kernel in (None, "linear") and args.protocol != "krylov" and (args.parties or 3) > 1
+    if args.method == "rffkpca":
+        return (args.parties or 3) > 1
     return args.method in ("vfedpca", "akpca") and args.topology == "server"
 
 
@@ -183,7 +197,8 @@ def _run(fed, data, args, log):
     from ..comm import allreduce
 
     if _wants_server(args) and fed.world_size > 1 and fed.coordinator is None:
-        what = f"--method exact --protocol {args.protocol}" if args.method == "exact" else "--topology server"
+        what = (f"--method exact --protocol {args.protocol}" if args.method == "exact" else
+                "--method rffkpca" if args.method == "rffkpca" else "--topology server")
         raise VFLInputError(f"{what} needs a coordinator rank: under torchrun start Q + 1 processes")
     est = build_estimator(args).set_params(fed=fed)
     X = None if data is None else data.X_train.to(args.device)
