@@ -206,6 +206,14 @@ def plot(table, path):
     fig.savefig(path, dpi=120)
 
 
+def add_worker_arguments(p: argparse.ArgumentParser, flag: str, title: str) -> None:
+    """The hidden options a benchmark gives the copy of itself it starts as one party on a simulated host."""
+    w = p.add_argument_group(title)
+    w.add_argument(flag, action="store_true", help=argparse.SUPPRESS)
+    for name in ("--result", "--federation", "--party", "--identity"):
+        w.add_argument(name, help=argparse.SUPPRESS)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, nargs="+", default=[2000, 4000])
@@ -215,12 +223,7 @@ def main(argv=None):
     p.add_argument("--output-dir", default="results/comm")
     p.add_argument("--hosts", nargs="+", metavar="RATE",
                    help="run on simulated hosts (network namespaces, root) with links of these rates, e.g. 1gbit")
-    w = p.add_argument_group("worker (internal: one party inside its namespace)")
-    w.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    w.add_argument("--federation", help=argparse.SUPPRESS)
-    w.add_argument("--party", help=argparse.SUPPRESS)
-    w.add_argument("--identity", help=argparse.SUPPRESS)
-    w.add_argument("--result", help=argparse.SUPPRESS)
+    add_worker_arguments(p, "--worker", "worker (internal: one party inside its namespace)")
     args = p.parse_args(argv)
     if args.worker:
         return _worker(args)

@@ -47,6 +47,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.comm_topologies import add_worker_arguments
 from vfltorch.comm import federation_file as ff
 from vfltorch.comm.identity import Identity, generate
 from vfltorch.data import available
@@ -307,12 +308,7 @@ def main(argv=None):
     p.add_argument("--rate", nargs="+", default=["1gbit"], help="with --netns: link rates, e.g. 1gbit 100mbit")
     p.add_argument("--stream", action="store_true", help="the link alone: tensor stream and ping-pong, 2 parties")
     p.add_argument("--output-dir", default="results/comm")
-    w = p.add_argument_group("worker (internal: one party of --stream)")
-    w.add_argument("--stream-worker", action="store_true", help=argparse.SUPPRESS)
-    w.add_argument("--result", help=argparse.SUPPRESS)
-    w.add_argument("--federation", help=argparse.SUPPRESS)
-    w.add_argument("--party", help=argparse.SUPPRESS)
-    w.add_argument("--identity", help=argparse.SUPPRESS)
+    add_worker_arguments(p, "--stream-worker", "worker (internal: one party of --stream)")
     args = p.parse_args(argv)
     if args.stream_worker:
         return _stream_worker(args)

@@ -80,10 +80,15 @@ class Coordinator:
         with self.fed.phase(PHASE_CURVATURE):
             with s.clock("recv"):
                 s_blocks = [self.fed.recv_tensor(party, device="cpu").to(torch.float64) for party in s.data_parties]
-            v_blocks = [self._open(party) for party in s.data_parties]
+            v = self._curvature_v(rows_H)
         with s.clock("plain"):
-            v = torch.cat([from_fixed(ints, f, (len(ints),)) for ints, f in v_blocks]) / rows_H
             self.memory.push(torch.cat(s_blocks), v)
+
+    def _curvature_v(self, rows_H: int) -> torch.Tensor:
+        """v = (1/|H|) X_H^T z / 4 over every party's block, opened from the parties' masked blocks."""
+        v_blocks = [self._open(party) for party in self.s.data_parties]
+        with self.s.clock("plain"):
+            return torch.cat([from_fixed(ints, f, (len(ints),)) for ints, f in v_blocks]) / rows_H
 
     def end_epoch(self) -> dict:
         loss, stop, converged = self.tracker.end_epoch()

@@ -415,19 +415,12 @@ class PackedCoordinator(Coordinator):
             ints, f = self._open(s.guest)
             self.tracker.add_batch(float(from_fixed(ints, f, ())) / 8.0, len(rows))
 
-    def close_window(self, k: int) -> None:
-        s = self.s
-        if not s.plan.pair_due(k):
-            return
-        rows_H = len(s.batches.hessian_rows(k // s.plan.L))
-        with self.fed.phase(PHASE_CURVATURE):
-            with s.clock("recv"):
-                s_blocks = [self.fed.recv_tensor(party, device="cpu").to(torch.float64) for party in s.data_parties]
-            blocks = self._blocks(rows_H)
-        with s.clock("plain"):
-            F = F_V + s.feature_frac_bits
-            v = torch.tensor([x for b in blocks for x in b], dtype=torch.float64) / 2.0 ** F / rows_H
-            self.memory.push(torch.cat(s_blocks), v)
+    def _curvature_v(self, rows_H: int) -> torch.Tensor:
+        """As the per-row coordinator's, from the packed slots (F_V + F_X fractional bits)."""
+        blocks = self._blocks(rows_H)
+        with self.s.clock("plain"):
+            F = F_V + self.s.feature_frac_bits
+            return torch.tensor([x for b in blocks for x in b], dtype=torch.float64) / 2.0 ** F / rows_H
 
 
 __all__ = ["F_V", "F_W", "PackedColumns", "PackedCoordinator", "PackedGuest", "PackedHost", "check_packed",
