@@ -23,7 +23,9 @@ SLACK = 25            # seconds beyond the expected bound that a loaded 2-core m
 
 # Long enough that the fault always lands while the run is going.
 METHODS = {
-    "fdskl": ["fdskl", "--parties", "2", "--time-budget", "100000"],
+    # The growing model (no leak limit) so that the run is still training when the fault comes: the bounded
+    # default stops at its leak limit after a few seconds on breast_cancer.
+    "fdskl": ["fdskl", "--parties", "2", "--n-components", "none", "--time-budget", "100000"],
     "pca": ["pca", "--parties", "2", "--method", "vfedpca", "--topology", "server", "--periods", "1000000",
             "--no-evaluate"],
     "dpscd": ["dpscd", "--parties", "2", "--epochs", "100000", "--monitor-every", "0"],
