@@ -17,6 +17,7 @@ import joblib
 import numpy as np
 import pytest
 import torch
+from conftest import needs_dataset
 from sklearn.datasets import load_breast_cancer
 from sklearn.preprocessing import minmax_scale
 
@@ -35,13 +36,13 @@ def _metrics(path):
     return json.loads(path.read_text())["metrics"]
 
 
-def _round_trip(tmp, name, train_args, compare):
+def _round_trip(tmp, name, train_args, compare, predict_args=()):
     """Train with --save-model, then `vfl predict --rows test` in fresh processes; the scores agree."""
     model, trained, scored, csv = tmp / name, tmp / f"{name}.json", tmp / f"{name}-predict.json", tmp / f"{name}.csv"
     r = run_vfl(*train_args, "--save-model", str(model), "--output-json", str(trained), "--quiet")
     assert r.returncode == 0, r.stderr
     r = run_vfl("predict", "--model", str(model), "--rows", "test", "--output-json", str(scored),
-                "--output-csv", str(csv), "--quiet")
+                "--output-csv", str(csv), "--quiet", *predict_args)
     assert r.returncode == 0, r.stderr
     a, b = _metrics(trained), _metrics(scored)
     for key in compare:
@@ -297,3 +298,37 @@ def test_predict_unlabelled_party_files_in_their_own_row_order(tmp_path):
     assert list(scores.columns) == ["id", "decision", "prediction"] and len(scores) == len(X) - 450
     assert sorted(scores["id"]) == list(range(450, len(X)))
     assert (scores["prediction"].to_numpy() == y[scores["id"].to_numpy()]).mean() > 0.9
+
+
+# ----------------------------------------------------------------- labels and one-vs-rest survive a save
+def test_loaded_classifier_predicts_the_labels_of_fit(tmp_path):
+    """classes_ (the label encoding) is in the active party's shard: a loaded model predicts the labels it was
+    trained on, binary and one-vs-rest, and the one-vs-rest shard reproduces every class's decision values."""
+    from sklearn.datasets import load_wine
+
+    from vfltorch.kernels.estimator import FDSKLClassifier
+
+    Xb, yb = load_breast_cancer(return_X_y=True)
+    Xb, yb = minmax_scale(Xb), np.where(yb == 1, "benign", "malignant")
+    m = FDSKLClassifier(epochs=1).fit(Xb, yb).save(tmp_path / "bin")
+    loaded = FDSKLClassifier.load(tmp_path / "bin")
+    assert list(loaded.classes_) == ["benign", "malignant"]
+    assert (loaded.predict(Xb) == m.predict(Xb)).all()
+
+    Xw, yw = load_wine(return_X_y=True)
+    Xw, yw = minmax_scale(Xw), np.array(["a", "b", "c"])[yw]
+    m = FDSKLClassifier(epochs=2).fit(Xw, yw).save(tmp_path / "ovr")
+    loaded = FDSKLClassifier.load(tmp_path / "ovr")
+    assert len(loaded.estimators_) == 3
+    np.testing.assert_array_equal(np.asarray(loaded.decision_function(Xw)), np.asarray(m.decision_function(Xw)))
+    assert (loaded.predict(Xw) == m.predict(Xw)).all() and loaded.score(Xw, yw) > 0.9
+
+
+@needs_dataset("vehicle")
+def test_multiclass_fdskl_round_trip_through_the_cli(tmp_path):
+    """Four classes, two parties and the dealer: `vfl predict` in fresh processes gives training's accuracy,
+    and the CSV holds the data's own class names."""
+    model, lines = _round_trip(tmp_path, "vehicle", ["fdskl", "--dataset", "vehicle", "--parties", "2", "--epochs", "1"],
+                               ["test_accuracy", "test_error"], predict_args=["--dataset", "vehicle"])
+    assert lines[0] == "prediction,label"
+    assert len({row.split(",")[0] for row in lines[1:]}) > 1

@@ -176,6 +176,9 @@ def _run(fed, data, args, log):
                        f"{saved[:6]}...: use the same dataset layout as in training")
     settle(fed, problem)
     X, y, ids = _rows(fed, data, args)
+    if y is not None and data.task == "multiclass":
+        # Multi-class labels are coded 0..k-1 by the values present in *this* data: compare by value.
+        y = np.asarray(data.classes, dtype=object)[y.cpu().numpy().astype(np.int64)]
     method = manifest["method"]
     runner = {"fdskl": _predict_fdskl, "hetero-lr": _predict_hetero_lr, "dpscd": _predict_dpscd,
               "dpsgd": _predict_dpsgd, "pca": _predict_pca}.get(method)
@@ -244,6 +247,16 @@ def _predict_fdskl(fed, manifest, arrays, X, y):
         return None
     f = torch.as_tensor(f)
     task = manifest.get("data", {}).get("task")
+    if f.dim() == 2:                                   # one-vs-rest: the class of the largest f
+        pred = np.asarray(est.classes_)[f.argmax(dim=1).numpy()]
+        names = (manifest.get("labels") or {}).get("classes")
+        if names:                                      # training's label codes -> the data's own labels
+            pred = np.asarray(names, dtype=object)[pred.astype(np.int64)]
+        metrics = {}
+        if y is not None:
+            accuracy = float(np.mean(pred == np.asarray(y, dtype=object)))
+            metrics = {"test_accuracy": accuracy, "test_error": 1.0 - accuracy}
+        return {"prediction": pred, **({} if y is None else {"label": np.asarray(y, dtype=object)})}, metrics
     metrics = {} if y is None else _test_metrics(f, y, task)
     if task == "binary":
         signs = np.where(f.numpy() >= 0, 1.0, -1.0)

@@ -148,9 +148,10 @@ def check(args, info: dict) -> None:
     from ..data.validation import VFLInputError
     from .checks import check_hyperparameters
 
-    if info.get("task") == "multiclass" and getattr(args, "save_model", None):
-        raise VFLInputError("--save-model keeps binary and regression FDSKL models; a multi-class (one-vs-rest) "
-                            "model cannot be saved yet: drop --save-model")
+    if info.get("task") == "multiclass" and getattr(args, "save_model", None) and args.protocol != "shared":
+        raise VFLInputError("--save-model keeps a multi-class (one-vs-rest) FDSKL model trained with --protocol "
+                            "shared only (under --protocol paper each class has its own private phase keys): "
+                            "drop --save-model or --protocol paper")
     task = info.get("task") if info.get("task") in ("binary", "regression") else (
         "regression" if args.loss == "square" else "binary")
     check_hyperparameters(_estimator(None, args, task))

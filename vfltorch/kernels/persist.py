@@ -15,6 +15,8 @@ rebuilt locally; fresh masks come from the operating system at every prediction.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 
@@ -24,12 +26,22 @@ from .random_features import FourierSampler
 from .shared import cosine_table, pair_table
 
 
-def fdskl_shard_state(est) -> tuple[dict, dict]:
-    if getattr(est, "estimators_", None):
-        from ..data.validation import VFLInputError
+def _plain(values) -> list:
+    return [v.item() if hasattr(v, "item") else v for v in np.asarray(values).tolist()]
 
-        raise VFLInputError("saving a one-vs-rest (multi-class) FDSKL model is not supported yet: save one binary "
-                            "model per class, or train without --save-model")
+
+def fdskl_shard_state(est) -> tuple[dict, dict]:
+    subs = getattr(est, "estimators_", None)
+    if subs:
+        # One-vs-rest: one shard for all classes when every class was trained on the same random features
+        # (same public seed and phase key: the shared protocol's case); alpha_ is then D x classes.
+        keys = {(str(e.feature_map_._phase_key), e.feature_map_.n_blocks) for e in subs}
+        if len(keys) != 1 or est.alpha_ is not None and est.alpha_.dim() != 2:
+            from ..data.validation import VFLInputError
+
+            raise VFLInputError("this one-vs-rest (multi-class) FDSKL model cannot be saved: its classes were "
+                                "trained on different random features (private phase keys of --protocol paper); "
+                                "train it with --protocol shared (the default) to save it")
     fmap = est.feature_map_
     fed = fmap.fed
     state = {"n_blocks": fmap.n_blocks, "dtype": str(fmap.dtype).replace("torch.", ""),
@@ -38,6 +50,10 @@ def fdskl_shard_state(est) -> tuple[dict, dict]:
              "n_columns_total": int(getattr(est, "n_columns_total_", est.n_features_in_)),
              "n_iter": int(est.n_iter_), "phase_key": str(fmap._phase_key),
              "predict_coordinator": bool(est._shared(fed))}
+    if subs:
+        state["one_vs_rest"] = len(subs)
+    if fed.is_active and getattr(est, "classes_", None) is not None:
+        state["classes"] = _plain(est.classes_)           # the label encoding: at the active party only
     arrays = {"columns": np.asarray(est.columns_, dtype=np.int64)}
     if est.alpha_ is not None and fed.is_active:
         arrays["alpha"] = est.alpha_.detach().cpu().numpy()
@@ -73,7 +89,18 @@ def restore_fdskl_shard(est, manifest: dict, arrays: dict, fed) -> None:
         est.alpha_ = torch.as_tensor(arrays["alpha"]).to(device)
         if "y_offset" in state:
             est.y_offset_, est.y_scale_ = state["y_offset"], state["y_scale"]
+    if "classes" in state:
+        est.classes_ = np.asarray(state["classes"])
     shared = est._shared(fed)
     est.table_ = None
     if shared and not fed.is_active:
         est.table_ = pair_table(cosine_table().to(torch.int64))
+    est.estimators_ = None
+    if state.get("one_vs_rest"):
+        # One binary model per class over the same features: class k's coefficients are column k of alpha.
+        subs = []
+        for k in range(int(state["one_vs_rest"])):
+            sub = copy.copy(est)
+            sub.alpha_ = None if est.alpha_ is None else est.alpha_[:, k].contiguous()
+            subs.append(sub)
+        est.estimators_ = subs
