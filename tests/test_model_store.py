@@ -310,10 +310,15 @@ def test_loaded_classifier_predicts_the_labels_of_fit(tmp_path):
 
     Xb, yb = load_breast_cancer(return_X_y=True)
     Xb, yb = minmax_scale(Xb), np.where(yb == 1, "benign", "malignant")
-    m = FDSKLClassifier(epochs=1).fit(Xb, yb).save(tmp_path / "bin")
-    loaded = FDSKLClassifier.load(tmp_path / "bin")
-    assert list(loaded.classes_) == ["benign", "malignant"]
-    assert (loaded.predict(Xb) == m.predict(Xb)).all()
+    from vfltorch.linear.estimator import HeteroLogisticRegression
+    from vfltorch.privacy.estimator import DPSCD
+
+    for name, est in (("fdskl", FDSKLClassifier(epochs=1)), ("lr", HeteroLogisticRegression(max_epochs=2)),
+                      ("dpscd", DPSCD(epochs=2, normalize_rows=True))):
+        m = est.fit(Xb, yb).save(tmp_path / name)
+        loaded = type(est).load(tmp_path / name)
+        assert list(loaded.classes_) == ["benign", "malignant"], name
+        assert (loaded.predict(Xb) == m.predict(Xb)).all(), name
 
     Xw, yw = load_wine(return_X_y=True)
     Xw, yw = minmax_scale(Xw), np.array(["a", "b", "c"])[yw]

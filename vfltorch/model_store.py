@@ -299,6 +299,9 @@ class ShardedModelMixin:
         ``fed``: only for estimators that take the federation in ``fit`` (PCA); the others know theirs."""
         fed = fed if fed is not None else self._model_fed()
         state, arrays = self._shard_state()
+        if fed.is_active and getattr(self, "classes_", None) is not None:
+            # The label encoding (what predict returns), at the party that holds the labels only.
+            state["classes"] = [v.item() if hasattr(v, "item") else v for v in np.asarray(self.classes_).tolist()]
         params = {k: v for k, v in self.get_params(deep=False).items() if k != "fed"}
         manifest = {"method": self._model_method, "estimator": type(self).__name__,
                     "vfltorch_version": _version(), "role": role_of(fed), "parties": fed.num_parties,
@@ -328,6 +331,8 @@ def restore_estimator(cls, manifest: dict, arrays: dict, fed):
         params["fed"] = fed if fed.world_size > 1 else None
     est = cls(**{k: v for k, v in params.items() if k in names})
     est._restore_shard(manifest, arrays, fed)
+    if "classes" in manifest.get("state", {}):
+        est.classes_ = np.asarray(manifest["state"]["classes"])
     est.model_id_ = manifest["model_id"]
     return est
 

@@ -26,10 +26,6 @@ from .random_features import FourierSampler
 from .shared import cosine_table, pair_table
 
 
-def _plain(values) -> list:
-    return [v.item() if hasattr(v, "item") else v for v in np.asarray(values).tolist()]
-
-
 def fdskl_shard_state(est) -> tuple[dict, dict]:
     subs = getattr(est, "estimators_", None)
     if subs:
@@ -52,8 +48,6 @@ def fdskl_shard_state(est) -> tuple[dict, dict]:
              "predict_coordinator": bool(est._shared(fed))}
     if subs:
         state["one_vs_rest"] = len(subs)
-    if fed.is_active and getattr(est, "classes_", None) is not None:
-        state["classes"] = _plain(est.classes_)           # the label encoding: at the active party only
     arrays = {"columns": np.asarray(est.columns_, dtype=np.int64)}
     if est.alpha_ is not None and fed.is_active:
         arrays["alpha"] = est.alpha_.detach().cpu().numpy()
@@ -89,8 +83,6 @@ def restore_fdskl_shard(est, manifest: dict, arrays: dict, fed) -> None:
         est.alpha_ = torch.as_tensor(arrays["alpha"]).to(device)
         if "y_offset" in state:
             est.y_offset_, est.y_scale_ = state["y_offset"], state["y_scale"]
-    if "classes" in state:
-        est.classes_ = np.asarray(state["classes"])
     shared = est._shared(fed)
     est.table_ = None
     if shared and not fed.is_active:
