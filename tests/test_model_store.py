@@ -337,3 +337,23 @@ def test_multiclass_fdskl_round_trip_through_the_cli(tmp_path):
                                ["test_accuracy", "test_error"], predict_args=["--dataset", "vehicle"])
     assert lines[0] == "prediction,label"
     assert len({row.split(",")[0] for row in lines[1:]}) > 1
+
+
+def test_exact_kernel_pca_saves_and_scores_new_rows(tmp_path):
+    """Exact kernel PCA scores new rows (masked cross-Gram sum), so it is saved: each party its own training
+    columns, the holder the training kernel's means. A loaded model transforms new rows exactly as the fitted
+    one, and `vfl predict` scores training's held-out rows in fresh processes."""
+    from sklearn.preprocessing import StandardScaler
+
+    from vfltorch.pca.exact_kernel import ExactFederatedKernelPCA
+
+    X, _ = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    m = ExactFederatedKernelPCA(3, kernel="rbf").fit(X[:400])
+    m.save(tmp_path / "k")
+    loaded = ExactFederatedKernelPCA.load(tmp_path / "k")
+    np.testing.assert_array_equal(loaded.transform(X[400:]), m.transform(X[400:]))
+    model, lines = _round_trip(tmp_path, "kpca", ["pca", "--parties", "2", "--method", "exact", "--kernel", "rbf",
+                                                  "--components", "2", "--scale", "standard", "--test-fraction",
+                                                  "0.25"], [])
+    assert lines[0] == "pc1,pc2" and len({row.split(",")[0] for row in lines[1:]}) > 10

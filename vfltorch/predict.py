@@ -338,14 +338,20 @@ def _predict_pca(fed, manifest, arrays, X, y):
     from .comm import allreduce
     from .pca.akpca import VFedAKPCA
     from .pca.exact import ExactFederatedPCA
+    from .pca.exact_kernel import ExactFederatedKernelPCA
     from .pca.vfedpca import VFedPCA
 
     est = _restore(manifest, arrays, fed, {"VFedPCA": VFedPCA, "ExactFederatedPCA": ExactFederatedPCA,
-                                           "VFedAKPCA": VFedAKPCA})
+                                           "VFedAKPCA": VFedAKPCA, "ExactFederatedKernelPCA": ExactFederatedKernelPCA})
     if not fed.is_data_party:
         return None
     X = X.to(torch.float64)
     scores = est.transform(X, fed)
+    if not est.linear:                   # kernel scores: no explained variance of the columns to report
+        if not fed.is_active:
+            return None
+        s = scores.cpu().numpy()
+        return {f"pc{j + 1}": s[:, j] for j in range(s.shape[1])}, {}
     part = ((X - est.mean_.to(X.device)) ** 2).sum().reshape(1)
     with fed.phase("pca/transform"):
         total = allreduce(fed, part, "tree", parties=fed.parties) if fed.num_parties > 1 else part

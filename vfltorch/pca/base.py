@@ -311,8 +311,8 @@ class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_
         if not hasattr(self, "sample_components_"):
             raise VFLInputError(f"{type(self).__name__} is not fitted yet: call fit first")
         if not self.linear:
-            raise VFLInputError(f"{type(self).__name__} cannot be saved for scoring new rows: kernel PCA needs the "
-                                f"kernel between new and training rows, which would need every party's columns")
+            raise VFLInputError(f"{type(self).__name__} cannot be saved for scoring new rows: it embeds the training "
+                                f"samples only; ExactFederatedKernelPCA scores new rows and can be saved")
         state = {"parties": list(self.parties_), "n_samples": int(self.n_samples_),
                  "n_features_total": int(self.n_features_total_), "party_widths": list(self.party_widths_)}
         if self.loadings_ is None:

@@ -148,10 +148,10 @@ def check(args, info: dict) -> None:
     if not (math.isfinite(args.tol) and args.tol > 0):
         raise VFLInputError(f"--tol must be a positive number (the relative residual at which to stop), got {args.tol:g}")
     if getattr(args, "save_model", None) and (args.method in ("akpca", "rffkpca")
-                                                or args.kernel not in (None, "linear")):
-        raise VFLInputError("--save-model keeps linear PCA only: kernel PCA cannot score new rows (the kernel "
-                            "between new and training rows would need every party's columns); drop --save-model "
-                            "or use a linear method")
+                                                or args.method == "vfedpca" and args.kernel not in (None, "linear")):
+        raise VFLInputError(f"--save-model keeps models that score new rows: --method {args.method} embeds the "
+                            f"training samples only; use --method exact (with --kernel for exact kernel PCA, which "
+                            f"scores new rows through a masked cross-Gram sum) or drop --save-model")
 
 
 def check_estimator(args, info: dict) -> None:

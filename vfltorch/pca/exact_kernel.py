@@ -155,3 +155,39 @@ class ExactFederatedKernelPCA(FederatedPCABase):
             if len(parties) > 1:
                 scores = broadcast(fed, scores, pairwise_tree(parties), shape=(m, k), dtype=torch.float64)
         return scores.to(X.device)
+
+    # -------------------------------------------------- save / load: what transforming new rows needs
+    def _shard_state(self):
+        """A data party's own training columns (``X_fit_``: its own data, in its own shard), the shared
+        sample-space components and eigenvalues, gamma; the holder also the training kernel's column means
+        and diag(G), which it computed from the pooled Gram matrix it already holds (module docstring)."""
+        if not hasattr(self, "sample_components_"):
+            raise VFLInputError(f"{type(self).__name__} is not fitted yet: call fit first")
+        state = {"parties": list(self.parties_), "n_samples": int(self.n_samples_),
+                 "n_features_total": int(self.n_features_total_), "party_widths": list(self.party_widths_),
+                 "gamma": None if self.sample_components_ is None else float(self.gamma_)}
+        if self.sample_components_ is None:
+            return state, {}
+        arrays = {"X_fit": self.X_fit_, "sample_components": self.sample_components_,
+                  "eigenvalues": self.eigenvalues_}
+        held = getattr(self, "_holder_state", None)
+        if held is not None:
+            arrays.update(col_mean=held[0], grand_mean=held[1].reshape(1), diag=held[2])
+        return state, {k: v.detach().cpu().to(torch.float64).numpy() for k, v in arrays.items()}
+
+    def _restore_shard(self, manifest, arrays, fed):
+        state = manifest["state"]
+        self.parties_ = list(state["parties"])
+        self.n_samples_ = state["n_samples"]
+        self.n_features_total_ = state["n_features_total"]
+        self.party_widths_ = list(state["party_widths"])
+        self.sample_components_ = self.loadings_ = self.components_ = None
+        if "X_fit" not in arrays:
+            return
+        t = {k: torch.as_tensor(v, dtype=torch.float64) for k, v in arrays.items()}
+        self.X_fit_, self.sample_components_, self.eigenvalues_ = t["X_fit"], t["sample_components"], t["eigenvalues"]
+        self.gamma_ = state["gamma"]
+        self.n_features_in_ = int(self.X_fit_.shape[1])
+        if "col_mean" in t:
+            self._holder_state = (t["col_mean"], t["grand_mean"][0], t["diag"])
+
