@@ -313,8 +313,7 @@ class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_
         if not self.linear:
             raise VFLInputError(f"{type(self).__name__} cannot be saved for scoring new rows: it embeds the training "
                                 f"samples only; ExactFederatedKernelPCA scores new rows and can be saved")
-        state = {"parties": list(self.parties_), "n_samples": int(self.n_samples_),
-                 "n_features_total": int(self.n_features_total_), "party_widths": list(self.party_widths_)}
+        state = self._layout_state()
         if self.loadings_ is None:
             return state, {}
         arrays = {"loadings": self.loadings_, "mean": self.mean_, "singular_values": self.singular_values_,
@@ -322,12 +321,19 @@ class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_
                   "explained_variance_ratio": self.explained_variance_ratio_}
         return state, {k: v.detach().cpu().to(torch.float64).numpy() for k, v in arrays.items()}
 
-    def _restore_shard(self, manifest, arrays, fed):
-        state = manifest["state"]
+    def _layout_state(self) -> dict:
+        """Who took part and the public shape of the fit (every shard has it)."""
+        return {"parties": list(self.parties_), "n_samples": int(self.n_samples_),
+                "n_features_total": int(self.n_features_total_), "party_widths": list(self.party_widths_)}
+
+    def _restore_layout(self, state: dict) -> None:
         self.parties_ = list(state["parties"])
         self.n_samples_ = state["n_samples"]
         self.n_features_total_ = state["n_features_total"]
         self.party_widths_ = list(state["party_widths"])
+
+    def _restore_shard(self, manifest, arrays, fed):
+        self._restore_layout(manifest["state"])
         self.sample_components_ = None
         t = {k: torch.as_tensor(v, dtype=torch.float64) for k, v in arrays.items()}
         self.loadings_ = t.get("loadings")

@@ -163,9 +163,7 @@ class ExactFederatedKernelPCA(FederatedPCABase):
         and diag(G), which it computed from the pooled Gram matrix it already holds (module docstring)."""
         if not hasattr(self, "sample_components_"):
             raise VFLInputError(f"{type(self).__name__} is not fitted yet: call fit first")
-        state = {"parties": list(self.parties_), "n_samples": int(self.n_samples_),
-                 "n_features_total": int(self.n_features_total_), "party_widths": list(self.party_widths_),
-                 "gamma": None if self.sample_components_ is None else float(self.gamma_)}
+        state = {**self._layout_state(), "gamma": None if self.sample_components_ is None else float(self.gamma_)}
         if self.sample_components_ is None:
             return state, {}
         arrays = {"X_fit": self.X_fit_, "sample_components": self.sample_components_,
@@ -177,10 +175,7 @@ class ExactFederatedKernelPCA(FederatedPCABase):
 
     def _restore_shard(self, manifest, arrays, fed):
         state = manifest["state"]
-        self.parties_ = list(state["parties"])
-        self.n_samples_ = state["n_samples"]
-        self.n_features_total_ = state["n_features_total"]
-        self.party_widths_ = list(state["party_widths"])
+        self._restore_layout(state)
         self.sample_components_ = self.loadings_ = self.components_ = None
         if "X_fit" not in arrays:
             return
