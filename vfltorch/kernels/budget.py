@@ -55,10 +55,10 @@ import warnings
 
 import torch
 
-from ..comm import Federation, pairwise_tree, reduce
+from ..comm import Federation, pairwise_tree
 from .shared import StarProducts, shared_decision_values, star_phases
-from .trainer import (MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainResult, _stop, finish_point, log_interval,
-                      phase_totals, step_marks)
+from .trainer import (MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, TrainResult, _stop, log_interval,
+                      step_marks)
 
 SOLVERS = ("adam", "dsg")
 ADAM_BETAS = (0.9, 0.999)
@@ -145,11 +145,7 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     if active:
         y = y.to(torch.float64).cpu()
     mon = _BudgetMonitor(fed, fmap, monitor, dealer, table, cfg.max_elements) if monitor is not None else None
-    bar = log.progress(total=max_iter, desc="fdskl", unit="it") if progress and log is not None else None
-    sent_before = phase_totals(fed, TRAIN_PHASE)
-    history: list[dict] = []
-    window_loss, window_count, last_batch_loss = 0.0, 0, float("nan")
-    train_seconds = 0.0
+    loop = TrainingLoop(fed, max_iter, log=log, progress=progress)
     stopped_by_leak = False
     t = 0
     while True:
@@ -160,7 +156,7 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             if limit is not None and t >= limit:
                 stopped_by_leak = True
                 break
-            if cfg.max_time is not None and _stop(fed, control_tree, train_seconds >= cfg.max_time):
+            if cfg.max_time is not None and _stop(fed, control_tree, loop.train_seconds >= cfg.max_time):
                 break
             batch = sampler.next()
             Xb = X[batch.to(X.device)]
@@ -175,43 +171,29 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             if active:
                 y_batch = y[batch]
                 d_loss = cfg.loss.derivative(f_batch, y_batch)
-                window_loss += float(cfg.loss.value(f_batch, y_batch).mean())
-                window_count += 1
+                loop.add_loss(float(cfg.loss.value(f_batch, y_batch).mean()))
             if shared:
                 sums = prod.gradient(d_loss)
             elif active:
                 sums = phi[:, cols.to(phi.device)].to(torch.float64).cpu().T @ d_loss
             if active:
                 opt.step(t, cols, sums, B)
-        train_seconds += time.perf_counter() - started
+        loop.tick(started)
         t += 1
-        if bar is not None:
-            bar.update(1)
         final, epoch_end = step_marks(t, max_iter, sampler.per_epoch)
         if t % log_every == 0 or final or epoch_end:
-            if window_count:
-                last_batch_loss = window_loss / window_count
             # Under the shared protocol held-out values are opened at epoch ends only (module docstring).
             use_mon = mon if (not shared or final or epoch_end) else None
-            point = _log_point(fed, t, D, opt, train_seconds, last_batch_loss, cfg, use_mon, log, control_tree,
-                               sent_before)
-            window_loss, window_count = 0.0, 0
-            if point is not None:
-                history.append(point)
-    if bar is not None:
-        bar.close()
+            with fed.phase(MONITOR_PHASE):
+                f_mon = use_mon.values(opt.model if opt is not None else None) if use_mon is not None else None
+            loop.log_point(t, D, f_mon, use_mon, cfg, log, control_tree)
+    loop.close()
     if stopped_by_leak and active:
         warnings.warn(f"FDSKL (shared protocol, {D} features) stopped after {t} iterations: the active party's "
                       f"f values and gradient sums would next reach half the number of unknown feature values "
                       f"n x D it could solve for. Raise n_components or the batch size, or train fewer epochs.",
                       RuntimeWarning, stacklevel=2)
-    if window_count:
-        last_batch_loss = window_loss / window_count
-    sent = phase_totals(fed, TRAIN_PHASE)
-    alpha = opt.model.to(X.dtype) if active else None
-    return TrainResult(alpha, t, train_seconds, history, last_batch_loss, float("nan"),
-                       sent["bytes_sent"] - sent_before["bytes_sent"],
-                       sent["messages_sent"] - sent_before["messages_sent"])
+    return loop.result(opt.model.to(X.dtype) if active else None, t)
 
 
 def _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D) -> StarProducts:
@@ -249,15 +231,3 @@ class _BudgetMonitor:
             if self.phi is not None:
                 self.phi = self.phi.to(torch.float64).cpu()
         return None if self.phi is None else self.phi @ alpha
-
-
-def _log_point(fed, t, D, opt, train_seconds, batch_loss, cfg, mon, log, tree, sent_before):
-    with fed.phase(MONITOR_PHASE):
-        f_mon = mon.values(opt.model if opt is not None else None) if mon is not None else None
-        mine = phase_totals(fed, TRAIN_PHASE)["bytes_sent"] - sent_before["bytes_sent"]
-        total = reduce(fed, torch.tensor([mine], dtype=torch.int64), tree)
-    if not fed.is_active:
-        return None
-    point = {"iteration": t, "features": D, "train_seconds": train_seconds, "bytes": int(total[0]),
-             "batch_loss": batch_loss}
-    return finish_point(point, f_mon, mon, cfg, log)

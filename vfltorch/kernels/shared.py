@@ -70,18 +70,15 @@ batch shares (Q - 1) B words, and 2B r + 2r words for the gradient.
 from __future__ import annotations
 
 import math
-import secrets
 import time
 import warnings
 
-import numpy as np
 import torch
 
-from ..comm import Federation, MaskStream, broadcast, masked_sum, pairwise_tree, reduce
-from ..comm.sharing import deal_dealt, mul_dealt, open_shares, rowdot_scales
+from ..comm import Federation, MaskStream, broadcast, masked_sum, pairwise_tree
+from ..comm.sharing import deal_dealt, fresh_seed, mul_dealt, open_shares, rowdot_scales
 from .circle import Circle, KeptPhases
-from .trainer import (MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainResult, finish_point, log_interval, phase_totals,
-                      step_marks)
+from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, log_interval, step_marks
 
 SQRT2 = math.sqrt(2.0)
 ANGLE_BITS = 16                  # the grid of the dealt masks: the cosine table has one entry per grid angle
@@ -179,7 +176,7 @@ def dealt_phases(fmap, X: torch.Tensor, blocks, dealer: int) -> DealtPhases:
         beta = None
         with fed.phase(f"{fed.current_phase}/deal"):
             if fed.rank == dealer:
-                seed = torch.tensor(np.frombuffer(secrets.token_bytes(16), dtype=np.int64).copy())
+                seed = fresh_seed()
                 fed.send(seed, keeper)
                 beta = _masks(seed, shape)
             elif fed.rank == keeper:
@@ -280,10 +277,6 @@ def narrow_table(table: torch.Tensor | None, bits: int) -> torch.Tensor | None:
 REAL_PAIRS32 = REAL_PAIRS.to(torch.float32)      # A's [cos S, sin S]: 24 bits, beyond the keeper's 10
 
 
-def _seed() -> torch.Tensor:
-    return torch.tensor(np.frombuffer(secrets.token_bytes(16), dtype=np.int64).copy())
-
-
 def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int) -> DealtPhases:
     """Algorithm 3 with a dealt mask and one keeper K for all features of ``blocks``: a star into A.
 
@@ -308,7 +301,7 @@ def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int) -> Deal
     beta = own_mask = None
     with fed.phase(f"{fed.current_phase}/deal"):
         if fed.rank == dealer:
-            seeds = [_seed() for _ in range(1 + len(others))]
+            seeds = [fresh_seed() for _ in range(1 + len(others))]
             for p, seed in zip(others, seeds[1:]):
                 fed.send(seed, p)
             fed.send(torch.cat(seeds), keeper)
@@ -465,11 +458,7 @@ def train_shared(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     if active:
         y = y.to(torch.float64).cpu()
     mon = _SharedMonitor(fed, fmap, monitor, dealer, table) if monitor is not None else None
-    bar = log.progress(total=max_iter, desc="fdskl", unit="it") if progress and log is not None else None
-    sent_before = phase_totals(fed, TRAIN_PHASE)
-    history: list[dict] = []
-    window_loss, window_count, last_batch_loss = 0.0, 0, float("nan")
-    train_seconds = 0.0
+    loop = TrainingLoop(fed, max_iter, log=log, progress=progress)
     fetched_until, round_start, ph, S_round, beta_round = 0, 0, None, None, None
     t = 0
     stopped_by_growth = False
@@ -482,7 +471,7 @@ def train_shared(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                 stopped_by_growth = True
                 break
             if t == fetched_until:
-                if cfg.max_time is not None and _stop_all(fed, control_tree, train_seconds >= cfg.max_time):
+                if cfg.max_time is not None and _stop_all(fed, control_tree, loop.train_seconds >= cfg.max_time):
                     break
                 k = prefetch if max_iter is None else min(prefetch, max_iter - t)
                 for _ in range(k):
@@ -513,8 +502,7 @@ def train_shared(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                 f_batch = f_open * shrink ** (t - 1) if t > 0 else torch.zeros(B, dtype=torch.float64)
                 y_batch = y[batch]
                 d_loss = cfg.loss.derivative(f_batch, y_batch)                     # L'(f(x_i), y_i)
-                window_loss += float(cfg.loss.value(f_batch, y_batch).mean())
-                window_count += 1
+                loop.add_loss(float(cfg.loss.value(f_batch, y_batch).mean()))
                 # [L'_i cos S_ik, L'_i sin S_ik] over the batch rows i, one row per new feature k
                 lp = SQRT2 * d_loss.to(torch.float64)
                 _coef_check(lp)
@@ -536,31 +524,20 @@ def train_shared(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                           dealt=mine[1])
             if z is not None:
                 F += z
-        train_seconds += time.perf_counter() - started
+        loop.tick(started)
         t += 1
-        if bar is not None:
-            bar.update(1)
         final, epoch_end = step_marks(t, max_iter, sampler.per_epoch)
         if t % log_every == 0 or final or epoch_end:
-            if window_count:
-                last_batch_loss = window_loss / window_count
-            point = _shared_log_point(fed, t, fmap, created, shrink, train_seconds, last_batch_loss, cfg,
-                                      mon if (final or epoch_end) else None, log, control_tree, sent_before)
-            window_loss, window_count = 0.0, 0
-            if point is not None:
-                history.append(point)
-    if bar is not None:
-        bar.close()
+            use_mon = mon if (final or epoch_end) else None      # held-out values opened at epoch ends only
+            with fed.phase(MONITOR_PHASE):
+                f_mon = use_mon.update(created, shrink, t) if use_mon is not None else None
+            loop.log_point(t, t * fmap.block_size, f_mon, use_mon, cfg, log, control_tree)
+    loop.close()
     if stopped_by_growth and active:
         warnings.warn(f"FDSKL (shared protocol) stopped after {t} iterations: the coefficients' shrink factor "
                       f"(1 - gamma lambda)^-t reached 2**{MAX_GROWTH_BITS}, the fixed-point headroom. Lower lambda "
                       f"or gamma, or train fewer iterations.", RuntimeWarning, stacklevel=2)
-    if window_count:
-        last_batch_loss = window_loss / window_count
-    sent = phase_totals(fed, TRAIN_PHASE)
-    return TrainResult(alpha.to(dtype) if active else None, t, train_seconds, history, last_batch_loss,
-                       float("nan"), sent["bytes_sent"] - sent_before["bytes_sent"],
-                       sent["messages_sent"] - sent_before["messages_sent"])
+    return loop.result(alpha.to(dtype) if active else None, t)
 
 
 def _stop_all(fed: Federation, tree, mine: bool) -> bool:
@@ -601,18 +578,6 @@ class _SharedMonitor:
         self.blocks_done = t
         f = open_to_active(fed, self.F, self.m)
         return None if f is None else f * shrink ** (t - 1)
-
-
-def _shared_log_point(fed, t, fmap, created, shrink, train_seconds, batch_loss, cfg, mon, log, tree, sent_before):
-    with fed.phase(MONITOR_PHASE):
-        f_mon = mon.update(created, shrink, t) if mon is not None else None
-        mine = phase_totals(fed, TRAIN_PHASE)["bytes_sent"] - sent_before["bytes_sent"]
-        total = reduce(fed, torch.tensor([mine], dtype=torch.int64), tree)
-    if not fed.is_active:
-        return None
-    point = {"iteration": t, "features": t * fmap.block_size, "train_seconds": train_seconds,
-             "bytes": int(total[0]), "batch_loss": batch_loss}
-    return finish_point(point, f_mon, mon, cfg, log)
 
 
 # ----------------------------------------------------------------------------------------- prediction

@@ -123,6 +123,64 @@ class BatchSampler:
         return batch
 
 
+class TrainingLoop:
+    """The bookkeeping every FDSKL trainer (growing, shared, bounded) shares: the progress bar, the training
+    clock, the bytes sent since the start (the meter counts every run of this federation), the batch-loss
+    window between curve points and the curve itself."""
+
+    def __init__(self, fed: Federation, max_iter: int | None, *, log=None, progress: bool = False):
+        self.fed = fed
+        self.bar = log.progress(total=max_iter, desc="fdskl", unit="it") if progress and log is not None else None
+        self.sent_before = phase_totals(fed, TRAIN_PHASE)
+        self.history: list[dict] = []
+        self.window_loss, self.window_count = 0.0, 0
+        self.last_batch_loss = float("nan")
+        self.train_seconds = 0.0
+
+    def add_loss(self, value: float) -> None:
+        self.window_loss += value
+        self.window_count += 1
+
+    def tick(self, started: float) -> None:
+        """One iteration done (``started``: its perf_counter at the start)."""
+        self.train_seconds += time.perf_counter() - started
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def batch_loss(self) -> float:
+        """The mean batch loss since the last call (the previous value when no batch was seen since)."""
+        if self.window_count:
+            self.last_batch_loss = self.window_loss / self.window_count
+        self.window_loss, self.window_count = 0.0, 0
+        return self.last_batch_loss
+
+    def log_point(self, t: int, features: int, f_mon, mon, cfg, log, tree, extra: dict | None = None) -> None:
+        """A curve point (every party calls it): the bytes all parties sent for training so far, one integer
+        from each summed at the active party over ``tree``; the point is kept at the active party."""
+        fed = self.fed
+        with fed.phase(MONITOR_PHASE):
+            mine = phase_totals(fed, TRAIN_PHASE)["bytes_sent"] - self.sent_before["bytes_sent"]
+            total = reduce(fed, torch.tensor([mine], dtype=torch.int64), tree)
+        loss = self.batch_loss()
+        if not fed.is_active:
+            return
+        point = {"iteration": t, "features": features, "train_seconds": self.train_seconds, "bytes": int(total[0]),
+                 "batch_loss": loss, **(extra or {})}
+        self.history.append(finish_point(point, f_mon, mon, cfg, log))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        self.batch_loss()
+
+    def result(self, alpha, t: int, train_loss: float = float("nan")) -> TrainResult:
+        self.close()
+        sent = phase_totals(self.fed, TRAIN_PHASE)
+        return TrainResult(alpha, t, self.train_seconds, self.history, self.last_batch_loss, train_loss,
+                           sent["bytes_sent"] - self.sent_before["bytes_sent"],
+                           sent["messages_sent"] - self.sent_before["messages_sent"])
+
+
 def train_dsg(fed: Federation, fmap: FederatedFeatureMap, X: torch.Tensor, y: torch.Tensor | None,
               cfg: DSGConfig, *, monitor=None, log=None, progress: bool = False) -> TrainResult:
     """Run Algorithm 1 (batched) at this party; the active party's result carries alpha and the curve.
@@ -152,14 +210,7 @@ def train_dsg(fed: Federation, fmap: FederatedFeatureMap, X: torch.Tensor, y: to
         y = y.to(device=device, dtype=dtype)
     mon = _Monitor(fed, fmap, monitor, dtype, device) if monitor is not None else None
 
-    bar = None
-    if progress and log is not None:
-        bar = log.progress(total=max_iter, desc="fdskl", unit="it")
-    history: list[dict] = []
-    sent_before = phase_totals(fed, TRAIN_PHASE)           # the meter counts every run of this federation
-    window_loss, window_count = 0.0, 0
-    last_batch_loss = float("nan")
-    train_seconds = 0.0
+    loop = TrainingLoop(fed, max_iter, log=log, progress=progress)
     t = 0
     while True:
         started = time.perf_counter()
@@ -167,7 +218,7 @@ def train_dsg(fed: Federation, fmap: FederatedFeatureMap, X: torch.Tensor, y: to
             if max_iter is not None and t >= max_iter:
                 break
             if t == fetched_until:                                    # a new round (every iteration if prefetch = 1)
-                if cfg.max_time is not None and _stop(fed, control_tree, train_seconds >= cfg.max_time):
+                if cfg.max_time is not None and _stop(fed, control_tree, loop.train_seconds >= cfg.max_time):
                     break
                 k = prefetch if max_iter is None else min(prefetch, max_iter - t)
                 for _ in range(k):
@@ -194,30 +245,18 @@ def train_dsg(fed: Federation, fmap: FederatedFeatureMap, X: torch.Tensor, y: to
                 alpha = torch.cat([alpha * shrink, a_new])           # line 9: earlier alphas shrink
                 if f_train is not None:
                     f_train = shrink * f_train + phi @ a_new
-                window_loss += float(cfg.loss.value(f_batch, y_batch).mean())
-                window_count += 1
-        train_seconds += time.perf_counter() - started
+                loop.add_loss(float(cfg.loss.value(f_batch, y_batch).mean()))
+        loop.tick(started)
         t += 1
-        if bar is not None:
-            bar.update(1)
         if t % log_every == 0 or (max_iter is not None and t == max_iter):
-            last_batch_loss = window_loss / max(1, window_count)
-            point = _log_point(fed, t, fmap, alpha, train_seconds, last_batch_loss, f_train, y, cfg, mon, log,
-                               sent_before["bytes_sent"])
-            window_loss, window_count = 0.0, 0
-            if point is not None:
-                history.append(point)
-    if bar is not None:
-        bar.close()
-    if window_count:
-        last_batch_loss = window_loss / window_count
+            with fed.phase(MONITOR_PHASE):
+                f_mon = mon.update(alpha, shrink, t) if mon is not None else None
+            extra = {"train_loss": float(cfg.loss.value(f_train, y).mean())} if f_train is not None else None
+            loop.log_point(t, t * fmap.block_size, f_mon, mon, cfg, log, control_tree, extra)
     train_loss = float("nan")
     if active and f_train is not None:
         train_loss = float(cfg.loss.value(f_train, y).mean())
-    sent = phase_totals(fed, TRAIN_PHASE)
-    return TrainResult(alpha, t, train_seconds, history, last_batch_loss, train_loss,
-                       sent["bytes_sent"] - sent_before["bytes_sent"],
-                       sent["messages_sent"] - sent_before["messages_sent"])
+    return loop.result(alpha, t, train_loss)
 
 
 def _stop(fed: Federation, tree, mine: bool) -> bool:
@@ -253,22 +292,6 @@ class _Monitor:
         self.blocks_done = t
         self.shrinks_done = t
         return self.f
-
-
-def _log_point(fed, t, fmap, alpha, train_seconds, batch_loss, f_train, y, cfg, mon, log, sent_before):
-    with fed.phase(MONITOR_PHASE):
-        f_mon = mon.update(alpha, 1.0 - cfg.gamma * cfg.lam, t) if mon is not None else None
-        # Bytes sent by all parties for training so far: one integer from each, summed at the active party.
-        mine = phase_totals(fed, TRAIN_PHASE)["bytes_sent"] - sent_before
-        total = reduce(fed, torch.tensor([mine], dtype=torch.int64), pairwise_tree(
-            [fed.active] + [p for p in fed.parties if p != fed.active]))
-    if not fed.is_active:
-        return None
-    point = {"iteration": t, "features": t * fmap.block_size, "train_seconds": train_seconds,
-             "bytes": int(total[0]), "batch_loss": batch_loss}
-    if f_train is not None:
-        point["train_loss"] = float(cfg.loss.value(f_train, y).mean())
-    return finish_point(point, f_mon, mon, cfg, log)
 
 
 def log_interval(log_every: int | None, max_iter: int | None) -> int:
