@@ -93,7 +93,8 @@ RING = RingGroup()
 _SEED_WORDS = 2     # a 128-bit seed travels as two int64 words
 
 
-def _seed_tensor() -> torch.Tensor:
+def fresh_seed() -> torch.Tensor:
+    """128 bits of OS entropy as two int64 words: the seed of a secret stream, sent only to its holders."""
     return torch.tensor(np.frombuffer(secrets.token_bytes(8 * _SEED_WORDS), dtype=np.int64).copy())
 
 
@@ -276,7 +277,7 @@ def deal(fed: Federation, kind: str, shape_a, shape_b, *, holders, dealer: int, 
     op = _op(kind)
     out_shape = _out_shape(kind, shape_a, shape_b)
     if fed.rank == dealer:
-        s0, s1 = _seed_tensor(), _seed_tensor()
+        s0, s1 = fresh_seed(), fresh_seed()
         g0, g1 = _stream_from(s0), _stream_from(s1)
         if private:
             a = _uniform(g0, shape_a)
@@ -431,7 +432,7 @@ def mul_dealt(fed: Federation, x: torch.Tensor | None, y: torch.Tensor | None, *
     op = _op(kind)
     out_shape = _out_shape(kind, shape_x, shape_y)
     if fed.rank == dealer:
-        s0, s1 = _seed_tensor(), _seed_tensor()
+        s0, s1 = fresh_seed(), fresh_seed()
         a = _uniform(_stream_from(s0), shape_x)
         c1 = _uniform(_stream_from(s1), out_shape)
         c0 = op(a, y.cpu().to(torch.int64)) - c1
@@ -468,7 +469,7 @@ def deal_dealt(fed: Federation, ys, *, holders, dealer: int, kind: str, shapes_x
     shapes_y = [tuple(y.shape) for y in ys] if fed.rank != h0 else [tuple(s) for s in shapes_y]
     outs = [_out_shape(kind, sx, sy) for sx, sy in zip(shapes_x, shapes_y)]
     if fed.rank == dealer:
-        s0, s1 = _seed_tensor(), _seed_tensor()
+        s0, s1 = fresh_seed(), fresh_seed()
         g0, g1 = _stream_from(s0), _stream_from(s1)
         c0s = []
         for sx, out, y in zip(shapes_x, outs, ys):
@@ -553,7 +554,7 @@ def cross_products(fed: Federation, x: torch.Tensor | None, *, parties, dealer: 
     pairs = [(parties[a], parties[b]) for a in range(q) for b in range(a + 1, q)]
     width = dict(zip(parties, widths))
     if fed.rank == dealer:
-        seeds = {p: (_seed_tensor(), _seed_tensor()) for p in parties}
+        seeds = {p: (fresh_seed(), fresh_seed()) for p in parties}
         masks = {p: _uniform(_stream_from(seeds[p][0]), (rows, width[p])) for p in parties}
         second = {p: _stream_from(seeds[p][1]) for p in parties}
         explicit = {p: [] for p in parties}
@@ -606,7 +607,7 @@ def rerandomise(fed: Federation, mine: torch.Tensor | None, *, pair) -> torch.Te
     """
     a, b = pair
     if fed.rank == a:
-        seed = _seed_tensor()
+        seed = fresh_seed()
         fed.send(seed, b)
         return mine + _uniform(_stream_from(seed), mine.shape)
     if fed.rank == b:
