@@ -271,4 +271,6 @@ def test_same_seed_same_model_under_launch_and_torchrun(tmp_path):
     assert a["fdskl"]["protocol"] == b["fdskl"]["protocol"] == "shared"
     assert a["metrics"]["test_accuracy"] == b["metrics"]["test_accuracy"]
     assert a["metrics"]["test_auc"] == pytest.approx(b["metrics"]["test_auc"], abs=1e-4)
-    assert a["metrics"]["batch_loss"] == pytest.approx(b["metrics"]["batch_loss"], abs=1e-4)
+    # Fresh masks in both runs: the Z_2^32 products agree to 0.1% of the scale (issue 11; see
+    # test_masks_cancel_and_the_model_is_reproducible), not to 1e-4 absolute.
+    assert a["metrics"]["batch_loss"] == pytest.approx(b["metrics"]["batch_loss"], rel=1e-3)
