@@ -357,3 +357,28 @@ def test_exact_kernel_pca_saves_and_scores_new_rows(tmp_path):
                                                   "--components", "2", "--scale", "standard", "--test-fraction",
                                                   "0.25"], [])
     assert lines[0] == "pc1,pc2" and len({row.split(",")[0] for row in lines[1:]}) > 10
+
+
+def test_predict_without_dataset_reads_the_saved_models_dataset(tmp_path):
+    """`vfl predict --model DIR` with no --dataset scores the dataset the model was trained on (it used to read
+    breast_cancer, whatever the model); a model trained from --party-files asks for the files instead."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 5))
+    y = (X[:, 0] + X[:, 3] > 0).astype(int)
+    path = tmp_path / "rows.csv"
+    path.write_text("a,b,c,d,e,y\n" + "\n".join(",".join(f"{v:.6f}" for v in row) + f",{t}"
+                                                 for row, t in zip(X, y)) + "\n")
+    _round_trip(tmp_path, "csv", ["pca", "--dataset", str(path), "--label-column", "y", "--parties", "2",
+                                  "--components", "2", "--test-fraction", "0.25"],
+                ["test_explained_variance_ratio"])
+    from vfltorch.predict import _resolve
+
+    args = type("Args", (), {"dataset": None, "model": tmp_path / "csv", "label_column": None})()
+    _resolve(args)
+    assert args.dataset == str(path) and args.dataset_from_model and args.label_column == "y"
+    manifest = tmp_path / "csv" / "party-0" / "manifest.json"
+    saved = json.loads(manifest.read_text())
+    saved["data"]["party_files"] = True
+    manifest.write_text(json.dumps(saved))
+    r = run_vfl("predict", "--model", str(tmp_path / "csv"), "--quiet")
+    assert r.returncode != 0 and "--party-files" in r.stderr, r.stderr

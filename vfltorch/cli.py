@@ -86,6 +86,9 @@ class Command:
     # them anyway, so that the launching process imports no torch (in this process under torchrun, mpirun,
     # --federation or VFLTORCH_START_METHOD=spawn). It must not change ``args``: it sees its own parse of them.
     server_check: Callable[[argparse.Namespace, dict], None] | None = None
+    # Fills options whose default depends on something other than the command line (`vfl predict`: the saved
+    # model's dataset), right after parsing: in the launching process and again in every party, which re-parse argv.
+    resolve: Callable[[argparse.Namespace], None] | None = None
 
     def wants_coordinator(self, args) -> bool:
         return self.coordinator(args) if callable(self.coordinator) else bool(self.coordinator)
@@ -179,11 +182,13 @@ def command_name(argv: list[str]) -> str | None:
 
 
 def add_common_arguments(p: argparse.ArgumentParser, defaults: dict | None = None) -> None:
-    d = {"test_fraction": 0.25, "scale": "none", "normalize_rows": False, **(defaults or {})}
+    d = {"test_fraction": 0.25, "scale": "none", "normalize_rows": False, "dataset": "breast_cancer",
+         **(defaults or {})}
     g = p.add_argument_group("data")
-    g.add_argument("--dataset", default="breast_cancer",
-                   help="a registered name (see `vfl datasets`) or the path of a LIBSVM or CSV file "
-                        "(default: breast_cancer, bundled with scikit-learn)")
+    g.add_argument("--dataset", default=d["dataset"],
+                   help="a registered name (see `vfl datasets`) or the path of a LIBSVM or CSV file (default: "
+                        + ("breast_cancer, bundled with scikit-learn)" if d["dataset"] == "breast_cancer"
+                           else f"{d['dataset'] or 'the one the command reads from elsewhere'})"))
     g.add_argument("--test-dataset", help="a separate test file for --dataset PATH")
     g.add_argument("--data-dir", help="folder of the named datasets (default: $VFLTORCH_DATA, else ../shared/data)")
     g.add_argument("--label-column", help="label column of a CSV file (name, or index)")
@@ -306,7 +311,10 @@ def parse_command_line(argv: list[str]):
     if name is not None and name not in commands:
         commands = discover_commands()          # a command outside the index
     args = build_parser(commands, index=True).parse_args(argv)
-    return args, commands[args.command]
+    command = commands[args.command]
+    if command.resolve is not None:
+        command.resolve(args)
+    return args, command
 
 
 def data_config(args):

@@ -43,7 +43,10 @@ def data_manifest(fed, args, data) -> tuple[dict, dict]:
                                                                             "normalize_rows": bool(args.normalize_rows)},
            "data": {"dataset": args.dataset, "task": data.task, "partition": args.partition,
                     "feature_groups": args.feature_groups, "seed": args.seed, "test_fraction": args.test_fraction,
-                    "party_files": bool(args.party_files)}}
+                    "party_files": bool(args.party_files),
+                    # How to read a file given as --dataset again (`vfl predict` without --dataset re-reads it).
+                    "file_options": {"label_column": args.label_column, "positive_label": args.positive_label,
+                                     "task": getattr(args, "task", None), "test_dataset": args.test_dataset}}}
     if fed.is_active:
         out["labels"] = {"classes": _plain(data.classes), "note": data.label_note}
     arrays = {**arrays, "columns": np.asarray(data.columns, dtype=np.int64)}
@@ -93,6 +96,24 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--output-csv", metavar="PATH", help="the active party writes one line per scored row here")
 
 
+def _resolve(args) -> None:
+    """``--dataset`` left out: the dataset the model was trained on (each party reads its own shard's manifest:
+    across organisations each machine holds only its own). A model trained from ``--party-files`` has no dataset
+    to fall back on; ``_check`` then asks for the files."""
+    args.dataset_from_model = args.dataset is None
+    if args.dataset is not None:
+        return
+    try:
+        saved = describe(args.model).get("data") or {}
+    except ModelStoreError:
+        saved = {}                       # the check names the missing or unreadable model
+    args.dataset = saved.get("dataset") or "breast_cancer"
+    args.trained_from_party_files = bool(saved.get("party_files"))
+    for option, value in (saved.get("file_options") or {}).items():
+        if getattr(args, option, None) is None:
+            setattr(args, option, value)        # the label column etc. of the same file
+
+
 def _check(args) -> None:
     from .comm import under_mpirun, under_torchrun
     from .data.preflight import check_writable_file
@@ -105,6 +126,9 @@ def _check(args) -> None:
         raise VFLInputError(f"--parties {args.parties}, but the model in {args.model} was trained by {parties} "
                             f"parties: drop --parties, or give {parties}")
     args.parties = parties
+    if getattr(args, "trained_from_party_files", False) and not args.party_files:
+        raise VFLInputError(f"the model in {args.model} was trained from --party-files: give each party's file of "
+                            f"the rows to score with --party-files FILE ... --id-column NAME (or --dataset)")
     if args.output_csv:
         check_writable_file(args.output_csv, "--output-csv")
 
@@ -375,5 +399,5 @@ def _with_labels(table: dict, y, manifest) -> dict:
 COMMANDS = [
     Command("predict", "score new rows with a model saved by `vfl METHOD --save-model DIR` (each party its shard)",
             _run, add_arguments=_add_arguments, coordinator=_wants_coordinator, check=_check,
-            data_config=_data_config),
+            data_config=_data_config, data_defaults={"dataset": None}, resolve=_resolve),
 ]
