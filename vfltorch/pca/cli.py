@@ -74,8 +74,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--kernel", choices=KERNELS, default=None,
                    help="akpca (default rbf) or exact kernel PCA (default linear: plain PCA)")
     g.add_argument("--gamma", type=_gamma, default=None,
-                   help="kernel gamma: a number, or 'scale' for 1 / (features x variance) (default: 'scale' for "
-                        "akpca, 1 / total features for exact kernel PCA)")
+                   help="kernel gamma: a number, or 'scale' for 1 / (features x variance), as scikit-learn's SVC "
+                        "(default: 'scale'; 1 / total features, scikit-learn KernelPCA's default, gave near-constant "
+                        "scores on unscaled columns)")
     g.add_argument("--random-features", type=int, default=256, metavar="D",
                    help="rffkpca: number of random Fourier features D")
     g.add_argument("--degree", type=int, default=3, help="poly kernel degree")
@@ -128,7 +129,7 @@ def build_estimator(args):
         return ExactFederatedPCA(args.components, protocol=args.protocol, oversample=args.oversample, tol=args.tol,
                                  max_rounds=args.max_rounds, secure=args.secure_sum, sum_topology=args.sum_topology,
                                  center=args.center, seed=args.seed)
-    return ExactFederatedKernelPCA(args.components, kernel=kernel, gamma=args.gamma, degree=args.degree,
+    return ExactFederatedKernelPCA(args.components, kernel=kernel, gamma=args.gamma or "scale", degree=args.degree,
                                    coef0=args.coef0, secure=args.secure_sum, sum_topology=args.sum_topology,
                                    seed=args.seed)
 
