@@ -132,8 +132,9 @@ def test_an_impostor_is_refused_and_the_run_goes_on(tmp_path):
 
     th = threading.Thread(target=intrude)
     th.start()
-    # shop starts late: the impostor comes first and must not take its place.
-    result = launch_local(refused_list, path, keys, timeout=TIMEOUT, start_delay={"shop": 6.0})
+    # shop starts only once the impostor has come and gone (not after a fixed delay, which raced on a loaded
+    # machine where bank's process took longer to listen): the impostor must not take shop's place.
+    result = launch_local(refused_list, path, keys, timeout=TIMEOUT, start_delay={"shop": th.join})
     th.join()
     assert "read" not in outcome or outcome["read"] == b""
     assert any("TLS handshake failed" in r or "pinned for no peer" in r for r in result[0]), result[0]

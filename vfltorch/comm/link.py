@@ -423,8 +423,8 @@ def launch_local(fn, path, identities: dict, args: tuple = (), *, timeout: float
     """Run every party of federation file ``path`` as a local process over the TLS mesh (tests, benchmarks).
 
     ``identities`` maps party name to key file. Like ``launch``: ``fn(fed, *args)`` per party, results by
-    rank, ``FederationError`` naming every failed party. ``start_delay`` (name -> seconds) starts some
-    parties late (tests of what a listener does meanwhile).
+    rank, ``FederationError`` naming every failed party. ``start_delay`` (name -> seconds, or a callable that
+    returns when the party may start) starts some parties late (tests of what a listener does meanwhile).
     """
     import multiprocessing as mp
 
@@ -440,9 +440,13 @@ def launch_local(fn, path, identities: dict, args: tuple = (), *, timeout: float
                                  args=(str(path), p.name, str(identities[p.name]), fn, args, options, results))
              for p in spec.parties}
     delays = start_delay or {}
-    for p in sorted(spec.parties, key=lambda p: delays.get(p.name, 0.0)):
+    # Numbers first (in order), then parties that wait for a condition (a callable that returns when they may start).
+    for p in sorted(spec.parties, key=lambda p: (callable(delays.get(p.name)), 0.0 if callable(delays.get(p.name))
+                                                 else delays.get(p.name, 0.0))):
         wait = delays.get(p.name, 0.0)
-        if wait:
+        if callable(wait):
+            wait()
+        elif wait:
             time.sleep(wait)
         procs[p.rank].start()
     return collect_results([procs[r] for r in sorted(procs)], results, spec.roles, timeout)
