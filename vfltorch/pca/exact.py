@@ -340,7 +340,8 @@ class ExactFederatedPCA(FederatedPCABase):
         fp, fp2, fp_out = FixedPoint(F), FixedPoint(2 * F), FixedPoint(COVARIANCE_OPEN_BITS)
         holders = (parties[0], parties[1])
         block = None
-        with fed.phase(f"pca/{self.method}"):
+        # n d^2 ring products at the parties, d^3 in the rotation, while others wait: announced (public sizes).
+        with fed.phase(f"pca/{self.method}"), fed.expect_work(n * d * d + d ** 3, "the covariance products"):
             P = None
             if client:
                 me = parties.index(fed.rank)

@@ -231,7 +231,8 @@ class RandomFeatureKernelPCA(FederatedPCABase):
         e_bits = math.ceil(math.log2(2.0 * n * n * D))
         frac_in = 2 * FACTOR_BITS + e_bits
         frac_out = min(OPEN_BITS, frac_in - 1)
-        with fed.phase(f"pca/{self.method}"):
+        # The holders' ring products cost about n D^2 + D^3 operations while the others wait: announce them.
+        with fed.phase(f"pca/{self.method}"), fed.expect_work(n * D * D + D ** 3, "rffkpca's ring products"):
             # 1. Phases: a masked sum at A whose kept mask (K's) is beta + b.
             S = beta = None
             if client:
@@ -396,7 +397,8 @@ class RandomFeatureKernelPCA(FederatedPCABase):
             plan = fed.broadcast_json(plan, A, ranks=[*parties, coordinator])
             if plan["error"]:
                 raise VFLInputError(plan["error"])
-            m = plan["m"]
+        m = plan["m"]
+        with fed.phase(f"pca/{self.method}/transform"), fed.expect_work(m * D * (k + 2), "rffkpca's new-row products"):
             if n * 2 * math.sqrt(2 * D) * 2.0 ** (FACTOR_BITS + V_BITS) >= 2.0 ** 62:
                 raise VFLInputError(f"rffkpca: n = {n}, D = {D} overflow the 64-bit ring of the scores")
             S = beta = None
