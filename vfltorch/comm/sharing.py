@@ -618,7 +618,11 @@ def holder_gram(fed: Federation, x: torch.Tensor | None, *, parties, dealer: int
     Traffic: rows x (d + sum of the other parties' widths) ring elements (each
     party's columns once to h0, h0's masked S0 once to h1, h1's masked own
     columns once to h0), against (Q - 1) rows d for ``cross_products``; the
-    dealer sends the d0 x d1 explicit c0 and seeds.
+    dealer sends the d0 x d1 explicit c0 and seeds. With ``fp``, each diagonal
+    block X_l^T X_l enters as the float product encoded at 2F bits (a holder
+    corrects its own block locally; another party sends h0 its correction
+    masked by a tensor h1 draws from the same seed as R_l: f_l^2 words), so
+    the result is as exact as with the parties' own blocks in floating point.
 
     What each learns (semi-honest): h0: E_o (uniform: R_o unknown to it), G1
     (uniform: B), c0 (uniform: c1 from a seed it lacks); h1: F0 = S0 - A
@@ -662,15 +666,30 @@ def holder_gram(fed: Federation, x: torch.Tensor | None, *, parties, dealer: int
         return None
     me = fed.rank
     xe = fp.encode(x.cpu()) if fp is not None else x.cpu().to(torch.int64)
+    # With real inputs each party's own diagonal block enters as its float product encoded at 2F bits (as the
+    # products of unrounded columns), not as the product of its rounded columns: the correction below.
+    delta = None
+    if fp is not None:
+        delta = FixedPoint(2 * fp.frac_bits).encode(x.cpu().to(torch.float64).T @ x.cpu().to(torch.float64))
+        delta -= ring_matmul(xe.T, xe)
     if me in others:
-        R = _uniform(_stream_from(fed.recv(dealer, (_SEED_WORDS,), torch.int64, device="cpu")), (rows, width[me]))
+        stream = _stream_from(fed.recv(dealer, (_SEED_WORDS,), torch.int64, device="cpu"))
+        R = _uniform(stream, (rows, width[me]))
         fed.send(xe - R, h0)
+        if delta is not None:       # shared between the holders: T (from R's stream, h1) and delta - T (to h0)
+            fed.send(delta - _uniform(stream, (width[me], width[me])), h0)
         return None
     if me == h0:
         msg = fed.recv(dealer, (_SEED_WORDS + d0 * d1,), torch.int64, device="cpu")
         A = _uniform(_stream_from(msg[:_SEED_WORDS]), (rows, d0))
         c0 = msg[_SEED_WORDS:].reshape(d0, d1)
-        S0 = torch.cat([xe, *(fed.recv(o, (rows, width[o]), torch.int64, device="cpu") for o in others)], 1)
+        parts, corrections = [xe], []
+        for o in others:
+            parts.append(fed.recv(o, (rows, width[o]), torch.int64, device="cpu"))
+            if fp is not None:
+                corrections.append(fed.recv(o, (width[o], width[o]), torch.int64, device="cpu"))
+        S0 = torch.cat(parts, 1)
+        del parts
         fed.send(S0 - A, h1)
         G1 = fed.recv(h1, (rows, width[h1]), torch.int64, device="cpu")
         z = c0.clone()
@@ -681,7 +700,9 @@ def holder_gram(fed: Federation, x: torch.Tensor | None, *, parties, dealer: int
         msg = fed.recv(dealer, ((2 + len(others)) * _SEED_WORDS,), torch.int64, device="cpu")
         seeds = msg.reshape(-1, _SEED_WORDS)
         B = _uniform(_stream_from(seeds[0]), (rows, width[h1]))
-        S1 = torch.cat([xe] + [_uniform(_stream_from(seeds[2 + k]), (rows, width[o])) for k, o in enumerate(others)], 1)
+        streams = [_stream_from(seeds[2 + k]) for k in range(len(others))]
+        S1 = torch.cat([xe] + [_uniform(st, (rows, width[o])) for st, o in zip(streams, others)], 1)
+        corrections = [_uniform(st, (width[o], width[o])) for st, o in zip(streams, others)] if fp is not None else []
         F0 = fed.recv(h0, (rows, d0), torch.int64, device="cpu")
         fed.send(xe - B, h0)
         z = ring_matmul(F0.T, S1) + _uniform(_stream_from(seeds[1]), (d0, d1))
@@ -690,6 +711,10 @@ def holder_gram(fed: Federation, x: torch.Tensor | None, *, parties, dealer: int
     share = torch.zeros(d, d, dtype=torch.int64)
     idx = torch.tensor(rows_idx)
     share[idx[:, None], idx[None, :]] += ring_matmul(own.T, own)
+    if delta is not None:
+        for p, c in [(me, delta), *zip(others, corrections)]:
+            block = torch.tensor(offsets[p])
+            share[block[:, None], block[None, :]] += c
     i0, i1 = torch.tensor(cols0), torch.tensor(cols1)
     share[i0[:, None], i1[None, :]] += z
     share[i1[:, None], i0[None, :]] += z.T
