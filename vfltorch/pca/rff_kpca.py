@@ -40,6 +40,14 @@ eigensolver; it holds no data). Steps:
    (V at 28 bits, exact in the ring) to every data party: the output
    (scores Phi_c V, U = Phi_c V / sqrt(theta), eigenvalues theta / D).
 
+New rows (``transform(X_new)``, collective): steps 1, 2 and 6 again on the m new
+rows, with a fresh beta' of K's, each holder's share of s^T V kept from the fit
+and V (with the output's signs): n (Phi' - mean) V opened to every data party.
+
+The fit and the transform announce their ring products (``fed.expect_work``,
+public sizes), so the parties that only wait follow the holders' work instead
+of timing out.
+
 What each role learns (semi-honest, no collusion with the coordinator):
 A: S (uniform), the uniform messages of the products (K's f = y - b, K's
 masked share E_K, the mul_shared openings, the truncation bit product), the
@@ -176,7 +184,8 @@ class RandomFeatureKernelPCA(FederatedPCABase):
     Attributes: ``sample_components_`` (U, n x k; also ``eigenvectors_``), ``eigenvalues_`` (of the centred
     random-feature kernel Phi Phi^T / D), ``scores_`` (U sqrt(eigenvalues), = ``transform()``),
     ``feature_components_`` (V, D x k, at the two holders only; None elsewhere), ``gamma_``, ``bytes_``,
-    ``messages_``, ``fit_seconds_``. ``transform`` of new rows is not implemented.
+    ``messages_``, ``fit_seconds_``. ``transform(X_new)`` scores new rows in shares (``_transform_rows``);
+    ``save`` / ``load`` keep what that needs.
     """
 
     method = "rffkpca"
