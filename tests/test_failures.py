@@ -56,6 +56,44 @@ def test_a_lost_party_is_named_by_every_other_party(mode):
     assert elapsed < 60
 
 
+def working_job(fed, mode, victim, seconds, allowance):
+    """Every rank announces the same work (``allowance`` seconds' worth); the victim computes (sleeps)
+    ``seconds`` inside the block while the others wait for it (mode 'work'), or sleeps far past the allowance
+    (mode 'hang': it must still be named, after the timeout plus the allowance)."""
+    from vfltorch.comm.federation import work_rate
+
+    allreduce(fed, torch.ones(3), "tree")
+    started = time.monotonic()
+    try:
+        with fed.expect_work(allowance * work_rate(), "a test's announced work"):
+            if fed.rank == victim:
+                time.sleep(seconds if mode == "work" else 60)
+            allreduce(fed, torch.ones(3), "tree")
+            fed.barrier()
+    except PartyFailure as exc:
+        raise PartyFailure(f"{exc} [after {time.monotonic() - started:.1f} s]", party=exc.party) from None
+    allreduce(fed, torch.ones(3), "tree")              # back to the plain timeout afterwards
+    return fed.wait_timeout, time.monotonic() - started
+
+
+def test_waits_follow_announced_work_and_a_silent_party_is_still_named():
+    # Work longer than the timeout, inside the announced allowance: every party waits it out.
+    out = launch(working_job, 3, args=("work", 1, 1.5 * TIMEOUT, 3 * TIMEOUT), timeout=TIMEOUT)
+    assert all(o[0] == TIMEOUT for o in out)                       # the allowance ends with the block
+    assert all(o[1] >= 1.5 * TIMEOUT for o in out)                  # they did wait longer than the timeout
+    # A party that stays silent past the allowance is named, after about the timeout plus the allowance.
+    with pytest.raises(FederationError) as info:
+        launch(working_job, 3, args=("hang", 1, 0.0, 0.5 * TIMEOUT), timeout=TIMEOUT)
+    err = info.value
+    assert err.root == 1
+    for rank in (0, 2):
+        first = err.errors[rank].splitlines()[0]
+        assert first.startswith("PartyFailure: party 1 (passive) is gone"), first
+        seconds = float(first.rsplit("[after ", 1)[1].split(" s]")[0])
+        assert 1.5 * TIMEOUT - 0.5 < seconds < 1.5 * TIMEOUT + 3.0, first
+    assert any("allowed for the announced work" in err.errors[r] for r in (0, 2)), err.errors
+
+
 def _join_worker(rank, port, world, results):
     store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=10))
     started = time.monotonic()

@@ -455,3 +455,14 @@ def test_federation_file_in_toml(tmp_path):
         lines += [f"{k} = {json.dumps(v)}" for k, v in p.items()]
     (tmp_path / "fed.toml").write_text("\n".join(lines) + "\n")
     assert ff.load(tmp_path / "fed.toml").digest == ff.load(path).digest
+
+
+@pytest.mark.slow
+def test_tls_waits_follow_announced_work(tmp_path):
+    # The TLS mesh's socket timeouts follow Federation.expect_work as gloo's waits do (tests/test_failures.py):
+    # party 1 computes 1.5 timeouts inside an announced block of 3 timeouts; the others wait it out.
+    from test_failures import working_job
+
+    path, keys = make_federation(tmp_path, 3)
+    out = launch_local(working_job, path, keys, args=("work", 1, 12.0, 24.0), timeout=8.0)
+    assert all(o[0] == 8.0 and o[1] >= 12.0 for o in out), out

@@ -382,3 +382,28 @@ def test_predict_without_dataset_reads_the_saved_models_dataset(tmp_path):
     manifest.write_text(json.dumps(saved))
     r = run_vfl("predict", "--model", str(tmp_path / "csv"), "--quiet")
     assert r.returncode != 0 and "--party-files" in r.stderr, r.stderr
+
+
+def test_random_feature_kernel_pca_saves_and_scores_new_rows(tmp_path):
+    """rffkpca transforms new rows (in shares; centrally its twin), so it is saved: the loaded model transforms
+    new rows exactly as the fitted one (Q = 1 here; the federated save/load is a slow test of
+    tests/test_pca_rffkpca.py, `vfl predict` the slow test below)."""
+    from sklearn.preprocessing import StandardScaler
+
+    from vfltorch.pca.rff_kpca import RandomFeatureKernelPCA
+
+    X, _ = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    m = RandomFeatureKernelPCA(3, n_random_features=64, gamma="scale").fit(X[:400])
+    m.save(tmp_path / "r")
+    loaded = RandomFeatureKernelPCA.load(tmp_path / "r")
+    np.testing.assert_array_equal(loaded.transform(X[400:]), m.transform(X[400:]))
+    assert np.abs(m.transform(X[400:])).max() > 0.1
+
+
+@pytest.mark.slow
+def test_random_feature_kernel_pca_predict_in_fresh_processes(tmp_path):
+    model, lines = _round_trip(tmp_path, "rff", ["pca", "--parties", "3", "--method", "rffkpca", "--components",
+                                                 "2", "--random-features", "64", "--no-evaluate", "--scale",
+                                                 "standard", "--test-fraction", "0.25"], [])
+    assert lines[0] == "pc1,pc2" and len({row.split(",")[0] for row in lines[1:]}) > 10

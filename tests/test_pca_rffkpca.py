@@ -20,24 +20,29 @@ from conftest import needs_dataset
 from vfltorch.comm import launch
 from vfltorch.kernels.random_features import FourierSampler
 from vfltorch.pca.rff_kpca import (CIRCLE, RandomFeatureKernelPCA, partial_phase_words, phase_offsets,
-                                   reference_fit)
+                                   reference_fit, reference_model, reference_transform)
 
 from vfltorch.pca.linalg import align_signs
 
 from test_fdskl_attack import r2, unwrap_attack
 
 N, D, K = 300, 64, 3
+M = 300                           # held-out rows transformed after the fit (as many as N: the attack helpers)
 WIDTHS = [2, 3, 2]
 GAMMA = 0.5                       # sigma = 1: the phase attack needs no tuning (as in test_fdskl_attack)
 
 
-def blocks():
-    g = torch.Generator().manual_seed(7)
-    X = torch.rand(N, sum(WIDTHS), generator=g, dtype=torch.float64)
+def blocks(rows=N, seed=7):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.rand(rows, sum(WIDTHS), generator=g, dtype=torch.float64)
     return list(torch.split(X, WIDTHS, dim=1))
 
 
-def job(fed, parts):
+def new_blocks():
+    return blocks(M, 11)
+
+
+def job(fed, parts, new_parts):
     import vfltorch.pca.rff_kpca as mod
     captured = []
     original = mod.masked_sum
@@ -51,27 +56,38 @@ def job(fed, parts):
     mod.masked_sum = spy
     X = parts[fed.rank] if fed.is_data_party else None
     est = RandomFeatureKernelPCA(K, n_random_features=D, gamma=GAMMA, fed=fed).fit(X)
+    fit_captured, captured = captured, []
+    fit_sent = len(fed.transcript)
+    # Held-out rows: every data party passes its columns of them, the coordinator deals (transform()).
+    new = est.transform(new_parts[fed.rank]) if fed.is_data_party else est.transform()
     mod.masked_sum = original
+    sent = [(m.phase, m.dst, m.tensor) for m in fed.transcript]
     return {"U": est.sample_components_, "lam": est.eigenvalues_, "scores": est.scores_, "bytes": est.bytes_,
-            "V": est.feature_components_, "captured": captured,
-            "sent": [(m.phase, m.dst, m.tensor) for m in fed.transcript]}
+            "V": est.feature_components_, "captured": fit_captured, "sent": sent[:fit_sent],
+            "new": new, "new_captured": captured, "new_sent": sent[fit_sent:]}
 
 
 @pytest.fixture(scope="module")
 def run():
     parts = blocks()
-    out = launch(job, 3, args=(parts,), coordinator=True, record_transcript=True)
+    out = launch(job, 3, args=(parts, new_blocks()), coordinator=True, record_transcript=True)
     sampler = FourierSampler("rbf", 1.0 / math.sqrt(2 * GAMMA), 0)
-    theta, off = CIRCLE.encode(phase_offsets(0, D)).expand(N, D), 0
+    return out, parts, grid_phases(parts, sampler), sampler
+
+
+def grid_phases(parts, sampler):
+    """The pooled grid phases of the rows given as the parties' blocks (what nobody holds in a federated run)."""
+    theta, off = CIRCLE.encode(phase_offsets(0, D)).expand(parts[0].shape[0], D), 0
     for B in parts:
         theta = CIRCLE.add(theta, partial_phase_words(B, range(off, off + B.shape[1]), sampler, D))
         off += B.shape[1]
-    return out, parts, theta, sampler
+    return theta
 
 
-def received(out, rank):
-    """Every tensor sent to ``rank`` by any other rank (from the senders' transcripts)."""
-    return [(phase, t) for r, o in enumerate(out) if r != rank for phase, dst, t in o["sent"] if dst == rank]
+def received(out, rank, key="sent"):
+    """Every tensor sent to ``rank`` by any other rank (from the senders' transcripts; ``key="new_sent"``:
+    during the transform of the held-out rows)."""
+    return [(phase, t) for r, o in enumerate(out) if r != rank for phase, dst, t in o[key] if dst == rank]
 
 
 def pooled_features(tensors, width=N // 8):
@@ -173,6 +189,75 @@ def test_coordinator_sees_a_rotated_matrix_with_the_right_spectrum(run):
     assert ((ev_R - ev_M).abs()[-K:] / ev_M[-K:]).max() < 1e-4           # the same spectrum
     Rs = (R + R.T) / 2 * (M.norm() / R.norm())
     assert (Rs - M).norm() / M.norm() > 0.5                              # but not the matrix
+
+
+def test_transform_of_new_rows_equals_centralised_random_feature_kpca(run):
+    out, parts, theta, sampler = run
+    U, lam, scores, V, mean = reference_model(theta, K)
+    want = reference_transform(grid_phases(new_blocks(), sampler), mean, V)
+    assert want.abs().max() > 0.1                                        # not a trivially small target
+    for r in range(3):
+        assert out[r]["new"].shape == (M, K)
+        assert (out[r]["new"] - want).abs().max() < 1e-4, r
+    assert out[3]["new"] is None                                         # the coordinator only dealt
+    # The training rows through transform(X_train) give the training scores (the same centring).
+    Phi_new = reference_transform(theta, mean, V)
+    assert (Phi_new - scores).abs().max() < 1e-9
+    # The centralised estimator (Q = 1) transforms the same way (its one party rounds all its phases on the
+    # grid at once, the federation each party's part: 16-bit grid differences only).
+    est = RandomFeatureKernelPCA(K, n_random_features=D, gamma=GAMMA).fit(torch.cat(parts, dim=1))
+    assert (est.transform(torch.cat(new_blocks(), dim=1)) - want).abs().max() < 1e-4
+    # No message larger than m x D x 2 words during the transform; the coordinator receives only the size m.
+    assert max(t.numel() for o in out for _, _, t in o["new_sent"]) <= M * D * 2
+    to_coord = [t for p, t in received(out, 3, "new_sent") if p.startswith("pca/rffkpca")]
+    assert to_coord and all(t.numel() < 64 for t in to_coord)          # the JSON plan {"m": ...} (and its length)
+
+
+def test_transform_messages_do_not_reveal_new_rows(run):
+    out, _, _, sampler = run
+    new = new_blocks()
+    theta_new = grid_phases(new, sampler)
+    S = out[0]["new_captured"][0]                   # A's phase sum for the new rows: theta' + beta'
+    assert S.dtype == torch.int16 and S.shape == (M, D)
+    own = CIRCLE.add(partial_phase_words(new[0], range(WIDTHS[0]), sampler, D),
+                     CIRCLE.encode(phase_offsets(0, D)).expand(M, D))
+    W_P = sampler.omega(range(WIDTHS[0], sum(WIDTHS)), range(D))
+    X_P = torch.cat(new[1:], dim=1)
+    # Reference (the unmasked phases of the new rows, what A would hold without K's fresh beta'): succeeds.
+    assert r2(unwrap_attack(CIRCLE.decode(theta_new), CIRCLE.decode(own), W_P), X_P).min() > 0.9
+    got = r2(unwrap_attack(CIRCLE.decode(S), CIRCLE.decode(own), W_P), X_P)
+    assert got.max() < 0.05, got
+    for victim in range(3):
+        assert heldout_r2(pooled_features([theta_new]), new[victim]).min() > 0.5     # the reference regression
+    for rank in range(4):
+        msgs = [t for p, t in received(out, rank, "new_sent") if p.startswith("pca/rffkpca")]
+        # the opened scores (the output) are the last messages a data party receives: leave them out
+        msgs = [t for t in msgs if t.shape != (M, K)]
+        views = [F for F in (pooled_features([t]) for t in msgs + out[rank]["new_captured"]) if F.shape[1]]
+        for victim in range(3):
+            if victim == rank:
+                continue
+            for F in views:
+                got = heldout_r2(F, new[victim])
+                assert got.max() < 0.05, (rank, victim, got)
+
+
+def save_load_job(fed, parts, new_parts, root):
+    X = parts[fed.rank] if fed.is_data_party else None
+    est = RandomFeatureKernelPCA(K, n_random_features=D, gamma=GAMMA, fed=fed).fit(X)
+    est.save(root)
+    loaded = RandomFeatureKernelPCA.load(root, fed)
+    if fed.is_data_party:
+        return est.transform(new_parts[fed.rank]), loaded.transform(new_parts[fed.rank])
+    return est.transform(), loaded.transform()
+
+
+@pytest.mark.slow
+def test_saved_model_transforms_new_rows_like_the_fitted_one(tmp_path):
+    out = launch(save_load_job, 3, args=(blocks(), new_blocks(), str(tmp_path)), coordinator=True)
+    for r in range(3):       # fresh masks each time: the 14-bit truncations round differently (1e-5)
+        assert (out[r][0] - out[r][1]).abs().max() < 1e-4
+    assert out[3] == (None, None)
 
 
 def corrupt_job(fed, parts):

@@ -363,11 +363,15 @@ def _predict_pca(fed, manifest, arrays, X, y):
     from .pca.akpca import VFedAKPCA
     from .pca.exact import ExactFederatedPCA
     from .pca.exact_kernel import ExactFederatedKernelPCA
+    from .pca.rff_kpca import RandomFeatureKernelPCA
     from .pca.vfedpca import VFedPCA
 
     est = _restore(manifest, arrays, fed, {"VFedPCA": VFedPCA, "ExactFederatedPCA": ExactFederatedPCA,
-                                           "VFedAKPCA": VFedAKPCA, "ExactFederatedKernelPCA": ExactFederatedKernelPCA})
+                                           "VFedAKPCA": VFedAKPCA, "ExactFederatedKernelPCA": ExactFederatedKernelPCA,
+                                           "RandomFeatureKernelPCA": RandomFeatureKernelPCA})
     if not fed.is_data_party:
+        if isinstance(est, RandomFeatureKernelPCA) and fed.world_size > 1:
+            est.transform(None, fed)     # rffkpca: the coordinator deals the new rows' feature products
         return None
     X = X.to(torch.float64)
     scores = est.transform(X, fed)

@@ -18,6 +18,19 @@ stopped because *its* peer died. So every party that detects a failure writes
 that chain to the first party that reported nothing: the root cause. The store
 lives outside the parties (a helper process of the launcher's, or torchrun's
 agent), so it survives any of them.
+
+Timeouts that follow the work. A party that only waits while others compute
+would time out after ``timeout`` seconds however legitimate the computation.
+So protocol code announces heavy local work with ``expect_work(operations)``,
+called by every rank of the federation at the same place of the protocol
+(SPMD, with the same public count: sizes every party knows, such as n x D x D
+multiply-adds): inside the block every wait (receive, send, barrier) may last
+``timeout + operations / work_rate`` seconds (``work_rate()``, a deliberately
+slow machine: VFLTORCH_WORK_RATE operations per second, default 3e7). A party
+that dies is still noticed at once (its connection closes); one that stops
+answering (stopped, hung, cut off) is noticed after the timeout plus the
+announced work's allowance, and the message says so. Nothing but public sizes
+goes into the allowance, so it reveals nothing.
 """
 
 from __future__ import annotations
@@ -48,6 +61,13 @@ _DTYPE_CODE = {d: i for i, d in enumerate(_DTYPES)}
 
 _CLOSED_MARKERS = ("Connection closed", "Connection reset", "Broken pipe", "ECONNRESET",
                    "Socket closed", "Connection refused")
+
+
+def work_rate() -> float:
+    """Operations per second assumed by ``Federation.expect_work`` (VFLTORCH_WORK_RATE, default 3e7: five
+    times slower than the shared, loaded 2-core machine ran rffkpca's n D^2 + D^3 (1.5e8 per second at
+    D = 1024), so the allowance is generous; "operations" is whatever unit the caller counts in)."""
+    return float(os.environ.get("VFLTORCH_WORK_RATE", 3e7))
 
 
 def default_max_message_bytes() -> int:
@@ -84,6 +104,7 @@ class Federation:
         self.transcript = transcript
         self._phase = ["default"]
         self._closed = False
+        self._allowances: list[float] = []    # seconds added to every wait by the enclosing expect_work blocks
 
     # ------------------------------------------------------------------ set-up
     @classmethod
@@ -200,6 +221,36 @@ class Federation:
         finally:
             self._phase.pop()
 
+    # ----------------------------------------------------------- waiting time
+    @property
+    def wait_timeout(self) -> float:
+        """Seconds a wait may last here: the timeout plus the announced work's allowance (``expect_work``)."""
+        return self.timeout + sum(self._allowances)
+
+    @contextlib.contextmanager
+    def expect_work(self, operations: float, what: str = "local computation"):
+        """Every rank calls this at the same place with the same public ``operations`` (e.g. n D^2 for an
+        n x D by D x n product): waits inside the block follow the work (module docstring)."""
+        extra = max(0.0, float(operations)) / work_rate()
+        self._allowances.append(extra)
+        self._set_transport_timeout()
+        try:
+            yield extra
+        finally:
+            self._allowances.pop()
+            self._set_transport_timeout()
+
+    def _set_transport_timeout(self) -> None:
+        if self.transport is not None and hasattr(self.transport, "set_timeout"):
+            self.transport.set_timeout(self.wait_timeout)
+
+    def _wait(self, work) -> None:
+        """Wait for a gloo work item within ``wait_timeout`` (torch's own default is the process group's)."""
+        if self.backend == "mpi":
+            work.wait()                    # MPI has no per-wait timeout: its process group's applies
+        else:
+            work.wait(datetime.timedelta(seconds=self.wait_timeout))
+
     # ---------------------------------------------------------- point-to-point
     def _outgoing(self, tensor: torch.Tensor, dst: int) -> torch.Tensor:
         self._check_peer(dst)
@@ -220,7 +271,8 @@ class Federation:
         if self.transport is not None:
             self._guard(lambda: self.transport.send(t, dst), dst, "sending to")
         else:
-            self._guard(lambda: dist.send(t, dst), dst, "sending to")
+            self._guard(lambda: self._wait(dist.isend(t, dst)) if self._allowances else dist.send(t, dst), dst,
+                        "sending to")
 
     def recv(self, src: int, shape, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
         """Receive a tensor of known shape and dtype from ``src``; returned on ``device`` (default: the party's)."""
@@ -229,7 +281,8 @@ class Federation:
             buf = self._guard(lambda: self.transport.recv(src, shape, dtype), src, "receiving from")
         else:
             buf = torch.empty(tuple(shape), dtype=dtype)
-            self._guard(lambda: dist.recv(buf, src), src, "receiving from")
+            self._guard(lambda: self._wait(dist.irecv(buf, src)) if self._allowances else dist.recv(buf, src), src,
+                        "receiving from")
         self.meter.record_recv(self.current_phase, buf.numel() * buf.element_size())
         return buf.to(self.device if device is None else device)
 
@@ -245,8 +298,8 @@ class Federation:
 
             def both():
                 req = dist.isend(t, dst)
-                dist.recv(buf, src)
-                req.wait()
+                self._wait(dist.irecv(buf, src))
+                self._wait(req)
 
             self._guard(both, src, "exchanging with")
         self.meter.record_recv(self.current_phase, buf.numel() * buf.element_size())
@@ -321,7 +374,13 @@ class Federation:
 
     def barrier(self) -> None:
         if self.world_size > 1:
-            op = self.transport.barrier if self.transport is not None else dist.barrier
+            if self.transport is not None:
+                op = self.transport.barrier
+            elif self._allowances:
+                def op():
+                    self._wait(dist.barrier(async_op=True))
+            else:
+                op = dist.barrier
             self._guard(op, None, "waiting at a barrier with")
 
     # ---------------------------------------------------------------- failures
@@ -352,8 +411,11 @@ class Federation:
                                 reporter=self.rank, phase=phase)
         gone = self.roles.name(root)
         if root == peer:
+            waited = (f"{self.timeout:g} s" if not self._allowances else
+                      f"{self.wait_timeout:g} s (the timeout, {self.timeout:g} s, plus {sum(self._allowances):.0f} s "
+                      f"allowed for the announced work)")
             how = ("its connection closed (the process died or exited)" if closed else
-                   f"it did not answer within {self.timeout:g} s" if timed_out else text)
+                   f"it did not answer within {waited}" if timed_out else text)
             msg = f"{gone} is gone: {how}" + (f"; it reported: {err}" if err else "")
             msg += f". Seen from {self.name()} while {doing} it during phase '{phase}'."
         else:

@@ -337,6 +337,12 @@ class TLSMesh:
         except OSError as exc:
             raise RuntimeError(f"Connection closed on {name}: {exc}") from None
 
+    def set_timeout(self, seconds: float) -> None:
+        """Seconds a send or receive may block from now on (``Federation.expect_work`` raises it)."""
+        self.timeout = float(seconds)
+        for sock in list(self.out.values()) + list(self.inc.values()):
+            sock.settimeout(self.timeout)
+
     def send(self, t: torch.Tensor, dst: int) -> None:
         self._send_frame(dst, KIND_DATA, t)
 

@@ -596,6 +596,131 @@ def cross_products(fed: Federation, x: torch.Tensor | None, *, parties, dealer: 
     return shares
 
 
+def holder_gram(fed: Federation, x: torch.Tensor | None, *, parties, dealer: int, widths, rows: int,
+                fp: FixedPoint | None = None) -> torch.Tensor | None:
+    """Shares at two holders of the whole Gram matrix X^T X of X = [X_1, ..., X_Q], each party's columns opened once.
+
+    The holders are h0 = parties[0] and h1 = parties[1]; every other party o
+    secret-shares its columns between them: the dealer sends o and h1 a seed of
+    a uniform R_o, and o sends E_o = X_o - R_o to h0 only (uniform to h0). So
+    X = S0 + S1 (columns in the pooled order) with S0 = [X_h0 | 0 | E_o ...] at
+    h0 and S1 = [0 | X_h1 | R_o ...] at h1, and
+
+        X^T X = S0^T S0 (h0, locally) + S1^T S1 (h1, locally) + S0^T S1 + (S0^T S1)^T.
+
+    The cross term as in ``cross_products`` with one opening each way: the
+    dealer gives h0 a mask A (seed) and h1 a mask B (seed) for X_h1, h0 sends
+    F0 = S0 - A to h1, h1 sends G1 = X_h1 - B to h0, and with the dealer's
+    shares c0 + c1 = A^T [B | R] (it knows A, B and R):
+
+        z1 = F0^T S1 + c1          z0 = [A^T G1 | 0] + c0          z0 + z1 = S0^T S1.
+
+    Traffic: rows x (d + sum of the other parties' widths) ring elements (each
+    party's columns once to h0, h0's masked S0 once to h1, h1's masked own
+    columns once to h0), against (Q - 1) rows d for ``cross_products``; the
+    dealer sends the d0 x d1 explicit c0 and seeds. With ``fp``, each diagonal
+    block X_l^T X_l enters as the float product encoded at 2F bits (a holder
+    corrects its own block locally; another party sends h0 its correction
+    masked by a tensor h1 draws from the same seed as R_l: f_l^2 words), so
+    the result is as exact as with the parties' own blocks in floating point.
+
+    What each learns (semi-honest): h0: E_o (uniform: R_o unknown to it), G1
+    (uniform: B), c0 (uniform: c1 from a seed it lacks); h1: F0 = S0 - A
+    (uniform: A is the dealer's), its seeds; the other parties: one seed each;
+    the dealer: nothing (it receives nothing). Collusions: **h0 with h1** gets
+    every other party's columns (E_o + R_o): the two holders must not collude
+    (``cross_products`` resists any coalition of data parties without the
+    dealer); the dealer with h0 unmasks E_o (R_o) and G1 (B), with h1 unmasks F0
+    (A). SPMD: every rank of ``parties`` and the dealer calls it. ``x`` real
+    (encoded with ``fp``: the Gram matrix then carries 2 * fp.frac_bits
+    fractional bits, not truncated) or ring. Returns this holder's int64 d x d
+    share, ``None`` elsewhere.
+    """
+    parties = list(parties)
+    widths = [int(w) for w in widths]
+    h0, h1 = parties[0], parties[1]
+    others = parties[2:]
+    width = dict(zip(parties, widths))
+    offsets, at = {}, 0
+    for p in parties:
+        offsets[p] = range(at, at + width[p])
+        at += width[p]
+    d = at
+    cols0 = [c for p in [h0, *others] for c in offsets[p]]          # S0's columns in the pooled order
+    cols1 = [c for p in [h1, *others] for c in offsets[p]]
+    d0, d1, w_o = len(cols0), len(cols1), sum(width[o] for o in others)
+    if fed.rank == dealer:
+        r_seeds = {o: fresh_seed() for o in others}
+        a_seed, b_seed, c_seed = fresh_seed(), fresh_seed(), fresh_seed()
+        for o in others:
+            fed.send(r_seeds[o], o)
+        A = _uniform(_stream_from(a_seed), (rows, d0))
+        T = ring_matmul(A.T, torch.cat([_uniform(_stream_from(b_seed), (rows, width[h1]))]
+                                       + [_uniform(_stream_from(r_seeds[o]), (rows, width[o])) for o in others], 1))
+        del A
+        c0 = T - _uniform(_stream_from(c_seed), (d0, d1))
+        fed.send(torch.cat([a_seed, c0.reshape(-1)]), h0)
+        fed.send(torch.cat([b_seed, c_seed, *(r_seeds[o] for o in others)]), h1)
+        return None
+    if fed.rank not in parties:
+        return None
+    me = fed.rank
+    xe = fp.encode(x.cpu()) if fp is not None else x.cpu().to(torch.int64)
+    # With real inputs each party's own diagonal block enters as its float product encoded at 2F bits (as the
+    # products of unrounded columns), not as the product of its rounded columns: the correction below.
+    delta = None
+    if fp is not None:
+        delta = FixedPoint(2 * fp.frac_bits).encode(x.cpu().to(torch.float64).T @ x.cpu().to(torch.float64))
+        delta -= ring_matmul(xe.T, xe)
+    if me in others:
+        stream = _stream_from(fed.recv(dealer, (_SEED_WORDS,), torch.int64, device="cpu"))
+        R = _uniform(stream, (rows, width[me]))
+        fed.send(xe - R, h0)
+        if delta is not None:       # shared between the holders: T (from R's stream, h1) and delta - T (to h0)
+            fed.send(delta - _uniform(stream, (width[me], width[me])), h0)
+        return None
+    if me == h0:
+        msg = fed.recv(dealer, (_SEED_WORDS + d0 * d1,), torch.int64, device="cpu")
+        A = _uniform(_stream_from(msg[:_SEED_WORDS]), (rows, d0))
+        c0 = msg[_SEED_WORDS:].reshape(d0, d1)
+        parts, corrections = [xe], []
+        for o in others:
+            parts.append(fed.recv(o, (rows, width[o]), torch.int64, device="cpu"))
+            if fp is not None:
+                corrections.append(fed.recv(o, (width[o], width[o]), torch.int64, device="cpu"))
+        S0 = torch.cat(parts, 1)
+        del parts
+        fed.send(S0 - A, h1)
+        G1 = fed.recv(h1, (rows, width[h1]), torch.int64, device="cpu")
+        z = c0.clone()
+        z[:, :width[h1]] += ring_matmul(A.T, G1)
+        own, rows_idx = S0, cols0
+        del A, G1
+    else:
+        msg = fed.recv(dealer, ((2 + len(others)) * _SEED_WORDS,), torch.int64, device="cpu")
+        seeds = msg.reshape(-1, _SEED_WORDS)
+        B = _uniform(_stream_from(seeds[0]), (rows, width[h1]))
+        streams = [_stream_from(seeds[2 + k]) for k in range(len(others))]
+        S1 = torch.cat([xe] + [_uniform(st, (rows, width[o])) for st, o in zip(streams, others)], 1)
+        corrections = [_uniform(st, (width[o], width[o])) for st, o in zip(streams, others)] if fp is not None else []
+        F0 = fed.recv(h0, (rows, d0), torch.int64, device="cpu")
+        fed.send(xe - B, h0)
+        z = ring_matmul(F0.T, S1) + _uniform(_stream_from(seeds[1]), (d0, d1))
+        own, rows_idx = S1, cols1
+        del B, F0
+    share = torch.zeros(d, d, dtype=torch.int64)
+    idx = torch.tensor(rows_idx)
+    share[idx[:, None], idx[None, :]] += ring_matmul(own.T, own)
+    if delta is not None:
+        for p, c in [(me, delta), *zip(others, corrections)]:
+            block = torch.tensor(offsets[p])
+            share[block[:, None], block[None, :]] += c
+    i0, i1 = torch.tensor(cols0), torch.tensor(cols1)
+    share[i0[:, None], i1[None, :]] += z
+    share[i1[:, None], i0[None, :]] += z.T
+    return share
+
+
 def rerandomise(fed: Federation, mine: torch.Tensor | None, *, pair) -> torch.Tensor | None:
     """The two ranks of ``pair`` add and subtract the same uniform ring tensor; others return ``mine`` unchanged.
 

@@ -148,11 +148,12 @@ def check(args, info: dict) -> None:
             raise VFLInputError(f"{option} must be {'a positive integer' if low else 'an integer >= 0'}, got {value}")
     if not (math.isfinite(args.tol) and args.tol > 0):
         raise VFLInputError(f"--tol must be a positive number (the relative residual at which to stop), got {args.tol:g}")
-    if getattr(args, "save_model", None) and (args.method in ("akpca", "rffkpca")
+    if getattr(args, "save_model", None) and (args.method == "akpca"
                                                 or args.method == "vfedpca" and args.kernel not in (None, "linear")):
         raise VFLInputError(f"--save-model keeps models that score new rows: --method {args.method} embeds the "
                             f"training samples only; use --method exact (with --kernel for exact kernel PCA, which "
-                            f"scores new rows through a masked cross-Gram sum) or drop --save-model")
+                            f"scores new rows through a masked cross-Gram sum), --method rffkpca (new rows in "
+                            f"shares) or drop --save-model")
 
 
 def check_estimator(args, info: dict) -> None:

@@ -10,16 +10,15 @@ pooled matrix has no more features than samples, d <= n, else ``"rotated"``):
    scales its columns, Y_l = X_l / s with s^2 = ||X||_F^2 (a masked sum), so
    that Y = [Y_1, ..., Y_Q] has unit Frobenius norm and every product below
    lies in [-1, 1].
-2. ``sharing.cross_products``: the coordinator (dealer) gives party l a uniform
-   ring mask A_l (a seed) and each pair shares of A_l^T A_m; party l sends
-   E_l = enc(Y_l) - A_l (n x f_l, uniform) once to every other data party,
-   and every pair (l, m) then holds shares of Y_l^T Y_m with no further
-   message. 30 fractional bits, products kept at 60 bits.
-3. Each party's d x d share (its own Y_l^T Y_l plus its pair shares) goes
-   into a masked sum at the second party (the first keeps its own, after
-   ``sharing.rerandomise`` with the third: a share that is zero outside the
-   first party's blocks would leave the others' blocks readable there), and
-   ``sharing.rotate_shares`` turns the two holders' shares of C / s^2 into
+2. ``sharing.holder_gram``: the first two parties are the holders; every
+   other party secret-shares its encoded columns between them (a seed R_l
+   from the coordinator, the dealer, to it and the second holder; E_l =
+   enc(Y_l) - R_l to the first holder only), and the holders multiply their
+   n x d0 and n x d1 share matrices with one masked opening each way
+   (dealer-made correlated masks): shares of C / s^2 = Y^T Y at the two
+   holders, with every party's columns opened once. 30 fractional bits,
+   products kept at 60 bits.
+3. ``sharing.rotate_shares`` turns the two holders' shares of C / s^2 into
    shares of P C P^T / s^2 (in Z_2^128, since a ring multiplication by P
    needs more bits than Z_2^64 has next to 60 bits of data).
 4. One ring-masked sum opens P C P^T / s^2 at the coordinator, which sends
@@ -29,10 +28,13 @@ pooled matrix has no more features than samples, d <= n, else ``"rotated"``):
 
 The coordinator learns the normalised spectrum of C and nothing else; a data
 party the output. The coordinator (dealer and eigensolver) must not collude
-with any data party: with party l it unmasks the columns l received, or,
-knowing P, gets C. Cost: (Q - 1) n d ring elements in all (each party's
-columns once to each other party: 2x the data at Q = 3) plus O(Q d^2), and a
-d x d eigenproblem.
+with any data party: with a holder it unmasks the columns that holder
+received, or, knowing P, gets C; and the two holders must not collude with
+each other (together they hold both shares of every other party's columns).
+Cost: n (d + sum of the non-holders' widths) ring elements (1.5x the data
+at Q = 4 with equal widths; the first version, ``sharing.cross_products``,
+opened each party's columns to every other party, (Q - 1) n d) plus O(d^2)
+from the dealer, and a d x d eigenproblem.
 
 ``"rotated"``: one masked sum of rotated Gram matrices at the
 coordinator (a rank that holds no data).
@@ -337,10 +339,11 @@ class ExactFederatedPCA(FederatedPCABase):
         for w in self.party_widths_:
             offsets.append(offsets[-1] + w)
         F = COVARIANCE_FRAC_BITS
-        fp, fp2, fp_out = FixedPoint(F), FixedPoint(2 * F), FixedPoint(COVARIANCE_OPEN_BITS)
+        fp, fp_out = FixedPoint(F), FixedPoint(COVARIANCE_OPEN_BITS)
         holders = (parties[0], parties[1])
         block = None
-        with fed.phase(f"pca/{self.method}"):
+        # n d^2 ring products at the parties, d^3 in the rotation, while others wait: announced (public sizes).
+        with fed.phase(f"pca/{self.method}"), fed.expect_work(n * d * d + d ** 3, "the covariance products"):
             P = None
             if client:
                 me = parties.index(fed.rank)
@@ -349,30 +352,12 @@ class ExactFederatedPCA(FederatedPCABase):
                 norm2 = float(secure_allreduce(fed, (Xc ** 2).sum().reshape(1), parties=parties)[0])
                 scale2 = norm2 if norm2 > 0 else 1.0
                 Y = (Xc / scale2 ** 0.5).cpu()                   # n x f_l, ||Y||_F <= 1 over all parties
-            # 1. Every cross block Y_l^T Y_m in shares: each party opens its masked columns once to each other party.
+            # 1.-2. C / s^2 = Y^T Y in shares at the two holders: every other party secret-shares its columns
+            #    between them (one opening, to the first), the holders multiply with one opening each way.
             with fed.phase(f"pca/{self.method}/products"):
-                pair_shares = sharing.cross_products(fed, Y if client else None, parties=parties, dealer=coordinator,
-                                                     widths=self.party_widths_, rows=n, fp=fp)
-            share = None
-            if client:
-                share = torch.zeros(d, d, dtype=torch.int64)
-                lo, hi = offsets[me], offsets[me + 1]
-                share[lo:hi, lo:hi] = fp2.encode(Y.T @ Y)         # the own diagonal block, 60 fractional bits
-                for (i, j), z in pair_shares.items():
-                    a, b = parties.index(i), parties.index(j)
-                    share[offsets[a]:offsets[a + 1], offsets[b]:offsets[b + 1]] += z
-                    share[offsets[b]:offsets[b + 1], offsets[a]:offsets[a + 1]] += z.T
-                del pair_shares
+                share = sharing.holder_gram(fed, Y if client else None, parties=parties, dealer=coordinator,
+                                            widths=self.party_widths_, rows=n, fp=fp)
             stream = MaskStream.private(fed.rank) if self.mask_seed is None else MaskStream(self.mask_seed, fed.rank)
-            # 2. Down to two holders: the other parties' shares go into a masked sum at the second party. The first
-            #    party's share is zero outside its rows and columns, so it is first re-randomised with the third
-            #    party (else the sum would show the second party, e.g., the third's own block).
-            if len(parties) > 2:
-                share = sharing.rerandomise(fed, share, pair=(parties[0], parties[2]))
-            if len(parties) > 2 and fed.rank in parties[1:]:
-                total = masked_sum(fed, share, keep=parties[2], out=holders[1], stream=stream, group=RingGroup(),
-                                   reveal=True, parties=parties[1:])
-                share = total if fed.rank == holders[1] else None
             # 3. The holders rotate their shares by P in Z_2^128 (sharing.rotate_shares): P C P^T / s^2, 40 bits.
             with fed.phase(f"pca/{self.method}/rotate"):
                 if fed.rank in holders or fed.rank == coordinator:

@@ -40,6 +40,14 @@ eigensolver; it holds no data). Steps:
    (V at 28 bits, exact in the ring) to every data party: the output
    (scores Phi_c V, U = Phi_c V / sqrt(theta), eigenvalues theta / D).
 
+New rows (``transform(X_new)``, collective): steps 1, 2 and 6 again on the m new
+rows, with a fresh beta' of K's, each holder's share of s^T V kept from the fit
+and V (with the output's signs): n (Phi' - mean) V opened to every data party.
+
+The fit and the transform announce their ring products (``fed.expect_work``,
+public sizes), so the parties that only wait follow the holders' work instead
+of timing out.
+
 What each role learns (semi-honest, no collusion with the coordinator):
 A: S (uniform), the uniform messages of the products (K's f = y - b, K's
 masked share E_K, the mul_shared openings, the truncation bit product), the
@@ -64,9 +72,10 @@ import torch
 
 from ..comm import FixedPoint, Federation, MaskStream, RingGroup, broadcast, masked_sum, sharing, star
 from ..data import VFLInputError
+from ..data.estimator_input import check_fitted, resolve_fed
 from ..kernels.circle import Circle, KeptPhases
 from ..kernels.random_features import FourierSampler, counter_uniform, derive_key
-from .base import FederatedPCABase
+from .base import FederatedPCABase, as_tensor
 from .exact import haar_rotation, rotation_seed
 from .linalg import align_signs, shared_start
 
@@ -96,15 +105,69 @@ def reference_fit(theta_words: torch.Tensor, n_components: int, seed: int = 0):
     Returns (U, eigenvalues, scores): sample vectors (n x k), eigenvalues of the centred K~ = Phi Phi^T / D,
     scores Phi_c V / sqrt(D) = U sqrt(eigenvalues) (scikit-learn KernelPCA's ``transform()``).
     """
+    return reference_model(theta_words, n_components, seed)[:3]
+
+
+def reference_model(theta_words: torch.Tensor, n_components: int, seed: int = 0):
+    """``reference_fit`` plus what transforming new rows needs: V (D x k, with the output's signs) and the
+    training features' column means (D)."""
     Phi = SQRT2 * torch.cos(CIRCLE.decode(theta_words).to(torch.float64))
     n, D = Phi.shape
-    Phic = Phi - Phi.mean(0)
+    mean = Phi.mean(0)
+    Phic = Phi - mean
     theta, V = torch.linalg.eigh(Phic.T @ Phic)
     theta, V = theta.flip(0)[:n_components], V.flip(1)[:, :n_components]
     T = Phic @ V
-    U = align_signs(T / theta.clamp_min(1e-300).sqrt(), shared_start(n, n_components, seed, 1, device="cpu"))
+    U_raw = T / theta.clamp_min(1e-300).sqrt()
+    U = align_signs(U_raw, shared_start(n, n_components, seed, 1, device="cpu"))
     lam = theta / D
-    return U, lam, U * lam.clamp_min(0).sqrt()
+    return U, lam, U * lam.clamp_min(0).sqrt(), V * _signs(U, U_raw), mean
+
+
+def reference_transform(theta_words_new: torch.Tensor, mean: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+    """Scores of new rows (their grid phases, m x D) on the fitted components: (Phi_new - mean) V / sqrt(D),
+    scikit-learn KernelPCA's ``transform(X_new)`` for the random-feature kernel (centred with the training
+    kernel's means)."""
+    Phi = SQRT2 * torch.cos(CIRCLE.decode(theta_words_new).to(torch.float64))
+    return (Phi - mean) @ V / math.sqrt(V.shape[0])
+
+
+def _signs(U: torch.Tensor, U_raw: torch.Tensor) -> torch.Tensor:
+    """The column signs (+-1.0) that ``align_signs`` applied to U_raw to give U."""
+    s = torch.sign((U * U_raw).sum(0))
+    return torch.where(s == 0, torch.ones_like(s), s)
+
+
+def _hidden_phases(fed: Federation, part, b_words, A: int, K: int, parties, rows: int, D: int):
+    """Step 1: every party's partial phase words into one masked sum at A whose kept mask (K's) is beta + b.
+
+    Returns (S, beta): S = theta + beta at A (uniform), K's fresh beta (OS entropy); None elsewhere."""
+    beta = None
+    if fed.rank == K:
+        beta = MaskStream.private().draw(CIRCLE, (rows, D))
+        stream = KeptPhases(CIRCLE.add(beta, b_words.expand(rows, D)))
+    else:
+        stream = MaskStream.private()
+    S = masked_sum(fed, part, keep=K, out=A, stream=stream, group=CIRCLE, parties=parties)
+    return S, beta
+
+
+def _feature_shares(fed: Federation, S, beta, holders, dealer: int, rows: int, D: int):
+    """Step 2: shares of Phi = sqrt2 (cos S cos beta + sin S sin beta) at 14 fractional bits (the holders;
+    None at the dealer): one ``mul_private`` of kind rowdot, truncated by each holder."""
+    A, K = holders
+    x = y = None
+    if fed.rank == A:
+        s = CIRCLE.decode(S).to(torch.float64)
+        x = _encode(SQRT2 * torch.stack([torch.cos(s), torch.sin(s)], dim=-1))
+    elif fed.rank == K:
+        t = CIRCLE.decode(beta).to(torch.float64)
+        y = _encode(torch.stack([torch.cos(t), torch.sin(t)], dim=-1))
+    z = sharing.mul_private(fed, x, y, holders=holders, dealer=dealer, kind="rowdot",
+                            shape_x=(rows, D, 2), shape_y=(rows, D, 2))
+    if fed.rank not in holders:
+        return None
+    return sharing.truncate(z, holders.index(fed.rank), FACTOR_BITS)
 
 
 class TruncationFailure(RuntimeError):
@@ -121,7 +184,8 @@ class RandomFeatureKernelPCA(FederatedPCABase):
     Attributes: ``sample_components_`` (U, n x k; also ``eigenvectors_``), ``eigenvalues_`` (of the centred
     random-feature kernel Phi Phi^T / D), ``scores_`` (U sqrt(eigenvalues), = ``transform()``),
     ``feature_components_`` (V, D x k, at the two holders only; None elsewhere), ``gamma_``, ``bytes_``,
-    ``messages_``, ``fit_seconds_``. ``transform`` of new rows is not implemented.
+    ``messages_``, ``fit_seconds_``. ``transform(X_new)`` scores new rows in shares (``_transform_rows``);
+    ``save`` / ``load`` keep what that needs.
     """
 
     method = "rffkpca"
@@ -154,9 +218,11 @@ class RandomFeatureKernelPCA(FederatedPCABase):
             lo = sum(self.party_widths_[:me])
             part = partial_phase_words(X, range(lo, lo + X.shape[1]), sampler, D)
             b_words = CIRCLE.encode(phase_offsets(self.seed, D))
-        self.feature_components_ = None
+        self.feature_components_ = self._holder_state = self._central_mean = None
         if len(parties) == 1 and fed.world_size == 1:
-            U, lam, scores = reference_fit(CIRCLE.add(part, b_words), k, self.seed)
+            U, lam, scores, V, mean = reference_model(CIRCLE.add(part, b_words), k, self.seed)
+            self.feature_components_, self._central_mean = V, mean
+            self._columns_ = (0, X.shape[1])
             self.bytes_, self.messages_ = 0, 0
             return self._output(U, lam, scores, started)
         if len(parties) < 2:
@@ -171,39 +237,23 @@ class RandomFeatureKernelPCA(FederatedPCABase):
         A, K = parties[0], parties[1]
         holders = (A, K)
         holder = fed.rank in holders
-        index = holders.index(fed.rank) if holder else None
         e_bits = math.ceil(math.log2(2.0 * n * n * D))
         frac_in = 2 * FACTOR_BITS + e_bits
         frac_out = min(OPEN_BITS, frac_in - 1)
-        with fed.phase(f"pca/{self.method}"):
+        # The holders' ring products cost about n D^2 + D^3 operations while the others wait: announce them.
+        with fed.phase(f"pca/{self.method}"), fed.expect_work(n * D * D + D ** 3, "rffkpca's ring products"):
             # 1. Phases: a masked sum at A whose kept mask (K's) is beta + b.
             S = beta = None
             if client:
-                if fed.rank == K:
-                    beta = MaskStream.private().draw(CIRCLE, (n, D))
-                    stream = KeptPhases(CIRCLE.add(beta, b_words.expand(n, D)))
-                else:
-                    stream = MaskStream.private()
                 with fed.phase(f"pca/{self.method}/phases"):
-                    S = masked_sum(fed, part, keep=K, out=A, stream=stream, group=CIRCLE, parties=parties)
+                    S, beta = _hidden_phases(fed, part, b_words, A, K, parties, n, D)
             P = rotation_seed(fed, list(holders)) if holder else None
             P = haar_rotation(D, P) if holder else None
             # 2. Features in shares: Phi = sqrt2 (cos S cos beta + sin S sin beta), 14 fractional bits.
             Z = None
             with fed.phase(f"pca/{self.method}/features"):
                 if holder or fed.rank == coordinator:
-                    x = y = None
-                    if fed.rank == A:
-                        s = CIRCLE.decode(S).to(torch.float64)
-                        x = _encode(SQRT2 * torch.stack([torch.cos(s), torch.sin(s)], dim=-1))
-                    elif fed.rank == K:
-                        t = CIRCLE.decode(beta).to(torch.float64)
-                        y = _encode(torch.stack([torch.cos(t), torch.sin(t)], dim=-1))
-                    z = sharing.mul_private(fed, x, y, holders=holders, dealer=coordinator, kind="rowdot",
-                                            shape_x=(n, D, 2), shape_y=(n, D, 2))
-                    if holder:
-                        Z = sharing.truncate(z, index, FACTOR_BITS)
-                    del x, y, z
+                    Z = _feature_shares(fed, S, beta, holders, coordinator, n, D)
             # 3. n Phi_c^T Phi_c = n Phi^T Phi - s s^T in shares, 28 fractional bits.
             M = None
             with fed.phase(f"pca/{self.method}/products"):
@@ -253,15 +303,22 @@ class RandomFeatureKernelPCA(FederatedPCABase):
             T_share = None
             if holder:
                 V = P.T @ block[:D]
-                self.feature_components_ = V
                 Venc = torch.round(V * 2.0 ** V_BITS).to(torch.int64)
-                T_share = sharing.ring_matmul(n * Z - Z.sum(0, keepdim=True), Venc)
+                c_share = sharing.ring_matmul(Z.sum(0, keepdim=True), Venc)      # shares of s^T V (1 x k)
+                T_share = n * sharing.ring_matmul(Z, Venc) - c_share
                 del Z, P
             with fed.phase(f"pca/{self.method}/scores"):
                 T = sharing.open_shares(fed, T_share, holders=list(holders), to=list(parties), shape=(n, k))
         T = T.to(torch.float64) / (n * 2.0 ** (FACTOR_BITS + V_BITS))   # Phi_c V
-        U = align_signs(T / torch.where(theta > 0, theta, torch.ones_like(theta)).sqrt(),
-                        shared_start(n, k, self.seed, 1, device="cpu"))
+        U_raw = T / torch.where(theta > 0, theta, torch.ones_like(theta)).sqrt()
+        U = align_signs(U_raw, shared_start(n, k, self.seed, 1, device="cpu"))
+        signs = _signs(U, U_raw)
+        if holder:
+            # Kept for transforming new rows: V with the output's signs (a D x k output), and this holder's
+            # share of s^T V (uniform on its own; the two shares open the training features' mean projection).
+            self.feature_components_ = V * signs
+            self._holder_state = (Venc * signs.to(torch.int64), c_share * signs.to(torch.int64))
+        self._columns_ = (lo, lo + X.shape[1])
         lam = theta / D
         self._count_bytes(fed)
         return self._output(U, lam, U * lam.sqrt(), started)
@@ -281,13 +338,138 @@ class RandomFeatureKernelPCA(FederatedPCABase):
         self.bytes_, self.messages_, self.rounds_ = 0, 0, 0
         return self
 
+    # ------------------------------------------------------------ transform
+    def transform(self, X=None, fed=None):
+        """Scores: ``transform()`` at a data party, the training rows' (no message); ``transform(X_new)`` at
+        every data party (its columns of the same m new rows) together with ``transform()`` at the
+        coordinator (the dealer; it returns None): the new rows' scores at every data party, through the
+        private protocol of ``_transform_rows`` (collective)."""
+        check_fitted(self, "sample_components_")
+        fed = resolve_fed(self, fed, "transform") if fed is not None else (getattr(self, "_fed_in_fit", None)
+                                                                          or self.fed)
+        self._fed_in_fit = fed
+        if fed is not None and fed.world_size > 1 and fed.rank == fed.coordinator:
+            if X is not None:
+                raise VFLInputError("the coordinator holds no columns: call transform() there (it deals)")
+            self._transform_rows(None, fed)
+            return None
+        return super().transform(X, fed)
+
     def _transform(self, X=None, fed=None) -> torch.Tensor:
-        if X is not None:
-            raise VFLInputError("RandomFeatureKernelPCA: transforming new rows is not implemented (only the "
-                                "training samples' scores, transform())")
-        if self.scores_ is None:
-            raise VFLInputError("only a data party holds the scores")
-        return self.scores_
+        if X is None:
+            if self.scores_ is None:
+                raise VFLInputError("only a data party holds the training scores (a loaded model keeps none: "
+                                    "pass the rows to transform)")
+            return self.scores_
+        if not hasattr(self, "_columns_"):
+            raise VFLInputError("only a data party can transform its columns of new samples")
+        X = as_tensor(X)
+        width = self._columns_[1] - self._columns_[0]
+        if X.dim() != 2 or X.shape[1] != width:
+            raise VFLInputError(f"expected this party's {width} columns of the new samples (m x {width}), "
+                                f"got shape {tuple(X.shape)}")
+        if not torch.isfinite(X).all():
+            raise VFLInputError("the new rows contain NaN or inf: impute them first")
+        dev = X.device
+        return self._transform_rows(X.to(torch.float64), fed).to(dev)
+
+    def _transform_rows(self, X, fed) -> torch.Tensor | None:
+        """New rows' scores (m x k) at every data party; ``X`` None at the coordinator.
+
+        The fit's steps 1, 2 and 6 on the new rows: their phases in one masked sum at A whose kept mask is
+        a fresh beta' of K's (A gets S' = theta' + beta', uniform), features in shares (one rowdot
+        ``mul_private`` dealt by the coordinator), then n (Phi' - mean) V = n Z'_h V - s_h^T V at each holder
+        (its share of s^T V kept from the fit), opened to every data party only. Nobody but the output's
+        recipients learns anything beyond uniform words; the coordinator only deals (it receives the size m).
+        """
+        D, k, n = self.n_random_features, self.n_components, self.n_samples_
+        b_words = CIRCLE.encode(phase_offsets(self.seed, D))
+        sampler = None if X is None else FourierSampler("rbf", 1.0 / math.sqrt(2.0 * self.gamma_), self.seed)
+        part = None if X is None else partial_phase_words(X, range(*self._columns_), sampler, D)
+        if fed is None or fed.world_size == 1:
+            V, mean = self.feature_components_, self._central_mean
+            return reference_transform(CIRCLE.add(part, b_words), mean.to(V.device), V)
+        parties, coordinator = self.parties_, fed.coordinator
+        A, K = parties[0], parties[1]
+        holders = (A, K)
+        client = fed.rank in parties
+        with fed.phase(f"pca/{self.method}/transform"):
+            info = [int(X.shape[0])] if client else None
+            gathered = fed.gather_json(info, A, ranks=parties) if client else None
+            plan = None
+            if fed.rank == A:
+                rows = {p: g[0] for p, g in zip(parties, gathered)}
+                plan = {"m": rows[A], "error": None if len(set(rows.values())) == 1 else
+                        "the parties pass different numbers of new rows (" +
+                        ", ".join(f"party {p}: {r}" for p, r in rows.items()) +
+                        "): every party must pass its columns of the same rows in the same order"}
+            plan = fed.broadcast_json(plan, A, ranks=[*parties, coordinator])
+            if plan["error"]:
+                raise VFLInputError(plan["error"])
+        m = plan["m"]
+        with fed.phase(f"pca/{self.method}/transform"), fed.expect_work(m * D * (k + 2), "rffkpca's new-row products"):
+            if n * 2 * math.sqrt(2 * D) * 2.0 ** (FACTOR_BITS + V_BITS) >= 2.0 ** 62:
+                raise VFLInputError(f"rffkpca: n = {n}, D = {D} overflow the 64-bit ring of the scores")
+            S = beta = None
+            if client:
+                S, beta = _hidden_phases(fed, part, b_words, A, K, parties, m, D)
+            Z = None
+            if fed.rank in holders or fed.rank == coordinator:
+                Z = _feature_shares(fed, S, beta, holders, coordinator, m, D)
+            if fed.rank == coordinator:
+                return None
+            T_share = None
+            if fed.rank in holders:
+                Venc, c_share = self._holder_state
+                T_share = n * sharing.ring_matmul(Z, Venc) - c_share
+                del Z
+            T = sharing.open_shares(fed, T_share, holders=list(holders), to=list(parties), shape=(m, k))
+        scores = T.to(torch.float64) / (n * 2.0 ** (FACTOR_BITS + V_BITS) * math.sqrt(D))
+        # |(phi' - mean) V| / sqrt(D) <= 2 sqrt(2): a failed truncation (an entry off by 2**36) shows as far more.
+        if not bool((scores.abs() <= 4.0).all()):
+            raise TruncationFailure("rffkpca transform: a share truncation failed (probability about 2**-35 per "
+                                    "feature entry); the opened scores are out of range. Transform again.")
+        return scores
+
+    # -------------------------------------------------- save / load: what transforming new rows needs
+    def _shard_state(self):
+        """Every rank: the layout, gamma, D (hyperparameter) and the eigenvalues; a data party its columns'
+        position; the two holders V (D x k, the output) and their own share of s^T V (k ring words, uniform
+        on its own: only both holders' shards together give the training features' mean projection)."""
+        if not hasattr(self, "sample_components_"):
+            raise VFLInputError(f"{type(self).__name__} is not fitted yet: call fit first")
+        state = {**self._layout_state(), "gamma": float(self.gamma_) if self.gamma_ == self.gamma_ else None}
+        arrays = {}
+        if self.eigenvalues_ is not None:
+            arrays["eigenvalues"] = self.eigenvalues_.detach().cpu().to(torch.float64).numpy()
+        if hasattr(self, "_columns_"):
+            state["columns"] = list(self._columns_)
+        if getattr(self, "_holder_state", None) is not None:
+            arrays["V_encoded"] = self._holder_state[0].cpu().numpy()
+            arrays["mean_projection_share"] = self._holder_state[1].cpu().numpy()
+        if getattr(self, "_central_mean", None) is not None:
+            arrays["V"] = self.feature_components_.detach().cpu().numpy()
+            arrays["mean"] = self._central_mean.detach().cpu().numpy()
+        return state, arrays
+
+    def _restore_shard(self, manifest, arrays, fed):
+        state = manifest["state"]
+        self._restore_layout(state)
+        self.sample_components_ = self.scores_ = self.components_ = self.loadings_ = None
+        self.feature_components_ = self._holder_state = self._central_mean = None
+        self.gamma_ = state["gamma"] if state["gamma"] is not None else float("nan")
+        ev = arrays.get("eigenvalues")
+        self.eigenvalues_ = None if ev is None else torch.as_tensor(ev, dtype=torch.float64)
+        if "columns" in state:
+            self._columns_ = tuple(state["columns"])
+            self.n_features_in_ = self._columns_[1] - self._columns_[0]
+        if "V_encoded" in arrays:
+            Venc = torch.as_tensor(arrays["V_encoded"], dtype=torch.int64)
+            self._holder_state = (Venc, torch.as_tensor(arrays["mean_projection_share"], dtype=torch.int64))
+            self.feature_components_ = Venc.to(torch.float64) / 2.0 ** V_BITS
+        if "V" in arrays:
+            self.feature_components_ = torch.as_tensor(arrays["V"], dtype=torch.float64)
+            self._central_mean = torch.as_tensor(arrays["mean"], dtype=torch.float64)
 
 
 def _encode(v: torch.Tensor) -> torch.Tensor:
