@@ -40,15 +40,17 @@ def job(fed):
     X = own(fed.rank) if fed.is_data_party else None
     out = {}
     # Record the d x d share each holder brings to the rotation: what it knows after the reduction (test only).
-    held, rotate = [], sharing.rotate_shares
+    held, rotate, current = {}, sharing.rotate_shares, [None]
 
     def recording(fed_, mine, *args, **kwargs):
-        held.append(None if mine is None else mine.clone())
+        held.setdefault(current[0], []).append(None if mine is None else mine.clone())
         return rotate(fed_, mine, *args, **kwargs)
 
     sharing.rotate_shares = recording
     for name, est in (("krylov", ExactFederatedPCA(K, protocol="krylov")),
-                      ("rotated", ExactFederatedPCA(K, protocol="rotated")), ("covariance", ExactFederatedPCA(K))):
+                      ("rotated", ExactFederatedPCA(K, protocol="rotated")), ("covariance", ExactFederatedPCA(K)),
+                      ("pairwise", ExactFederatedPCA(K, covariance_sharing="pairwise"))):
+        current[0] = name
         start = len(fed.transcript)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -300,14 +302,18 @@ def test_the_dealer_or_the_other_holder_colluding_with_the_first_holder_unmasks_
     assert not [t for phase, src, dst, t in received(results, coordinator, "covariance") if "/products" in phase]
 
 
-def test_the_second_holder_cannot_read_another_partys_block_from_the_reduction(results):
+@pytest.mark.parametrize("name", ["covariance", "pairwise"])
+def test_the_second_holder_cannot_read_another_partys_block_from_the_reduction(results, name):
     # The second holder's share of C / s^2 = S0^T S0 + S1^T S1 + cross terms (sharing.holder_gram) holds R_2, its
     # own columns and the dealer's uniform c_1: it must show neither party 2's own block Y_2^T Y_2 nor the cross
     # block Y_1^T Y_2 (an earlier version reduced the shares at party 1 and had to re-randomise first). Party 1
     # reads its share (recorded as it enters the rotation) and every received d x d ring tensor at 60 bits.
     s2 = total_norm2()
-    (share,) = [h for h in results[1]["held"] if h is not None]
-    square = [t.reshape(18, 18) for phase, src, dst, t in received(results, 1, "covariance")
+    # With covariance_sharing='pairwise' the shares of parties 1..Q-1 are summed at party 1 (a masked sum that reveals
+    # its total): party 0's share is zero outside its own rows and columns, so without sharing.rerandomise that total
+    # would carry party 2's own block and the cross block in the clear.
+    (share,) = [h for h in results[1]["held"][name] if h is not None]
+    square = [t.reshape(18, 18) for phase, src, dst, t in received(results, 1, name)
               if t.dtype == torch.int64 and t.numel() == 18 * 18]
     blocks = {(2, 2): own(2).T @ own(2), (1, 2): own(1).T @ own(2)}
     for (a, b), truth in blocks.items():
@@ -315,4 +321,43 @@ def test_the_second_holder_cannot_read_another_partys_block_from_the_reduction(r
         errors = [rel(t[rows, cols].to(torch.float64) / 2 ** 60 * s2, truth) for t in [share, *square]]
         assert min(errors) > 0.3, ((a, b), min(errors))
     # Party 0 (the other holder) keeps its own share; the coordinator holds none.
-    assert [h is not None for h in results[0]["held"]] == [True] and results[2]["held"] == []
+    assert [h is not None for h in results[0]["held"][name]] == [True] and name not in results[2]["held"]
+
+
+def colluding_holders_error(results, name):
+    """Parties 0 and 1 pool everything they received in fit ``name`` (and their own columns) and read party 2's
+    columns from every n-row ring block, unmasked by every pair of received words taken as a mask seed, directly
+    or by least squares on their own columns: the smallest relative error."""
+    from vfltorch.comm.sharing import _stream_from, _uniform
+
+    s = total_norm2() ** 0.5
+    pooled_msgs = received(results, 0, name) + received(results, 1, name)
+    blocks = [t.reshape(N, -1) for phase, src, dst, t in pooled_msgs
+              if t.dtype == torch.int64 and t.numel() % N == 0 and t.numel() >= N * 6 and "/products" in phase]
+    assert blocks                                        # party 2's masked columns did reach them
+    seeds = [t.reshape(-1) for phase, src, dst, t in pooled_msgs if t.dtype == torch.int64 and t.numel() >= 2]
+    known = torch.cat([own(0), own(1)], 1)
+    errors = []
+    for E in blocks:
+        for c in range(0, E.shape[1], 6):
+            Z = E[:, c:c + 6]
+            views = [Z.to(torch.float64) / 2 ** FRAC * s]
+            for seed in seeds:
+                for i in range(0, min(int(seed.numel()), 8) - 1, 2):
+                    views.append((Z + _uniform(_stream_from(seed[i:i + 2]), (N, 6))).to(torch.float64) / 2 ** FRAC * s)
+            for V in views:
+                fit = known @ torch.linalg.lstsq(known, V).solution
+                errors += [rel(V, own(2)), rel(fit, own(2))]
+    return min(errors)
+
+
+def test_pairwise_sharing_gives_the_same_result_and_two_colluding_holders_learn_no_columns(results):
+    """covariance_sharing='pairwise' (each party's masked columns to every other party, no holder pair to trust):
+    the same components as the default; parties 0 and 1 pooling what they received read party 2's columns under
+    the default (its two holders must not collude) and not under 'pairwise'."""
+    for rank in range(3):
+        a = results[rank]["out"]["covariance"]["components"]
+        b = results[rank]["out"]["pairwise"]["components"]
+        torch.testing.assert_close((a.T @ b).abs(), torch.eye(K, dtype=a.dtype), rtol=0, atol=1e-6)
+    assert colluding_holders_error(results, "covariance") < 1e-6
+    assert colluding_holders_error(results, "pairwise") > 0.5

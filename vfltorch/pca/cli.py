@@ -87,6 +87,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                         "a coordinator rank, which learns only the normalised spectrum; n x d per party and pair); "
                         "rotated (one masked sum of secretly rotated Gram matrices at a coordinator; n x n per "
                         "party) or krylov (subspace iteration: every party can rebuild the others' Gram matrix, warns)")
+    g.add_argument("--covariance-sharing", choices=["holders", "pairwise"], default="holders",
+                   help="exact covariance protocol: holders (each party's columns secret-shared between the first two "
+                        "parties, which must not collude; about 2x the data at Q = 4) or pairwise (each party's masked "
+                        "columns to every other party; no coalition of data parties learns columns; (Q - 1) x the data)")
     g.add_argument("--tol", type=float, default=1e-10, help="exact: relative residual at which to stop")
     g.add_argument("--max-rounds", type=int, default=1000, help="exact: at most this many rounds")
     g.add_argument("--oversample", type=int, default=None, help="exact: extra block columns (default min(10, n - K))")
@@ -128,7 +132,7 @@ def build_estimator(args):
     if kernel in (None, "linear"):
         return ExactFederatedPCA(args.components, protocol=args.protocol, oversample=args.oversample, tol=args.tol,
                                  max_rounds=args.max_rounds, secure=args.secure_sum, sum_topology=args.sum_topology,
-                                 center=args.center, seed=args.seed)
+                                 center=args.center, seed=args.seed, covariance_sharing=args.covariance_sharing)
     return ExactFederatedKernelPCA(args.components, kernel=kernel, gamma=args.gamma or "scale", degree=args.degree,
                                    coef0=args.coef0, secure=args.secure_sum, sum_topology=args.sum_topology,
                                    seed=args.seed)

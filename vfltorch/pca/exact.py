@@ -91,6 +91,7 @@ from .linalg import align_signs, center_columns, orthonormalize, rayleigh_ritz, 
 
 SUM_TOPOLOGIES = ("tree", "star", "ring")
 PROTOCOLS = ("auto", "covariance", "rotated", "krylov")
+COVARIANCE_SHARING = ("holders", "pairwise")    # how C gets into shares at two holders (see _pairwise_shares)
 COVARIANCE_FRAC_BITS = 30       # fixed-point bits of the normalised data; products carry 60 (see _fit_covariance)
 COVARIANCE_OPEN_BITS = 40       # fractional bits of the rotated covariance the coordinator opens
 MAX_ROTATED_SAMPLES = 8000      # n x n float64 matrices (P, the Gram part, the sum) must fit in memory
@@ -145,7 +146,10 @@ class ExactFederatedPCA(FederatedPCABase):
     ('tree', 'star', 'ring') for a plain all-reduce; ``center``; ``seed`` (the
     shared start block and sign reference); ``mask_seed`` (a reproducible
     simulation: seeded masks and rotation, no privacy; default: the OS); ``whiten``
-    (scores / sqrt(explained_variance_), as scikit-learn).
+    (scores / sqrt(explained_variance_), as scikit-learn); ``covariance_sharing``
+    ('holders', default: ``sharing.holder_gram``, the two holders must not collude;
+    'pairwise': ``sharing.cross_products``, no coalition of data parties without the
+    coordinator learns another's columns, at (Q - 1) n d ring elements).
 
     Attributes: ``protocol_`` (the protocol 'auto' chose), ``sample_components_`` (n x k), ``eigenvalues_`` (of X X^T), ``loadings_``,
     ``history_`` (the k Ritz vectors after each round), ``residuals_``,
@@ -157,8 +161,9 @@ class ExactFederatedPCA(FederatedPCABase):
     def __init__(self, n_components: int = 1, *, protocol: str = "auto", oversample: int | None = None,
                  tol: float = 1e-10, max_rounds: int = 1000, secure: bool = True, sum_topology: str = "tree",
                  center: bool = True, seed: int = 0, mask_seed: int | None = None, whiten: bool = False,
-                 fed: Federation | None = None):
+                 covariance_sharing: str = "holders", fed: Federation | None = None):
         self.n_components = n_components
+        self.covariance_sharing = covariance_sharing
         self.fed = fed
         self.protocol = protocol
         self.oversample = oversample
@@ -177,6 +182,10 @@ class ExactFederatedPCA(FederatedPCABase):
                                 f"choose one of {', '.join(SUM_TOPOLOGIES)}")
         if not isinstance(self.max_rounds, int) or self.max_rounds < 1:
             raise VFLInputError(f"max_rounds must be a positive integer, got {self.max_rounds!r}")
+        if self.covariance_sharing not in COVARIANCE_SHARING:
+            raise VFLInputError(f"unknown covariance_sharing {self.covariance_sharing!r}: choose 'holders' (default: "
+                                f"two holders that must not collude) or 'pairwise' (no coalition of data parties "
+                                f"learns columns; (Q - 1) n d ring elements)")
         if self.protocol not in PROTOCOLS:
             raise VFLInputError(f"unknown protocol {self.protocol!r}: choose 'auto' (default), 'covariance', "
                                 f"'rotated' or 'krylov'")
@@ -354,10 +363,13 @@ class ExactFederatedPCA(FederatedPCABase):
                 Y = (Xc / scale2 ** 0.5).cpu()                   # n x f_l, ||Y||_F <= 1 over all parties
             # 1.-2. C / s^2 = Y^T Y in shares at the two holders: every other party secret-shares its columns
             #    between them (one opening, to the first), the holders multiply with one opening each way.
-            with fed.phase(f"pca/{self.method}/products"):
-                share = sharing.holder_gram(fed, Y if client else None, parties=parties, dealer=coordinator,
-                                            widths=self.party_widths_, rows=n, fp=fp)
             stream = MaskStream.private(fed.rank) if self.mask_seed is None else MaskStream(self.mask_seed, fed.rank)
+            with fed.phase(f"pca/{self.method}/products"):
+                if self.covariance_sharing == "pairwise":
+                    share = self._pairwise_shares(fed, Y if client else None, parties, coordinator, n, offsets, stream)
+                else:
+                    share = sharing.holder_gram(fed, Y if client else None, parties=parties, dealer=coordinator,
+                                                widths=self.party_widths_, rows=n, fp=fp)
             # 3. The holders rotate their shares by P in Z_2^128 (sharing.rotate_shares): P C P^T / s^2, 40 bits.
             with fed.phase(f"pca/{self.method}/rotate"):
                 if fed.rank in holders or fed.rank == coordinator:
@@ -390,6 +402,40 @@ class ExactFederatedPCA(FederatedPCABase):
         del P
         self._count_bytes(fed)
         return self._covariance_output(fed, parties, Xc, V[offsets[me]:offsets[me + 1]], theta, started)
+
+    def _pairwise_shares(self, fed, Y, parties, coordinator, n: int, offsets, stream):
+        """``covariance_sharing='pairwise'``: C / s^2 in shares at the two holders without trusting them apart.
+        ``sharing.cross_products`` opens each party's masked columns once to every other party ((Q - 1) n d ring
+        elements: 3x the data at Q = 4) and every pair then holds shares of its cross block; each party adds its own
+        diagonal block, and the shares go down to the two holders through one masked sum. No coalition of data
+        parties without the coordinator learns another party's columns (with 'holders', the two holders together
+        hold every other party's columns)."""
+        fp, fp2 = FixedPoint(COVARIANCE_FRAC_BITS), FixedPoint(2 * COVARIANCE_FRAC_BITS)
+        d = offsets[-1]
+        holders = (parties[0], parties[1])
+        pair_shares = sharing.cross_products(fed, Y, parties=parties, dealer=coordinator, widths=self.party_widths_,
+                                             rows=n, fp=fp)
+        if fed.rank not in parties:
+            return None
+        me = parties.index(fed.rank)
+        share = torch.zeros(d, d, dtype=torch.int64)
+        lo, hi = offsets[me], offsets[me + 1]
+        share[lo:hi, lo:hi] = fp2.encode(Y.T @ Y)                 # the own diagonal block, 60 fractional bits
+        for (i, j), z in pair_shares.items():
+            a, b = parties.index(i), parties.index(j)
+            share[offsets[a]:offsets[a + 1], offsets[b]:offsets[b + 1]] += z
+            share[offsets[b]:offsets[b + 1], offsets[a]:offsets[a + 1]] += z.T
+        del pair_shares
+        if len(parties) == 2:
+            return share
+        # The first party's share is zero outside its rows and columns: re-randomised with the third party first,
+        # else the masked sum at the second holder would show it, e.g., the third party's own block.
+        share = sharing.rerandomise(fed, share, pair=(parties[0], parties[2]))
+        if fed.rank in parties[1:]:
+            total = masked_sum(fed, share, keep=parties[2], out=holders[1], stream=stream, group=RingGroup(),
+                               reveal=True, parties=parties[1:])
+            share = total if fed.rank == holders[1] else None
+        return share
 
     def _empty(self) -> "ExactFederatedPCA":
         self.sample_components_, self.loadings_, self.bytes_, self.messages_, self.rounds_ = None, None, 0, 0, 0
