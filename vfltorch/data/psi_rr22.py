@@ -41,11 +41,11 @@ that is only acceptable where gloo's own clear TCP is.
 from __future__ import annotations
 
 import contextlib
-import glob
 import hashlib
 import importlib.util
 import math
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -58,7 +58,7 @@ import torch
 SPU_VERSION = "0.9.5"
 DOMAIN = b"vfltorch/psi/rr22/v1\x00"
 KEY_BYTES = 16
-_TRACE_GLOB = "/tmp/psi_*.trace"
+_TRACE_LINE = re.compile(r"Trace has been written to (\S+\.trace)")
 
 
 class PSIUnavailable(RuntimeError):
@@ -170,7 +170,6 @@ class Workspace:
         os.chmod(self.path, 0o700)
         self.log = self.path / "spu.log"
         self._count = 0
-        self._traces_before = set(glob.glob(_TRACE_GLOB))
 
     def file(self, stem: str) -> Path:
         self._count += 1
@@ -184,13 +183,20 @@ class Workspace:
         keep = [ln for ln in text if "error" in ln.lower() or "what:" in ln] or text
         return "\n".join(keep[-lines:])
 
+    def trace_files(self) -> list[str]:
+        """The trace files libpsi wrote for this party's runs (it names each in its log)."""
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return []
+        return [t for t in _TRACE_LINE.findall(text) if t.startswith("/tmp/psi_")]
+
     def close(self) -> None:
+        traces = self.trace_files()
         shutil.rmtree(self.path, ignore_errors=True)
-        uid = os.getuid()
-        for t in set(glob.glob(_TRACE_GLOB)) - self._traces_before:
+        for t in traces:
             with contextlib.suppress(OSError):
-                if os.stat(t).st_uid == uid:
-                    os.unlink(t)
+                os.unlink(t)
 
     def __enter__(self):
         return self
@@ -290,14 +296,9 @@ def run_psi(lctx, work: Workspace, keys: list[str], rows: np.ndarray, *, broadca
             os.environ.pop("TMPDIR", None)
         else:
             os.environ["TMPDIR"] = old
-    with contextlib.suppress(OSError):
-        os.unlink(src)
-    gets = lctx.rank == 0 or broadcast
-    if not gets:
+    if not (lctx.rank == 0 or broadcast):
         return None
-    result = _read_output(out)
-    os.unlink(out)
-    return result
+    return _read_output(out)        # the files stay in the private folder until the Workspace removes it
 
 
 # ---------------------------------------------------------------------------------------------- protocol
