@@ -58,6 +58,7 @@ import torch
 SPU_VERSION = "0.9.5"
 DOMAIN = b"vfltorch/psi/rr22/v1\x00"
 KEY_BYTES = 16
+BUCKET = 1 << 16       # items per libpsi bucket: libpsi streams the input file bucket by bucket
 _TRACE_LINE = re.compile(r"Trace has been written to (\S+\.trace)")
 
 
@@ -101,27 +102,32 @@ def _modules():
     return _MODULES["libspu"], _MODULES["libpsi"]
 
 
-def item_keys(ids) -> list[str]:
-    """The items given to libpsi: hex BLAKE2b-128 of (domain tag, canonical ID). Never sent."""
+def item_key(v) -> str:
+    """The item given to libpsi for ID ``v``: hex BLAKE2b-128 of (domain tag, canonical ID). Never sent."""
     from .psi import canonical_id
 
-    return [hashlib.blake2b(DOMAIN + canonical_id(v).encode(), digest_size=KEY_BYTES).hexdigest() for v in ids]
+    return hashlib.blake2b(DOMAIN + canonical_id(v).encode(), digest_size=KEY_BYTES).hexdigest()
+
+
+def item_keys(ids) -> list[str]:
+    return [item_key(v) for v in ids]
 
 
 def _private_file(path: Path):
     return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w")
 
 
-def _write_input(path: Path, keys: list[str], rows: np.ndarray) -> None:
+def _write_input(path: Path, ids, rows: np.ndarray) -> None:
+    """``key,row`` for ``rows`` of ``ids``, written in blocks (the keys are not kept in memory)."""
     with _private_file(path) as f:
         f.write("key,row\n")
         for s in range(0, len(rows), 1 << 16):
-            f.write("".join(f"{keys[r]},{r}\n" for r in rows[s:s + (1 << 16)].tolist()))
+            f.write("".join(f"{item_key(ids[r])},{r}\n" for r in rows[s:s + (1 << 16)].tolist()))
 
 
 def _read_output(path: Path) -> tuple[np.ndarray, list[str]]:
-    """libpsi's result file: (rows in its sorted order, their keys)."""
-    rows, keys = [], []
+    """libpsi's result file: (rows in its sorted order, a 128-bit digest of their keys in that order)."""
+    rows, digest = [], hashlib.blake2b(digest_size=16)
     with open(path) as f:
         header = [h.strip().strip('"') for h in f.readline().strip().split(",")]
         if header[:2] != ["key", "row"] and header[:2] != ["row", "key"]:
@@ -131,13 +137,9 @@ def _read_output(path: Path) -> tuple[np.ndarray, list[str]]:
             cols = line.rstrip("\n").split(",")
             if len(cols) < 2:
                 continue
-            keys.append(cols[ki].strip('"'))
+            digest.update(cols[ki].strip('"').encode() + b"\n")
             rows.append(int(cols[ri].strip('"')))
-    return np.asarray(rows, dtype=np.int64), keys
-
-
-def keys_digest(keys: list[str]) -> str:
-    return hashlib.blake2b("\n".join(keys).encode(), digest_size=16).hexdigest()
+    return np.asarray(rows, dtype=np.int64), digest.hexdigest()
 
 
 @contextlib.contextmanager
@@ -275,15 +277,15 @@ def open_link(fed, peer: int, mine: str, theirs: str, work: Workspace):
         return libspu.link.create_brpc(desc, 0 if fed.is_active else 1)
 
 
-def run_psi(lctx, work: Workspace, keys: list[str], rows: np.ndarray, *, broadcast: bool):
-    """One RR22 run on ``lctx`` (receiver: the active party, link rank 0). Returns (rows, keys) of the
+def run_psi(lctx, work: Workspace, ids, rows: np.ndarray, *, broadcast: bool):
+    """One RR22 run on ``lctx`` (receiver: the active party, link rank 0). Returns (rows, key digest) of the
     result in libpsi's sorted order where this party gets it, else None."""
     _, libpsi = _modules()
     src, out = work.file("in"), work.file("out")
-    _write_input(src, keys, rows)
+    _write_input(src, ids, rows)
     cfg = libpsi.PsiExecuteConfig(
         protocol_conf=libpsi.PsiProtocolConfig(protocol=libpsi.PsiProtocol.PROTOCOL_RR22, receiver_rank=0,
-                                               broadcast_result=broadcast),
+                                               bucket_size=BUCKET, broadcast_result=broadcast),
         input_params=libpsi.InputParams(path=str(src), selected_keys=["key"], keys_unique=True),
         output_params=libpsi.OutputParams(path=str(out), disable_alignment=False))
     old = os.environ.get("TMPDIR")
@@ -307,14 +309,13 @@ def align_rows(fed, ids) -> tuple[np.ndarray, dict]:
     from .psi import PSIError
 
     _modules()
-    keys = item_keys(ids)
-    n = len(keys)
+    n = len(ids)
     with Workspace() as work:
         try:
             with fed.phase("data/psi"):
                 if fed.is_active:
-                    return _active(fed, keys, n, work)
-                return _passive(fed, keys, n, work)
+                    return _active(fed, ids, n, work)
+                return _passive(fed, ids, n, work)
         except RuntimeError as exc:
             if isinstance(exc, PSIError):
                 raise
@@ -324,7 +325,7 @@ def align_rows(fed, ids) -> tuple[np.ndarray, dict]:
                            f"{' '.join(detail[:2])}" + (f"\nspu's log:\n{tail}" if tail else "")) from exc
 
 
-def _active(fed, keys, n, work):
+def _active(fed, ids, n, work):
     from .psi import PSIError
 
     peers = [p for p in fed.parties if p != fed.rank]
@@ -344,7 +345,7 @@ def _active(fed, keys, n, work):
             current = current[:0]
             continue
         links[peer] = open_link(fed, peer, mine, _peer_address(fed, peer, hello["address"]), work)
-        rows, got = run_psi(links[peer], work, keys, current, broadcast=last)
+        rows, got = run_psi(links[peer], work, ids, current, broadcast=last)
         current = np.sort(rows)
         if last:
             results[peer] = (rows, got)
@@ -355,7 +356,7 @@ def _active(fed, keys, n, work):
         run = len(final) > 0
         fed.send_json({"run": run}, peer)
         if run:
-            results[peer] = run_psi(links[peer], work, keys, final, broadcast=True)
+            results[peer] = run_psi(links[peer], work, ids, final, broadcast=True)
     for lctx in links.values():
         lctx.stop_link()
     for peer in peers:
@@ -364,14 +365,14 @@ def _active(fed, keys, n, work):
             if not np.array_equal(np.sort(rows), final):
                 raise PSIError("the rr22 PSI returned different final rows in two runs")
             order = np.argsort(rows, kind="stable")    # libpsi's sorted list -> A's row order
-            fed.send_json({"aligned": int(len(final)), "digest": keys_digest(got)}, peer)
+            fed.send_json({"aligned": int(len(final)), "digest": got}, peer)
             fed.send_tensor(torch.from_numpy(order.astype(np.int64)), peer)
         else:
             fed.send_json({"aligned": 0, "digest": ""}, peer)
     return final, {"rows": sizes, "aligned": int(len(final))}
 
 
-def _passive(fed, keys, n, work):
+def _passive(fed, ids, n, work):
     from .psi import PSIError
 
     active = fed.active
@@ -384,11 +385,11 @@ def _passive(fed, keys, n, work):
     all_rows = np.arange(n, dtype=np.int64)
     if plan["run"]:
         lctx = open_link(fed, active, mine, _peer_address(fed, active, str(plan.get("address", ""))), work)
-        result = run_psi(lctx, work, keys, all_rows, broadcast=bool(plan["broadcast"]))
+        result = run_psi(lctx, work, ids, all_rows, broadcast=bool(plan["broadcast"]))
         if not plan["broadcast"]:
             again = fed.recv_json(active)
             if isinstance(again, dict) and again.get("run") is True:
-                result = run_psi(lctx, work, keys, all_rows, broadcast=True)
+                result = run_psi(lctx, work, ids, all_rows, broadcast=True)
         lctx.stop_link()
     done = fed.recv_json(active)
     if not (isinstance(done, dict) and isinstance(done.get("aligned"), int)):
@@ -404,6 +405,6 @@ def _passive(fed, keys, n, work):
     if order.dtype != np.int64 or order.ndim != 1 or len(order) != m or m != done["aligned"] or \
             not np.array_equal(np.sort(order), np.arange(m)):
         raise PSIError("the active party sent a malformed row order")
-    if keys_digest(got) != done.get("digest"):
+    if got != done.get("digest"):
         raise PSIError("the two ends of the rr22 PSI hold different intersections (digest mismatch)")
     return rows[order], counts
