@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not psi_rr22.available(),
 
 
 _RELAY = r"""
-import socket, sys, threading
+import socket, sys, threading, time
 host, port = sys.argv[1].rsplit(":", 1)
 prefix = sys.argv[2]
 srv = socket.socket()
@@ -43,15 +43,21 @@ def pipe(src, dst, log):
             f.write(data)
             f.flush()
             dst.sendall(data)
-while True:
-    client, _ = srv.accept()
-    try:
-        upstream = socket.create_connection((host, int(port)))
-    except OSError:          # the peer's listener is not up yet: the dialler retries
+def connect(client):
+    for _ in range(600):     # the peer's listener may not be up yet: hold the client until it is
+        try:
+            upstream = socket.create_connection((host, int(port)))
+            break
+        except OSError:
+            time.sleep(0.05)
+    else:
         client.close()
-        continue
+        return
     threading.Thread(target=pipe, args=(client, upstream, prefix + ".sent")).start()
     threading.Thread(target=pipe, args=(upstream, client, prefix + ".received")).start()
+while True:
+    client, _ = srv.accept()
+    threading.Thread(target=connect, args=(client,)).start()
 """
 
 

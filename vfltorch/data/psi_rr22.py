@@ -32,10 +32,15 @@ Protocol between the active party A and each passive party P (A is libpsi's rece
 Transport. libpsi talks over its own brpc links, not over ``Federation``. Over a TLS federation
 (``--federation``) every PSI link is TLS (OpenSSL inside brpc) with the party's identity key and
 certificate, and each end trusts only the one certificate the federation file pins for its peer
-(verified on both sides: mutual authentication); party r listens for its link with peer q on its
-``listen`` host at port ``listen_port + 1 + q``. Over gloo (``--parties Q`` on one machine) the links
-are plain TCP on 127.0.0.1 (``VFLTORCH_PSI_HOST`` to change), on ports each party picks and announces;
-that is only acceptable where gloo's own clear TCP is.
+(verified on both sides: mutual authentication). A party listens on its ``listen`` host from the
+federation file, on a free port (or ``VFLTORCH_PSI_PORT + peer rank``) that it announces over the
+TLS mesh; the peer dials the host the file names. brpc's server also accepts plain connections on
+that port (docs/alignment.md says what that allows). Over gloo (``--parties Q`` on one machine)
+the links are plain TCP on 127.0.0.1 (``VFLTORCH_PSI_HOST`` to change), acceptable only where gloo's
+own clear TCP is.
+
+Memory: libpsi processes its input in buckets of ``BUCKET`` items; the keys are hashed as they are
+written, never held as a list. Measured peaks are in docs/alignment.md.
 """
 
 from __future__ import annotations
