@@ -3,8 +3,6 @@ outside it in anything a party receives (federation messages, libpsi's traffic) 
 
 import hashlib
 import os
-import socket
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +12,8 @@ from vfltorch.comm import launch
 from vfltorch.data import psi, psi_rr22
 from vfltorch.data.loaders import stable_id_hash
 
-pytestmark = pytest.mark.skipif(not psi_rr22.available(),
-                                reason=f"SecretFlow's spu=={psi_rr22.SPU_VERSION} is not installed (make install)")
+needs_spu = pytest.mark.skipif(not psi_rr22.available(),
+                               reason=f"SecretFlow's spu=={psi_rr22.SPU_VERSION} is not installed (make install)")
 
 
 _RELAY = r"""
@@ -135,6 +133,7 @@ def _found(dictionary, blob: bytes) -> set:
     return {d for d in dictionary if any(f in blob for f in _forms(d))}
 
 
+@needs_spu
 def test_rr22_three_parties_align_on_the_plain_intersection_and_leak_no_other_id():
     everyone, sets = _universe()
     out = launch(_align_job, 3, args=(sets,), record_transcript=True)
@@ -173,6 +172,7 @@ def test_rr22_three_parties_align_on_the_plain_intersection_and_leak_no_other_id
         assert all(not Path(k[6:]).exists() for k in out[q][4] if k.startswith("trace:"))
 
 
+@needs_spu
 def test_rr22_string_and_numeric_ids_match_as_ecdh_does():
     # 7 and 7.0 are one ID (canonical_id); rows present at one party only are dropped; shuffled files.
     a = [7, 8.0, "x-1", "only-a", 12]
@@ -198,6 +198,7 @@ def _tls_job(fed, id_lists):
     return rows, counts
 
 
+@needs_spu
 def test_rr22_over_a_tls_federation(tmp_path):
     from vfltorch.comm.link import launch_local
 
@@ -211,6 +212,7 @@ def test_rr22_over_a_tls_federation(tmp_path):
     assert [[sets[q][r] for r in out[q][0]] for q in range(2)] == [expected, expected]
 
 
+@needs_spu
 @pytest.mark.slow     # about 2 minutes: libpsi retries the refused TLS handshake before it gives up
 def test_rr22_link_refuses_a_certificate_the_federation_file_does_not_pin(tmp_path):
     from vfltorch.comm.identity import generate
@@ -224,3 +226,17 @@ def test_rr22_link_refuses_a_certificate_the_federation_file_does_not_pin(tmp_pa
     with pytest.raises(Exception) as info:
         launch_local(_refuse_job, path, keys, args=(sets[:2], str(rogue.path)), timeout=6)
     assert "connect to mesh failed" in info.value.errors[0] and "rr22 PSI" in info.value.errors[0]
+
+
+def test_rr22_without_spu_is_refused_before_any_party_starts(monkeypatch):
+    import argparse
+
+    from vfltorch.data import preflight
+    from vfltorch.data.validation import VFLInputError
+
+    args = argparse.Namespace(party_files=["a.csv", "b.csv"], id_column="id", psi="rr22", aligned_rows=None)
+    monkeypatch.setattr(psi_rr22, "available", lambda: False)
+    with pytest.raises(VFLInputError, match="--psi rr22 needs SecretFlow's spu==0.9.5.*--psi ecdh"):
+        preflight.check_options(args)
+    assert psi.default_engine() == "ecdh" and "ECDH-PSI" in psi.fallback_note(None)
+    assert psi.fallback_note("ecdh") is None      # an explicit --psi ecdh needs no note

@@ -54,11 +54,9 @@ import re
 import shutil
 import socket
 import tempfile
-import time
 from pathlib import Path
 
-import numpy as np
-import torch
+# numpy and torch are imported where used: ``available()`` runs in the launcher's preflight, before any party.
 
 SPU_VERSION = "0.9.5"
 DOMAIN = b"vfltorch/psi/rr22/v1\x00"
@@ -122,7 +120,7 @@ def _private_file(path: Path):
     return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w")
 
 
-def _write_input(path: Path, ids, rows: np.ndarray) -> None:
+def _write_input(path: Path, ids, rows) -> None:
     """``key,row`` for ``rows`` of ``ids``, written in blocks (the keys are not kept in memory)."""
     with _private_file(path) as f:
         f.write("key,row\n")
@@ -130,8 +128,10 @@ def _write_input(path: Path, ids, rows: np.ndarray) -> None:
             f.write("".join(f"{item_key(ids[r])},{r}\n" for r in rows[s:s + (1 << 16)].tolist()))
 
 
-def _read_output(path: Path) -> tuple[np.ndarray, list[str]]:
+def _read_output(path: Path) -> tuple:
     """libpsi's result file: (rows in its sorted order, a 128-bit digest of their keys in that order)."""
+    import numpy as np
+
     rows, digest = [], hashlib.blake2b(digest_size=16)
     with open(path) as f:
         header = [h.strip().strip('"') for h in f.readline().strip().split(",")]
@@ -282,7 +282,7 @@ def open_link(fed, peer: int, mine: str, theirs: str, work: Workspace):
         return libspu.link.create_brpc(desc, 0 if fed.is_active else 1)
 
 
-def run_psi(lctx, work: Workspace, ids, rows: np.ndarray, *, broadcast: bool):
+def run_psi(lctx, work: Workspace, ids, rows, *, broadcast: bool):
     """One RR22 run on ``lctx`` (receiver: the active party, link rank 0). Returns (rows, key digest) of the
     result in libpsi's sorted order where this party gets it, else None."""
     _, libpsi = _modules()
@@ -309,7 +309,7 @@ def run_psi(lctx, work: Workspace, ids, rows: np.ndarray, *, broadcast: bool):
 
 
 # ---------------------------------------------------------------------------------------------- protocol
-def align_rows(fed, ids) -> tuple[np.ndarray, dict]:
+def align_rows(fed, ids) -> tuple:
     """As ``psi.align_rows`` (rows in the active party's order, counts), by RR22 (module docstring)."""
     from .psi import PSIError
 
@@ -331,6 +331,9 @@ def align_rows(fed, ids) -> tuple[np.ndarray, dict]:
 
 
 def _active(fed, ids, n, work):
+    import numpy as np
+    import torch
+
     from .psi import PSIError
 
     peers = [p for p in fed.parties if p != fed.rank]
@@ -378,6 +381,8 @@ def _active(fed, ids, n, work):
 
 
 def _passive(fed, ids, n, work):
+    import numpy as np
+
     from .psi import PSIError
 
     active = fed.active
