@@ -240,3 +240,45 @@ def test_rr22_without_spu_is_refused_before_any_party_starts(monkeypatch):
         preflight.check_options(args)
     assert psi.default_engine() == "ecdh" and "ECDH-PSI" in psi.fallback_note(None)
     assert psi.fallback_note("ecdh") is None      # an explicit --psi ecdh needs no note
+
+
+def test_the_psi_gate_forwards_tls_handshakes_only():
+    # brpc answers plain TCP too; across organisations its listener is on loopback behind psi_gate.py,
+    # which passes a connection on only if it opens with a TLS handshake record.
+    import socket
+    import subprocess
+    import sys
+    import threading
+
+    echo = socket.socket()
+    echo.bind(("127.0.0.1", 0))
+    echo.listen(4)
+
+    def serve():
+        while True:
+            c, _ = echo.accept()
+            c.sendall(c.recv(100))
+            c.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    gate = subprocess.Popen([sys.executable, str(Path(psi_rr22.__file__).with_name("psi_gate.py")), "127.0.0.1", "0",
+                             str(echo.getsockname()[1])], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        port = int(gate.stdout.readline())
+
+        def ask(payload: bytes) -> bytes:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                s.sendall(payload)
+                try:
+                    return s.recv(100)
+                except OSError:
+                    return b""
+
+        assert ask(b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n") == b""       # plain: closed, never forwarded
+        assert ask(b"\x00\x00\x00\x10RPC0") == b""                          # baidu_std's clear framing too
+        hello = b"\x16\x03\x01\x00\x05hello"
+        assert ask(hello) == hello                                          # a TLS record: forwarded
+    finally:
+        gate.stdin.close()          # the gate exits when its party's pipe closes
+        assert gate.wait(timeout=10) == 0
+        gate.stdout.close()

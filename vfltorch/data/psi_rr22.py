@@ -177,6 +177,7 @@ class Workspace:
         os.chmod(self.path, 0o700)
         self.log = self.path / "spu.log"
         self._count = 0
+        self.gates: dict = {}        # peer -> (TLS-only gate process, loopback port of libpsi's listener)
 
     def file(self, stem: str) -> Path:
         self._count += 1
@@ -199,6 +200,11 @@ class Workspace:
         return [t for t in _TRACE_LINE.findall(text) if t.startswith("/tmp/psi_")]
 
     def close(self) -> None:
+        for gate, _ in self.gates.values():
+            gate.kill()
+            gate.wait()
+            gate.stdin.close()
+            gate.stdout.close()
         traces = self.trace_files()
         shutil.rmtree(self.path, ignore_errors=True)
         for t in traces:
@@ -224,17 +230,31 @@ def _free_port(host: str) -> int:
         return s.getsockname()[1]
 
 
-def listen_address(fed, peer: int) -> str:
+def listen_address(fed, peer: int, work: Workspace) -> str:
     """Where this party's libpsi listens for its link with ``peer``; its port is announced to ``peer``.
 
-    Over TLS: the ``listen`` host of the federation file, port ``VFLTORCH_PSI_PORT + peer`` if that is
-    set (a port range to open in a firewall), else a free one. Over gloo: ``VFLTORCH_PSI_HOST`` or
-    127.0.0.1, a free port."""
+    Over TLS: a TLS-only gate (``psi_gate.py``) on the ``listen`` host of the federation file, port
+    ``VFLTORCH_PSI_PORT + peer`` if that is set (a port range to open in a firewall), else a free one;
+    libpsi's own listener is on 127.0.0.1 behind it. Over gloo: ``VFLTORCH_PSI_HOST`` or 127.0.0.1, a
+    free port."""
     spec = _tls_spec(fed)
     if spec is not None:
+        import subprocess
+        import sys
+
         host = spec.parties[fed.rank].listen_host
         base = os.environ.get("VFLTORCH_PSI_PORT")
-        return f"{host}:{int(base) + peer if base else _free_port(host)}"
+        inner = _free_port("127.0.0.1")
+        gate = subprocess.Popen([sys.executable, str(Path(__file__).with_name("psi_gate.py")), host,
+                                 str(int(base) + peer if base else 0), str(inner)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        work.gates[peer] = (gate, inner)
+        line = gate.stdout.readline().strip()
+        if not line.isdigit():
+            from .psi import PSIError
+
+            raise PSIError(f"the PSI gate could not listen on {host} (port {base or 'any'}): see its error above")
+        return f"{host}:{int(line)}"
     host = os.environ.get("VFLTORCH_PSI_HOST", "127.0.0.1")
     return f"{host}:{_free_port(host)}"
 
@@ -263,6 +283,8 @@ def open_link(fed, peer: int, mine: str, theirs: str, work: Workspace):
     desc.connect_retry_times = max(10, int(math.ceil(fed.timeout * 2)))
     desc.brpc_channel_protocol = "baidu_std"
     desc.brpc_channel_connection_type = "single"
+    if peer in work.gates:     # TLS: libpsi listens on loopback behind the TLS-only gate announced as ``mine``
+        mine = f"127.0.0.1:{work.gates[peer][1]}"
     addrs = [mine, theirs] if fed.is_active else [theirs, mine]
     desc.add_party("active", addrs[0])
     desc.add_party("passive", addrs[1])
@@ -347,7 +369,7 @@ def _active(fed, ids, n, work):
             raise PSIError(f"{fed.name(peer)} sent a malformed PSI hello")
         sizes[str(peer)] = hello["rows"]
         run = len(current) > 0 and hello["rows"] > 0
-        mine = listen_address(fed, peer) if run else ""
+        mine = listen_address(fed, peer, work) if run else ""
         fed.send_json({"rows": n, "address": mine, "run": run, "broadcast": last}, peer)
         if not run:
             current = current[:0]
@@ -386,7 +408,7 @@ def _passive(fed, ids, n, work):
     from .psi import PSIError
 
     active = fed.active
-    mine = listen_address(fed, active)
+    mine = listen_address(fed, active, work)
     fed.send_json({"rows": n, "address": mine}, active)
     plan = fed.recv_json(active)
     if not (isinstance(plan, dict) and isinstance(plan.get("rows"), int) and isinstance(plan.get("run"), bool)):
