@@ -32,10 +32,10 @@ Protocol between the active party A and each passive party P (A is libpsi's rece
 Transport. libpsi talks over its own brpc links, not over ``Federation``. Over a TLS federation
 (``--federation``) every PSI link is TLS (OpenSSL inside brpc) with the party's identity key and
 certificate, and each end trusts only the one certificate the federation file pins for its peer
-(verified on both sides: mutual authentication). A party listens on its ``listen`` host from the
-federation file, on a free port (or ``VFLTORCH_PSI_PORT + peer rank``) that it announces over the
-TLS mesh; the peer dials the host the file names. brpc's server also accepts plain connections on
-that port (docs/alignment.md says what that allows). Over gloo (``--parties Q`` on one machine)
+(verified on both sides: mutual authentication). brpc's server also answers plain TCP on its TLS
+port, so libpsi listens on 127.0.0.1 behind a TLS-only gate (``psi_gate.py``) on the party's
+``listen`` host from the federation file, on a free port (or ``VFLTORCH_PSI_PORT + peer rank``)
+announced over the TLS mesh; the peer dials the host the file names. Over gloo (``--parties Q`` on one machine)
 the links are plain TCP on 127.0.0.1 (``VFLTORCH_PSI_HOST`` to change), acceptable only where gloo's
 own clear TCP is.
 
