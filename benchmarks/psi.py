@@ -14,6 +14,7 @@ network namespace of its own so that nothing else counts:
 
     python -m benchmarks.psi --engine rr22 --sizes 10000 100000 1000000 --parties 2
     unshare -n sh -c 'ip link set lo up; python -m benchmarks.psi --engine rr22 --sizes 1000000 --loopback-bytes'
+    python -m benchmarks.psi --engine rr22 --sizes 1000000 --tls      # over the TLS mesh, as across organisations
 
 prints one line per size and writes ``psi.json`` to ``--output-dir`` (default ``results/psi``).
 """
@@ -70,6 +71,30 @@ def _job(fed, n, engine):
             "bytes_sent": fed.meter.as_dict().get("data/psi", {}).get("bytes_sent", 0)}
 
 
+def _run_tls(job, parties: int, job_args: tuple) -> list:
+    """``job`` in every party of a fresh federation file (keys, pins, 127.0.0.1 addresses) over the TLS mesh."""
+    import socket
+    import tempfile
+
+    from vfltorch.comm import federation_file
+    from vfltorch.comm.identity import generate
+    from vfltorch.comm.link import launch_local
+
+    folder = Path(tempfile.mkdtemp(prefix="psi-bench-"))
+    keys, entries = {}, []
+    for r in range(parties):
+        name = f"party{r}"
+        ident = generate(name, folder / f"{name}.pem")
+        keys[name] = ident.path
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        entries.append(dict(name=name, rank=r, role="active" if r == 0 else "passive",
+                            address=f"127.0.0.1:{port}", fingerprint=ident.fingerprint, certificate=f"{name}.crt"))
+    federation_file.write(folder / "fed.json", entries, federation="psi-benchmark")
+    return launch_local(job, folder / "fed.json", keys, args=job_args, timeout=3600)
+
+
 def _plain(n: int, parties: int) -> float:
     sets = [make_ids(n, q) for q in range(parties)]
     started = time.perf_counter()
@@ -86,6 +111,9 @@ def main(argv=None) -> int:
     ap.add_argument("--parties", type=int, default=2)
     ap.add_argument("--engine", choices=psi.ENGINES, default=None,
                     help="rr22 (default when spu is installed) or ecdh")
+    ap.add_argument("--tls", action="store_true",
+                    help="run the parties over the TLS mesh of a generated federation file on 127.0.0.1 "
+                         "(rr22: libpsi's TLS links behind the TLS-only gates), not gloo")
     ap.add_argument("--loopback-bytes", action="store_true",
                     help="also count the bytes sent on lo during the alignment (run in a network namespace)")
     ap.add_argument("--output-dir", default="results/psi")
@@ -95,11 +123,12 @@ def main(argv=None) -> int:
           f"{os.cpu_count()} cores", flush=True)
     out = []
     for n in args.sizes:
-        res = launch(_job, args.parties, args=(n, engine), timeout=3600)
+        res = _run_tls(_job, args.parties, (n, engine)) if args.tls else \
+            launch(_job, args.parties, args=(n, engine), timeout=3600)
         seconds = max(r["seconds"] for r in res)
         sent = sum(r["bytes_sent"] for r in res)
         base = _plain(n, args.parties)
-        row = {"engine": engine, "method": res[0]["method"], "ids_per_party": n, "parties": args.parties,
+        row = {"engine": engine, "transport": "tls" if args.tls else "gloo", "method": res[0]["method"], "ids_per_party": n, "parties": args.parties,
                "aligned": res[0]["aligned"], "seconds": seconds,
                "bytes_sent_federation": sent, "peak_rss_mb": max(r["peak_rss_mb"] for r in res),
                "rss_before_mb": max(r["rss_before_mb"] for r in res), "plain_set_seconds": base,
@@ -109,7 +138,7 @@ def main(argv=None) -> int:
             row["loopback_bytes"] = res[0]["loopback_bytes"]
         assert row["aligned"] == n // 2
         wire = f", {row['loopback_bytes'] / 1e6:8.2f} MB on loopback" if args.loopback_bytes else ""
-        print(f"n={n:>8} parties={args.parties}: {seconds:8.2f} s, {sent / 1e6:8.2f} MB through the federation"
+        print(f"n={n:>8} parties={args.parties}{' tls' if args.tls else ''}: {seconds:8.2f} s, {sent / 1e6:8.2f} MB through the federation"
               f"{wire}, peak RSS {row['peak_rss_mb']:.0f} MB (before: {row['rss_before_mb']:.0f} MB), "
               f"{row['ratio_to_plain']:.0f}x a plain set intersection", flush=True)
         out.append(row)
