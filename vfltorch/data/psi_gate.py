@@ -70,6 +70,8 @@ def _handle(conn, target: int):
     except OSError:
         _close(conn)
         return
+    for s in (conn, upstream):      # brpc's own sockets set it: Nagle's delay would stall each small message
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     threading.Thread(target=_pipe, args=(conn, upstream), daemon=True).start()
     threading.Thread(target=_pipe, args=(upstream, conn), daemon=True).start()
 
