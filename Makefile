@@ -11,6 +11,11 @@ DEMO_ARGS ?=
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
+	# SecretFlow's spu for the rr22 PSI (docs/alignment.md): --no-deps, because its metadata asks for jax and
+	# numpy<2, which the two extension modules vfltorch loads (spu/libpsi.so, spu/libspu.so) do not need.
+	# No wheel for this platform or Python (>= 3.12): --psi falls back to ecdh.
+	$(PY) -m pip install --quiet --no-deps -c constraints.txt spu==0.9.5 || \
+		echo "spu 0.9.5 not installed: --party-files alignment falls back to ECDH-PSI (slower)"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -49,7 +49,7 @@ def _align_job(fed, id_lists):
 
     psi.random_scalar = keep
     ids = id_lists[fed.parties.index(fed.rank)]
-    rows, counts = psi.align_rows(fed, ids)
+    rows, counts = psi.align_rows(fed, ids, engine="ecdh")
     sent = [(m.dst, m.tensor.numpy().tobytes()) for m in fed.transcript]
     return rows, counts, sent, captured[0]
 

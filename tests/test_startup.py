@@ -73,6 +73,9 @@ def test_parser_choices_equal_the_library():
     assert sorted(dcli.TASKS) == sorted(glm.TASKS) and dcli.VARIANTS == solver.VARIANTS
     assert (dcli.MECHANISMS, dcli.DEFAULT_MECHANISM) == (accountant.MECHANISMS, accountant.DEFAULT_MECHANISM)
     assert dcli.PROTOCOLS == vertical.PROTOCOLS
+    from vfltorch import cli as vcli
+    from vfltorch.data import psi
+    assert vcli.PSI_ENGINES == psi.ENGINES
     assert callable(merge)          # the package still exports the function, not the submodule of that name
 
 

@@ -94,6 +94,9 @@ class Command:
         return self.coordinator(args) if callable(self.coordinator) else bool(self.coordinator)
 
 
+PSI_ENGINES = ("rr22", "ecdh")      # vfltorch.data.psi.ENGINES (declared here: --help imports no torch)
+
+
 # What `run_party` imports in every party, whatever the method (data loading, the scikit-learn dataset loaders and
 # metrics, the run log and its progress bars, the model store): preloaded by the fork server with the method's own
 # ``Command.preload``.
@@ -200,6 +203,9 @@ def add_common_arguments(p: argparse.ArgumentParser, defaults: dict | None = Non
     g.add_argument("--aligned-rows", metavar="PATTERN",
                    help="reuse the row order an earlier `vfl align --rows-out PATTERN` wrote ({party} is the "
                         "party's index) instead of a new private set intersection")
+    g.add_argument("--psi", choices=PSI_ENGINES, default=None,
+                   help="private set intersection of --party-files: rr22 (OT extension, SecretFlow's spu; the "
+                        "default when spu is installed) or ecdh (X25519; the default otherwise, ~20x slower)")
     g.add_argument("--partition", choices=["contiguous", "random", "explicit"], default="contiguous",
                    help="how the columns are split between parties (default: contiguous)")
     g.add_argument("--feature-groups", help="explicit column groups per party, e.g. '0-9;10-17;18-22'")
@@ -323,7 +329,7 @@ def data_config(args):
     return DataConfig(dataset=args.dataset, test_dataset=args.test_dataset, data_dir=args.data_dir,
                       task=args.task, label_column=args.label_column, positive_label=args.positive_label,
                       id_column=args.id_column, party_files=list(args.party_files), aligned_rows=args.aligned_rows,
-                      partition=args.partition,
+                      psi=args.psi, partition=args.partition,
                       feature_groups=args.feature_groups, test_fraction=args.test_fraction, seed=args.seed,
                       impute=args.impute, scale=args.scale, clip=args.clip_values,
                       normalize_rows=args.normalize_rows)
@@ -418,7 +424,10 @@ def _print_summary(record: dict) -> None:
     if record.get("alignment"):
         a = record["alignment"]
         rows = ", ".join(f"party {r}: {n} ({a['dropped'][r]} dropped)" for r, n in a["rows"].items())
-        print(f"  aligned {a['aligned']} rows by private set intersection; rows per file: {rows}", flush=True)
+        how = f", {a['method']}" if a.get("method") else ""
+        print(f"  aligned {a['aligned']} rows by private set intersection{how}; rows per file: {rows}", flush=True)
+        if a.get("note"):
+            print(f"  note: {a['note']}", flush=True)
     if record.get("epsilon_target") is not None or record.get("dp_guarantee"):
         print(f"  privacy: {_privacy_line(record)}", flush=True)
     print(f"  train {record['train_seconds']:.2f} s, {sent / 1e6:.3f} MB sent in total", flush=True)

@@ -41,6 +41,7 @@ class DataConfig:
     id_column: str | None = None
     party_files: list[str] = field(default_factory=list)
     aligned_rows: str | None = None          # `vfl align --rows-out` pattern: reuse that alignment, no PSI
+    psi: str | None = None                   # PSI engine (psi.ENGINES); None: rr22 if spu is installed, else ecdh
     partition: str = "contiguous"
     feature_groups: str | None = None
     test_fraction: float = 0.25
@@ -284,10 +285,9 @@ def _load_own_file(fed: Federation, config: DataConfig) -> Dataset:
         rows, counts = _saved_alignment(fed, config, table.ids, path)
     else:
         try:
-            rows, counts = align_rows(fed, list(table.ids))
+            rows, counts = align_rows(fed, list(table.ids), engine=config.psi)
         except PSIError as exc:
             raise VFLInputError(str(exc)) from exc
-        counts["method"] = "ecdh-psi (X25519, Elligator 2 hash)"
     counts["dropped"] = {r: n - counts["aligned"] for r, n in counts["rows"].items()}
     counts["files"] = {str(r): f for r, f in zip(fed.parties, config.party_files)} if fed.is_active else {}
     train = type(table)(table.X[rows], None if table.y is None else table.y[rows], table.feature_names,

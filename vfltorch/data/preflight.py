@@ -72,6 +72,12 @@ def check_options(args) -> None:
     if files:
         if not getattr(args, "id_column", None):
             raise VFLInputError("--party-files needs --id-column: the rows of the parties' files are matched on it")
+        from . import psi_rr22
+
+        if getattr(args, "psi", None) == "rr22" and not getattr(args, "aligned_rows", None) and \
+                not psi_rr22.available():
+            raise VFLInputError("--psi rr22 needs SecretFlow's spu==0.9.5 (`make install`, or `pip install --no-deps "
+                                "spu==0.9.5`; Linux or macOS, Python 3.10-3.11): install it, or pass --psi ecdh")
         if parties is not None and len(files) != parties:
             raise VFLInputError(f"--party-files gives {len(files)} files for --parties {parties}: give one file "
                                 f"per party (the first is the active party's, with the labels)")
@@ -268,3 +274,4 @@ def _task_refusal(method, tasks, info) -> str:
            "unsupervised": "name the label column with --label-column"}.get(task, "pick another dataset")
     note = f" ({info['labels']})" if info.get("labels") else ""
     return f"{method} does {can}; {name} is a {task} task{note}: {fix} (see `vfl datasets` for named ones)"
+

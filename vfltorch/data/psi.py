@@ -1,4 +1,10 @@
-"""Row alignment by private set intersection (ECDH-PSI with X25519 on Curve25519).
+"""Row alignment by private set intersection: RR22 (``psi_rr22.py``, SecretFlow's libpsi) or ECDH-PSI.
+
+``align_rows(fed, ids, engine=...)`` is the one entry point; ``engine`` is ``rr22`` (OT extension, the
+default when SecretFlow's ``spu`` is installed) or ``ecdh`` (below; the default otherwise, about 20x
+slower at 10^5 IDs). Both give every party the same rows in the active party's order.
+
+ECDH-PSI with X25519 on Curve25519.
 
 Hash to the group: BLAKE2b-256 of (domain tag, ID as text) goes through libsodium's Elligator 2
 map onto edwards25519 (``crypto_core_ed25519_from_uniform``, cofactor cleared, so the point lies
@@ -182,13 +188,59 @@ def _pair_passive(fed, ids_points: np.ndarray, scalar: bytes) -> np.ndarray:
     return perm
 
 
-def align_rows(fed, ids, *, where: str = "the file") -> tuple[np.ndarray, dict]:
+ENGINES = ("rr22", "ecdh")
+METHODS = {"rr22": "rr22-psi (OT extension; SecretFlow spu libpsi)",
+           "ecdh": "ecdh-psi (X25519, Elligator 2 hash)"}
+
+
+def default_engine() -> str:
+    """``rr22`` when SecretFlow's spu is installed (checked without importing it), else ``ecdh``."""
+    from . import psi_rr22
+
+    return "rr22" if psi_rr22.available() else "ecdh"
+
+
+def fallback_note(engine: str | None) -> str | None:
+    """What to tell the user when the default engine had to fall back to ECDH."""
+    from . import psi_rr22
+
+    if engine is None and not psi_rr22.available():
+        return (f"SecretFlow's spu is not installed, so rows are aligned by ECDH-PSI (about 20x slower than "
+                f"rr22 at 10^5 IDs): `make install` or `pip install --no-deps spu=={psi_rr22.SPU_VERSION}`")
+    return None
+
+
+def align_rows(fed, ids, *, where: str = "the file", engine: str | None = None) -> tuple[np.ndarray, dict]:
     """Rows of this party's ``ids`` common to every data party, in the active party's row order.
 
     Returns ``(rows, counts)``: ``rows`` indexes this party's table; ``counts`` maps each party
-    (by rank, as str) to its row count, plus ``aligned``. Raises ``PSIError`` if nothing is common.
-    Runs inside ``fed.phase("data/psi")``; every data party must call it.
+    (by rank, as str) to its row count, plus ``aligned`` and ``method``. Raises ``PSIError`` if
+    nothing is common. Runs inside ``fed.phase("data/psi")``; every data party must call it, with
+    the same ``engine`` (``ENGINES``; None: ``default_engine()``).
     """
+    chosen = default_engine() if engine is None else engine
+    if chosen not in ENGINES:
+        raise PSIError(f"unknown PSI engine {chosen!r}: choose one of {', '.join(ENGINES)}")
+    if chosen == "rr22":
+        from . import psi_rr22
+
+        try:
+            rows, counts = psi_rr22.align_rows(fed, ids)
+        except psi_rr22.PSIUnavailable as exc:
+            raise PSIError(str(exc)) from None
+    else:
+        rows, counts = _align_rows_ecdh(fed, ids)
+    counts["method"] = METHODS[chosen]
+    note = fallback_note(engine)
+    if note:
+        counts["note"] = note
+    if counts["aligned"] == 0:
+        raise PSIError(f"the parties' files have no ID in common ({_describe(counts)}): check --id-column "
+                       f"and the files")
+    return rows, counts
+
+
+def _align_rows_ecdh(fed, ids) -> tuple[np.ndarray, dict]:
     _need_libraries()
     scalar = random_scalar()
     points = hash_ids(ids)
@@ -218,9 +270,6 @@ def align_rows(fed, ids, *, where: str = "the file") -> tuple[np.ndarray, dict]:
                 raise PSIError("the active party sent a malformed row order")
             rows = perm[pos]
     del scalar
-    if counts["aligned"] == 0:
-        raise PSIError(f"the parties' files have no ID in common ({_describe(counts)}): check --id-column "
-                       f"and the files")
     return rows, counts
 
 
