@@ -300,9 +300,9 @@ def test_vfl_fdskl_demo_writes_the_record(tmp_path):
     assert "test_accuracy=" in r.stdout
     rec = json.loads(out.read_text())
     assert rec["metrics"]["test_accuracy"] > 0.94
-    # The bounded model (default): D = 1024 features whatever the number of iterations (B = 32 here).
-    assert rec["fdskl"]["history"] and rec["fdskl"]["random_features"] == 1024
-    assert rec["fdskl"]["iterations"] == math.ceil(5 * 427 / 32)
+    # The bounded model (default): D = 1536 features whatever the number of iterations (B = 32 here), 4 epochs.
+    assert rec["fdskl"]["history"] and rec["fdskl"]["random_features"] == 1536
+    assert rec["fdskl"]["iterations"] == math.ceil(4 * 427 / 32)
     assert all(rec["comm"][str(p)]["bytes_sent"] > 0 for p in range(3))
     assert any((tmp_path / "tb").iterdir())
 

@@ -20,7 +20,7 @@ from vfltorch.data.validation import VFLInputError
 from vfltorch.kernels import FDSKLClassifier, FDSKLRegressor
 from vfltorch.kernels import selection
 
-SMALL = dict(batch_size=32, epochs=2, random_state=3, n_components=128, features_per_step=16)
+SMALL = dict(batch_size=32, epochs=2, random_state=3, n_components=64, features_per_step=16)
 GRID = (1.0, 0.02)
 
 
@@ -40,6 +40,7 @@ def test_selection_rows_are_disjoint_seeded_and_bounded():
 
 def _fit(monkeypatch, grid, **kw):
     monkeypatch.setattr(selection, "SELECT_MIN_ROWS", 100)
+    monkeypatch.setattr(selection, "SELECT_EPOCHS", 1.0)
     data = bc(Federation.local())
     est = FDSKLClassifier(sigma_grid=grid, **SMALL, **kw).fit(data.X_train, data.y_train)
     return est, data
@@ -75,6 +76,7 @@ def test_selection_is_skipped_when_there_is_nothing_to_choose(monkeypatch):
 def job(fed):
     warnings.simplefilter("ignore")
     selection.SELECT_MIN_ROWS = 100           # breast_cancer's 455 rows: run the selection anyway
+    selection.SELECT_EPOCHS = 1.0
     data = bc(fed) if fed.is_data_party else None
     out = {}
     for protocol in ("shared", "paper"):

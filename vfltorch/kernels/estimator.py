@@ -21,12 +21,16 @@ global indices), ``n_iter_``, ``n_random_features_``, ``feature_map_`` (this
 party's share of the random features), ``train_seconds_``, ``history_``
 (the learning curve, active party), ``comm_`` (bytes per party and phase).
 
-Model. ``n_components=D`` (default 1024): a bounded model of D random features trained by
+Model. ``n_components=D`` (default 1536, 4 epochs): a bounded model of D random features trained by
 ``budget.py`` (an epoch costs O(n D) compute and bytes, scoring m rows O(m D)), with
 ``solver='adam'`` (default: Adam on all D coefficients, averaged iterates) or ``'dsg'`` (the
 paper's constant step on one block per iteration). ``n_components=None``: the paper's model,
 which grows by r = ``features_per_step`` features per iteration (``trainer.py`` / ``shared.py``).
 ``FDSKLClassifier`` trains one-vs-rest when the labels take three or more values.
+Kernel width: ``sigma='median'`` (default) with ``sigma_grid=(1.0, 2.0)``: on n >= 5000 rows each
+multiplier of the median width is tried on a held-out split of the training rows (``selection.py``)
+and the best one trains the model (``sigma_multiplier_``, ``sigma_scores_``, ``selection_seconds_``);
+``sigma_grid=(1.0,)`` or a numeric ``sigma`` skips it.
 
 Privacy. ``protocol='shared'`` (the default with Q > 1; the federation needs
 a coordinator, which deals masks and triples): the active party learns f on
@@ -106,10 +110,10 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
 
     def __init__(self, fed: Federation | None = None, *, kernel: str = "rbf", sigma="median", loss: str | None = None,
                  lam: float = 1e-5, gamma: float | None = None, batch_size: int | None = None,
-                 features_per_step: int = 32, epochs: float | None = 5.0, max_time: float | None = None,
+                 features_per_step: int = 32, epochs: float | None = 4.0, max_time: float | None = None,
                  schedule: str = "cached", random_state: int = 0, mask_seed="random", angle_bits: int = 16,
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
-                 prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1024,
+                 prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1536,
                  solver: str = "adam", sigma_grid=SIGMA_GRID):
         self.fed = fed
         self.kernel = kernel
@@ -667,10 +671,10 @@ class FDSKLRegressor(RegressorMixin, _FDSKLBase):
 
     def __init__(self, fed: Federation | None = None, *, kernel: str = "rbf", sigma="median", loss: str | None = None,
                  lam: float = 1e-5, gamma: float | None = None, batch_size: int | None = None,
-                 features_per_step: int = 32, epochs: float | None = 5.0, max_time: float | None = None,
+                 features_per_step: int = 32, epochs: float | None = 4.0, max_time: float | None = None,
                  schedule: str = "cached", random_state: int = 0, mask_seed="random", angle_bits: int = 16,
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
-                 prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1024,
+                 prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1536,
                  solver: str = "adam", sigma_grid=SIGMA_GRID, normalize_y: bool = True):
         super().__init__(fed, kernel=kernel, sigma=sigma, loss=loss, lam=lam, gamma=gamma, batch_size=batch_size,
                          features_per_step=features_per_step, epochs=epochs, max_time=max_time, schedule=schedule,
