@@ -30,7 +30,7 @@ def bc(fed):
 
 def test_selection_rows_are_disjoint_seeded_and_bounded():
     rows, held = selection.selection_rows(30_000, seed=7)
-    assert len(held) == 4000 and len(rows) == 10_000
+    assert len(held) == 3000 and len(rows) == 6000
     assert not set(rows.tolist()) & set(held.tolist())
     again = selection.selection_rows(30_000, seed=7)
     assert torch.equal(rows, again[0]) and torch.equal(held, again[1])

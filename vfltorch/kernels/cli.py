@@ -176,6 +176,8 @@ def run(fed, data, args, log):
     dtype = getattr(torch, args.precision)
     X_train, X_test = data.X_train.to(dtype), None if data.X_test is None else data.X_test.to(dtype)
     est = _estimator(fed, args, data.task)
+    if fed.coordinator is not None and fed.is_active:
+        fed.send_json(data.task, fed.coordinator)   # the dealer builds the same estimator (regression: no classes)
     monitor = None
     if X_test is not None and args.monitor_rows != 0:
         m = data.n_test if args.monitor_rows < 0 else min(args.monitor_rows, data.n_test)
@@ -211,7 +213,10 @@ def run(fed, data, args, log):
             "privacy_guarantee": _guarantee(args, fed.num_parties),
             "fdskl": {"protocol": args.protocol if fed.num_parties > 1 else "centralised",
                       "alpha_sha256": hashlib.sha256(alpha.tobytes()).hexdigest(), "sigma": est.sigma_,
-                      "sigma_seconds": est.sigma_seconds_, "iterations": est.n_iter_,
+                      "sigma_seconds": est.sigma_seconds_,
+                      "sigma_multiplier": getattr(est, "sigma_multiplier_", 1.0),
+                      "sigma_selection": getattr(est, "sigma_scores_", None),
+                      "selection_seconds": getattr(est, "selection_seconds_", 0.0), "iterations": est.n_iter_,
                       "random_features": est.n_random_features_, "gamma": est._step_size(),
                       "loss": est._loss().name, "train_comm": est.comm_, "history": est.history_},
             **({"model": {"dir": args.save_model, "model_id": model_id}} if model_id else {})}
@@ -219,7 +224,8 @@ def run(fed, data, args, log):
 
 def _run_dealer(fed, args):
     """The coordinator's part of `vfl fdskl --protocol shared`: deal masks and triples; it holds no data."""
-    est = _estimator(fed, args, "binary")
+    task = fed.recv_json(fed.active)
+    est = _estimator(fed, args, "regression" if task == "regression" else "binary")
     est.fit(None)
     if fed.recv_json(fed.active):
         est.decision_function()

@@ -85,7 +85,7 @@ from .shared import share_table, shared_decision_values, train_shared
 from .random_features import FourierSampler, derive_key
 from .trainer import DSGConfig, held_out_metrics, train_dsg
 from .budget import train_budget
-from .selection import select_width, wants_selection
+from .selection import SELECT_BLOCKS, select_width, wants_selection
 
 # The bounded model's default Adam rate (decayed as 1/sqrt(epoch)) per unit of the loss's constant DSG step: Adam
 # moves every coefficient by about its rate, so f moves by about rate * sqrt(D); 0.05 for the logistic loss at D = 1024.
@@ -315,9 +315,15 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         grid = tuple(float(c) for c in self.sigma_grid)
         if not (self._bounded() and isinstance(self.sigma, str) and wants_selection(X.shape[0], grid)):
             return
+        # The candidates have SELECT_BLOCKS of the model's features; the default Adam rate follows D as in
+        # _step_size (rate ~ 1 / sqrt(D)), a given gamma is kept.
+        blocks = max(1, int(self._n_blocks() * SELECT_BLOCKS))
+        step = self._step_size() if step is None else step
+        if self.gamma is None and self.solver == "adam":
+            step = step * (self._n_blocks() / blocks) ** 0.5
         index, scores, seconds = select_width(
             fed, make_map, X, y_fit, lambda rows: self._config(loss, rows, step), grid=grid,
-            n_blocks=self._n_blocks(), seed=derive_key(self.random_state, 0x5E1), dealer=dealer, table=table,
+            n_blocks=blocks, seed=derive_key(self.random_state, 0x5E1), dealer=dealer, table=table,
             task=self._task)
         self.sigma_multiplier_, self.sigma_scores_, self.selection_seconds_ = grid[index], scores, seconds
 

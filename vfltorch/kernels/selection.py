@@ -8,11 +8,12 @@ many small clusters) it loses 3 points (docs/fdskl.md). So, with
 model (``budget.py``) first
 
 1. splits the training rows by the public seed into a held-out part H
-   (n / 5 rows, at most 4,000) and a selection part S (at most 10,000 of the
+   (n / 5 rows, at most 3,000) and a selection part S (at most 6,000 of the
    rest): every party knows the indices, as it knows the mini-batches;
-2. for each multiplier c trains the default model with width c * sigma on S
-   for ``SELECT_EPOCHS`` epochs (the same protocol, the same messages as
-   training; a fresh model per candidate);
+2. for each multiplier c trains the default model with width c * sigma and
+   half its random features (D / 2, Adam rate scaled by sqrt 2 as the default
+   rate is for D / 2) on S for ``SELECT_EPOCHS`` epochs (the same protocol,
+   the same messages as training; a fresh model per candidate);
 3. evaluates that model on H once (``shared``: f opened to the active party
    only, the same one opening per model as the end of an epoch's monitor;
    ``paper``/Q = 1: the active party's own product);
@@ -46,9 +47,10 @@ from .budget import train_budget
 from .shared import shared_decision_values
 
 SELECT_MIN_ROWS = 5000
-SELECT_HELD_OUT = 4000
-SELECT_TRAIN = 10_000
+SELECT_HELD_OUT = 3000
+SELECT_TRAIN = 6000
 SELECT_EPOCHS = 2.0
+SELECT_BLOCKS = 0.5              # the candidates have half the model's random features
 
 
 def selection_rows(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
