@@ -337,6 +337,17 @@ def test_vfl_fdskl_one_vs_rest_on_a_multiclass_dataset(tmp_path):
     assert rec["task"] == "multiclass" and rec["metrics"]["test_accuracy"] > 0.6
 
 
+@needs_dataset("abalone")
+def test_vfl_fdskl_regression_under_the_shared_protocol(tmp_path):
+    # The dealer builds the active party's estimator (a regressor here: no class count to agree on).
+    out = tmp_path / "abalone.json"
+    assert main(["fdskl", "--dataset", "abalone", "--parties", "2", "--quiet", "--epochs", "1",
+                 "--n-components", "64", "--output-json", str(out)]) == 0
+    rec = json.loads(out.read_text())
+    assert rec["task"] == "regression" and rec["fdskl"]["protocol"] == "shared"
+    assert rec["metrics"]["test_r2"] > 0.3 and rec["fdskl"]["sigma_multiplier"] == 1.0   # 3,133 rows: no selection
+
+
 def a9a_job(fed):
     if fed.is_coordinator:                  # the shared protocol's dealer: no data, takes part in fit and scoring
         clf = FDSKLClassifier(fed).fit(None)
