@@ -84,14 +84,19 @@ def job(fed):
             continue
         est = FDSKLClassifier(fed, protocol=protocol, mask_seed="seed" if protocol == "paper" else "random",
                               sigma_grid=GRID, **SMALL)
+        select = fed.meter.totals(["fdskl/select"])
         if data is None:
             est.fit(None)
             est.decision_function()
-            out[protocol] = {"multiplier": est.sigma_multiplier_}
+            got = fed.meter.totals(["fdskl/select"])
+            out[protocol] = {"multiplier": est.sigma_multiplier_,
+                             "select_received": [got[k] - select[k] for k in ("messages_received", "bytes_received")]}
             continue
         est.fit(data.X_train, data.y_train, columns=data.columns)
+        got = fed.meter.totals(["fdskl/select"])
         out[protocol] = {"multiplier": est.sigma_multiplier_, "scores": est.sigma_scores_, "alpha": est.alpha_,
-                         "sigma": est.sigma_, "f": est.decision_function(data.X_test)}
+                         "sigma": est.sigma_, "f": est.decision_function(data.X_test),
+                         "select_received": [got[k] - select[k] for k in ("messages_received", "bytes_received")]}
     return out
 
 
@@ -112,5 +117,10 @@ def test_federated_selection_equals_centralised(monkeypatch):
         f = torch.as_tensor(got["f"]).double().numpy()
         f_ref = torch.as_tensor(ref.decision_function(data.X_test)).double().numpy()
         assert np.mean(np.sign(f) == np.sign(f_ref)) > 0.97
-    # The passive party holds no scores or model.
+    # The passive party holds no scores or model; what it and the dealer get from the selection beyond the
+    # (uniform) training messages is one small JSON object (a tensor send: its header, then the bytes of
+    # {"index": i}): the winner's index.
     assert runs[1]["shared"]["scores"] is None and runs[1]["shared"]["alpha"] is None
+    for rank, protocol in ((1, "shared"), (1, "paper"), (2, "shared")):
+        messages, size = runs[rank][protocol]["select_received"]
+        assert messages == 2 and 0 < size < 128          # 92 bytes with the transport's framing
