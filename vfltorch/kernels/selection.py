@@ -30,6 +30,9 @@ of the labels of at most log2(len(grid)) bits (1 bit for the default grid), the
 only label-dependent value they receive. Pass ``sigma`` (a number) or
 ``sigma_grid=(1.0,)`` to skip the selection (and that bit).
 
+The selection runs are not counted in a time budget (``max_time``), and ``train_seconds_`` is the
+final training's clock; ``selection_seconds_`` holds the selection's.
+
 Sets with fewer than ``SELECT_MIN_ROWS`` training rows skip the selection:
 their held-out part would have fewer than 1,000 rows, too few to tell the
 candidates apart (the standard error of an accuracy is about 1 point there).
