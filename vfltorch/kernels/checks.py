@@ -55,6 +55,15 @@ def check_hyperparameters(est) -> None:
         if not (math.isfinite(sigma) and sigma > 0):
             raise VFLInputError(f"sigma must be > 0 (the kernel width), got {est.sigma!r}; pass a positive "
                                 f"value or 'median' for the median heuristic")
+    grid = getattr(est, "sigma_grid", (1.0,))
+    try:
+        values = [float(c) for c in grid]
+    except (TypeError, ValueError):
+        values = []
+    if not values or not all(math.isfinite(c) and c > 0 for c in values):
+        raise VFLInputError(f"sigma_grid (multipliers of the median width tried on a held-out split) must be a "
+                            f"non-empty sequence of positive numbers, e.g. (1.0, 2.0), or (1.0,) for the median "
+                            f"width alone; got {grid!r}")
     if est.loss is not None and est.loss not in LOSSES:
         raise VFLInputError(f"loss={est.loss!r} is not supported: choose one of {', '.join(LOSSES)}")
     try:

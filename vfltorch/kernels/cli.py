@@ -73,14 +73,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--features-per-step", type=int, default=32,
                    help="random features r per block (r = 1: the paper); the growing model adds a block per "
                         "iteration, the bounded one has n_components / r blocks")
-    g.add_argument("--n-components", type=_n_components, default=1024, metavar="D",
-                   help="random features D of the bounded model (default 1024): O(n D) per epoch, O(m D) to "
+    g.add_argument("--n-components", type=_n_components, default=1536, metavar="D",
+                   help="random features D of the bounded model (default 1536): O(n D) per epoch, O(m D) to "
                         "score m rows; 'none': the paper's model, which grows by r features per iteration")
     g.add_argument("--solver", choices=["adam", "dsg"], default="adam",
                    help="bounded model: 'adam' (default: Adam steps on all D coefficients, step decayed as "
                         "1/sqrt(epoch), averaged iterates) or 'dsg' (the paper's constant step on one block)")
     g.add_argument("--epochs", type=float, default=None,
-                   help="passes over the training rows (default 5, unless --time-budget is given alone)")
+                   help="passes over the training rows (default 4, unless --time-budget is given alone)")
+    g.add_argument("--sigma-grid", type=float, nargs="+", default=[1.0, 2.0], metavar="C",
+                   help="with --sigma median: multipliers of the median width tried on a held-out split of the "
+                        "training rows before training (n >= 5000; the passive parties learn which one won); "
+                        "'--sigma-grid 1' keeps the median width")
     g.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                    help="stop training after this many seconds (with --epochs: whichever comes first)")
     g.add_argument("--schedule", choices=["cached", "paper"], default="cached",
@@ -132,14 +136,15 @@ def _estimator(fed, args, task: str):
     """The estimator the command trains: one place for the option -> hyperparameter mapping."""
     from .estimator import FDSKLClassifier, FDSKLRegressor
 
-    epochs = args.epochs if args.epochs is not None else (None if args.time_budget is not None else 5.0)
+    epochs = args.epochs if args.epochs is not None else (None if args.time_budget is not None else 4.0)
     Estimator = FDSKLRegressor if task == "regression" else FDSKLClassifier      # multiclass: one-vs-rest
     return Estimator(fed, kernel=args.kernel, sigma=args.sigma, loss=args.loss, lam=args.lam, gamma=args.gamma,
                      batch_size=args.batch_size, features_per_step=args.features_per_step, epochs=epochs,
                      max_time=args.time_budget, schedule=args.schedule, random_state=args.seed,
                      mask_seed=args.mask_seed, angle_bits=args.angle_bits, log_every=args.log_every,
                      prefetch=args.prefetch, protocol=args.protocol, device=args.device,
-                     n_components=args.n_components, solver=args.solver)
+                     n_components=args.n_components, solver=args.solver,
+                     sigma_grid=tuple(getattr(args, "sigma_grid", None) or (1.0,)))
 
 
 def check(args, info: dict) -> None:
@@ -171,6 +176,8 @@ def run(fed, data, args, log):
     dtype = getattr(torch, args.precision)
     X_train, X_test = data.X_train.to(dtype), None if data.X_test is None else data.X_test.to(dtype)
     est = _estimator(fed, args, data.task)
+    if fed.coordinator is not None and fed.is_active:
+        fed.send_json(data.task, fed.coordinator)   # the dealer builds the same estimator (regression: no classes)
     monitor = None
     if X_test is not None and args.monitor_rows != 0:
         m = data.n_test if args.monitor_rows < 0 else min(args.monitor_rows, data.n_test)
@@ -206,7 +213,10 @@ def run(fed, data, args, log):
             "privacy_guarantee": _guarantee(args, fed.num_parties),
             "fdskl": {"protocol": args.protocol if fed.num_parties > 1 else "centralised",
                       "alpha_sha256": hashlib.sha256(alpha.tobytes()).hexdigest(), "sigma": est.sigma_,
-                      "sigma_seconds": est.sigma_seconds_, "iterations": est.n_iter_,
+                      "sigma_seconds": est.sigma_seconds_,
+                      "sigma_multiplier": getattr(est, "sigma_multiplier_", 1.0),
+                      "sigma_selection": getattr(est, "sigma_scores_", None),
+                      "selection_seconds": getattr(est, "selection_seconds_", 0.0), "iterations": est.n_iter_,
                       "random_features": est.n_random_features_, "gamma": est._step_size(),
                       "loss": est._loss().name, "train_comm": est.comm_, "history": est.history_},
             **({"model": {"dir": args.save_model, "model_id": model_id}} if model_id else {})}
@@ -214,7 +224,8 @@ def run(fed, data, args, log):
 
 def _run_dealer(fed, args):
     """The coordinator's part of `vfl fdskl --protocol shared`: deal masks and triples; it holds no data."""
-    est = _estimator(fed, args, "binary")
+    task = fed.recv_json(fed.active)
+    est = _estimator(fed, args, "regression" if task == "regression" else "binary")
     est.fit(None)
     if fed.recv_json(fed.active):
         est.decision_function()

@@ -21,12 +21,16 @@ global indices), ``n_iter_``, ``n_random_features_``, ``feature_map_`` (this
 party's share of the random features), ``train_seconds_``, ``history_``
 (the learning curve, active party), ``comm_`` (bytes per party and phase).
 
-Model. ``n_components=D`` (default 1024): a bounded model of D random features trained by
+Model. ``n_components=D`` (default 1536, 4 epochs): a bounded model of D random features trained by
 ``budget.py`` (an epoch costs O(n D) compute and bytes, scoring m rows O(m D)), with
 ``solver='adam'`` (default: Adam on all D coefficients, averaged iterates) or ``'dsg'`` (the
 paper's constant step on one block per iteration). ``n_components=None``: the paper's model,
 which grows by r = ``features_per_step`` features per iteration (``trainer.py`` / ``shared.py``).
 ``FDSKLClassifier`` trains one-vs-rest when the labels take three or more values.
+Kernel width: ``sigma='median'`` (default) with ``sigma_grid=(1.0, 2.0)``: on n >= 5000 rows each
+multiplier of the median width is tried on a held-out split of the training rows (``selection.py``)
+and the best one trains the model (``sigma_multiplier_``, ``sigma_scores_``, ``selection_seconds_``);
+``sigma_grid=(1.0,)`` or a numeric ``sigma`` skips it.
 
 Privacy. ``protocol='shared'`` (the default with Q > 1; the federation needs
 a coordinator, which deals masks and triples): the active party learns f on
@@ -81,10 +85,13 @@ from .shared import share_table, shared_decision_values, train_shared
 from .random_features import FourierSampler, derive_key
 from .trainer import DSGConfig, held_out_metrics, train_dsg
 from .budget import train_budget
+from .selection import SELECT_BLOCKS, select_width, wants_selection
 
 # The bounded model's default Adam rate (decayed as 1/sqrt(epoch)) per unit of the loss's constant DSG step: Adam
 # moves every coefficient by about its rate, so f moves by about rate * sqrt(D); 0.05 for the logistic loss at D = 1024.
 ADAM_STEP_SCALE = 1.0 / 320.0
+# Multipliers of the median-heuristic width tried on a held-out split before training (selection.py).
+SIGMA_GRID = (1.0, 2.0)
 
 
 class LeakWarning(UserWarning):
@@ -103,11 +110,11 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
 
     def __init__(self, fed: Federation | None = None, *, kernel: str = "rbf", sigma="median", loss: str | None = None,
                  lam: float = 1e-5, gamma: float | None = None, batch_size: int | None = None,
-                 features_per_step: int = 32, epochs: float | None = 5.0, max_time: float | None = None,
+                 features_per_step: int = 32, epochs: float | None = 4.0, max_time: float | None = None,
                  schedule: str = "cached", random_state: int = 0, mask_seed="random", angle_bits: int = 16,
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
-                 prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1024,
-                 solver: str = "adam"):
+                 prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1536,
+                 solver: str = "adam", sigma_grid=SIGMA_GRID):
         self.fed = fed
         self.kernel = kernel
         self.sigma = sigma
@@ -130,6 +137,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         self.protocol = protocol
         self.n_components = n_components
         self.solver = solver
+        self.sigma_grid = sigma_grid
 
     # ------------------------------------------------------------ helpers
     def _loss(self):
@@ -262,15 +270,22 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         else:
             self.sigma_ = float(self.sigma)
         self.sigma_seconds_ = time.perf_counter() - started
-        self.feature_map_ = FederatedFeatureMap(
-            fed, FourierSampler(self.kernel, self.sigma_, self.random_state), self.columns_, self.features_per_step,
-            seed=self.random_state, phase_key=phase_key, masks=masks,
-            circle=Circle(self.angle_bits), dtype=X.dtype, device=device, max_elements=self.max_elements,
-            public_phases=self.protocol == "shared")
+
+        def make_map(multiplier: float) -> FederatedFeatureMap:
+            return FederatedFeatureMap(
+                fed, FourierSampler(self.kernel, self.sigma_ * multiplier, self.random_state), self.columns_,
+                self.features_per_step, seed=self.random_state, phase_key=phase_key, masks=masks,
+                circle=Circle(self.angle_bits), dtype=X.dtype, device=device, max_elements=self.max_elements,
+                public_phases=self.protocol == "shared")
 
         y_fit = None
         if fed.is_active:
             y_fit = self._prepare_targets(torch.as_tensor(np.asarray(y) if not isinstance(y, torch.Tensor) else y))
+        table = share_table(fed, fed.coordinator) if shared else None
+        self._select_sigma(fed, make_map, X, y_fit, loss, dealer=fed.coordinator if shared else None, table=table)
+        if self.sigma_multiplier_ != 1.0:
+            self.sigma_ = self.sigma_ * self.sigma_multiplier_
+        self.feature_map_ = make_map(1.0)
         if monitor is not None:
             X_mon = self._as_tensor(monitor[0], device, X.dtype)
             y_mon = None
@@ -279,20 +294,38 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
             monitor = (X_mon, y_mon)
         cfg = self._config(loss, X.shape[0])
         if self._bounded():
-            table = share_table(fed, fed.coordinator) if shared else None
             if shared:
                 self.table_ = table
             result = train_budget(fed, self.feature_map_, X, y_fit, cfg, n_blocks=self._n_blocks(),
                                   dealer=fed.coordinator if shared else None, table=table, monitor=monitor,
                                   log=log, progress=progress and fed.is_active)
         elif shared:
-            self.table_ = share_table(fed, fed.coordinator)
+            self.table_ = table
             result = train_shared(fed, self.feature_map_, X, y_fit, cfg, dealer=fed.coordinator, table=self.table_,
                                   monitor=monitor, log=log, progress=progress and fed.is_active)
         else:
             result = train_dsg(fed, self.feature_map_, X, y_fit, cfg, monitor=monitor, log=log,
                                progress=progress and fed.is_active)
         return self._finish(fed, result)
+
+    def _select_sigma(self, fed: Federation, make_map, X, y_fit, loss, *, dealer, table, step=None) -> None:
+        """``sigma_multiplier_``: the multiplier of the median width chosen on a held-out split (selection.py),
+        1.0 when there is nothing to choose (a given sigma, the growing model, a one-value grid, small n)."""
+        self.sigma_multiplier_, self.sigma_scores_, self.selection_seconds_ = 1.0, None, 0.0
+        grid = tuple(float(c) for c in self.sigma_grid)
+        if not (self._bounded() and isinstance(self.sigma, str) and wants_selection(X.shape[0], grid)):
+            return
+        # The candidates have SELECT_BLOCKS of the model's features; the default Adam rate follows D as in
+        # _step_size (rate ~ 1 / sqrt(D)), a given gamma is kept.
+        blocks = max(1, int(self._n_blocks() * SELECT_BLOCKS))
+        step = self._step_size() if step is None else step
+        if self.gamma is None and self.solver == "adam":
+            step = step * (self._n_blocks() / blocks) ** 0.5
+        index, scores, seconds = select_width(
+            fed, make_map, X, y_fit, lambda rows: self._config(loss, rows, step), grid=grid,
+            n_blocks=blocks, seed=derive_key(self.random_state, 0x5E1), dealer=dealer, table=table,
+            task=self._task)
+        self.sigma_multiplier_, self.sigma_scores_, self.selection_seconds_ = grid[index], scores, seconds
 
     def _config(self, loss, n: int, step: float | None = None) -> DSGConfig:
         return DSGConfig(loss=loss, gamma=self._step_size() if step is None else step, lam=float(self.lam),
@@ -320,6 +353,15 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
             public_phases=True)
         self.table_ = share_table(fed, fed.coordinator)
         empty = torch.zeros(n, 0, dtype=torch.float64)
+
+        def make_map(multiplier: float) -> FederatedFeatureMap:
+            return FederatedFeatureMap(
+                fed, FourierSampler(self.kernel, 1.0, self.random_state), self.columns_, self.features_per_step,
+                seed=self.random_state, phase_key=phase_key, masks=masks, circle=Circle(self.angle_bits),
+                public_phases=True)
+
+        self._select_sigma(fed, make_map, empty, None, self._loss(), dealer=fed.coordinator, table=self.table_,
+                           step=plan["step"])
         mon = None
         if plan.get("monitor_rows") is not None:
             mon = (torch.zeros(plan["monitor_rows"], 0, dtype=torch.float64), None)
@@ -551,7 +593,8 @@ class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
             est.estimators_ = None
             self.estimators_.append(est)
         first = self.estimators_[0]
-        for name in ("sigma_", "sigma_seconds_", "n_features_in_", "columns_", "feature_map_", "n_random_features_",
+        for name in ("sigma_", "sigma_seconds_", "sigma_multiplier_", "sigma_scores_", "selection_seconds_",
+                     "n_features_in_", "columns_", "feature_map_", "n_random_features_",
                      "batch_loss_", "train_loss_"):
             if hasattr(first, name):
                 setattr(self, name, getattr(first, name))
@@ -634,17 +677,17 @@ class FDSKLRegressor(RegressorMixin, _FDSKLBase):
 
     def __init__(self, fed: Federation | None = None, *, kernel: str = "rbf", sigma="median", loss: str | None = None,
                  lam: float = 1e-5, gamma: float | None = None, batch_size: int | None = None,
-                 features_per_step: int = 32, epochs: float | None = 5.0, max_time: float | None = None,
+                 features_per_step: int = 32, epochs: float | None = 4.0, max_time: float | None = None,
                  schedule: str = "cached", random_state: int = 0, mask_seed="random", angle_bits: int = 16,
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
-                 prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1024,
-                 solver: str = "adam", normalize_y: bool = True):
+                 prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1536,
+                 solver: str = "adam", sigma_grid=SIGMA_GRID, normalize_y: bool = True):
         super().__init__(fed, kernel=kernel, sigma=sigma, loss=loss, lam=lam, gamma=gamma, batch_size=batch_size,
                          features_per_step=features_per_step, epochs=epochs, max_time=max_time, schedule=schedule,
                          random_state=random_state, mask_seed=mask_seed, angle_bits=angle_bits,
                          median_pairs=median_pairs, log_every=log_every, max_elements=max_elements,
                          prefetch=prefetch, device=device, protocol=protocol, n_components=n_components,
-                         solver=solver)
+                         solver=solver, sigma_grid=sigma_grid)
         self.normalize_y = normalize_y
 
     def _prepare_targets(self, y: torch.Tensor) -> torch.Tensor:
