@@ -403,3 +403,31 @@ def test_gradient_sums_rebuild_the_kernel_past_the_leak_limit_and_not_at_the_def
     # The defaults on breast_cancer (5 epochs, 455 rows): nothing beyond the active party's own columns.
     own, both, _, _ = _gradient_attack(455, 5.0, noisy_labels=False)
     assert both - own < 0.01
+
+
+FOUR = dict(batch_size=32, epochs=1, random_state=5, n_components=64, features_per_step=16, compress_to=32,
+            compress_epochs=0.5)
+
+
+def four_party_paper_job(fed):
+    warnings.simplefilter("ignore")
+    data = bc(fed)
+    est = FDSKLClassifier(fed, protocol="paper", mask_seed="seed", **FOUR)
+    est.fit(data.X_train, data.y_train, columns=data.columns)
+    before = phase_totals(fed, "fdskl/predict")["bytes_sent"]
+    f = est.decision_function(data.X_test)
+    return {"f": f, "alpha": est.alpha_, "rows": data.X_test.shape[0], "support": est.support_,
+            "predict_bytes": phase_totals(fed, "fdskl/predict")["bytes_sent"] - before}
+
+
+def test_paper_star_with_three_passive_parties():
+    """Q = 4 (three passive parties exchange pairwise seeds, in an order that cannot deadlock): the
+    distillation and the prediction star give the centralised model and send 2 (Q - 1) m D' + 16 * 3 bytes."""
+    runs = launch(four_party_paper_job, 4)
+    ref, data = centralised(**FOUR)
+    got = runs[0]
+    torch.testing.assert_close(got["support"], ref.support_)
+    torch.testing.assert_close(got["alpha"].double(), ref.alpha_.double(), rtol=0, atol=2e-3)
+    np.testing.assert_allclose(arr(got["f"]), arr(ref.decision_function(data.X_test)), rtol=0, atol=2e-2)
+    total = sum(r["predict_bytes"] for r in runs)
+    assert 0 <= total - (2 * 3 * got["rows"] * 32 + 16 * 3) < 1000

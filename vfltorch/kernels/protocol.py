@@ -203,13 +203,15 @@ class FederatedFeatureMap:
         if mine in passive:
             me = passive.index(mine)
             with fed.phase(f"{fed.current_phase}/seeds"):
+                # Receive from the earlier parties before sending to the later ones: an order in which
+                # blocking sends cannot deadlock (party k waits only on parties before it).
+                for other in passive[:me]:
+                    seed = fed.recv(other, (2,), torch.int64, device="cpu")
+                    part = part - _seeded_words(seed, self.circle, shape).to(part.device)
                 for other in passive[me + 1:]:
                     seed = fresh_seed()
                     fed.send(seed, other)
                     part = part + _seeded_words(seed, self.circle, shape).to(part.device)
-                for other in passive[:me]:
-                    seed = fed.recv(other, (2,), torch.int64, device="cpu")
-                    part = part - _seeded_words(seed, self.circle, shape).to(part.device)
         with fed.phase(f"{fed.current_phase}/star-sum"):
             if fed.is_active:
                 for p in passive:
