@@ -222,7 +222,7 @@ def test_compressed_model_predicts_on_its_kept_features_only(runs):
     ref, data = centralised(**COMPRESSED)
     full, _ = centralised(**BOUNDED)
     m = data.X_test.shape[0]
-    assert ref.support_.shape == (Dp,) and ref.compress_["refit_iterations"] == math.ceil(427 / 32)
+    assert ref.support_.shape == (Dp,) and ref.compress_["refit_iterations"] == 100       # at least 100 steps
     torch.testing.assert_close(ref.support_, torch.topk(full.alpha_.abs(), Dp).indices.sort().values)
     f_ref, f_full = arr(ref.decision_function(data.X_test)), arr(full.decision_function(data.X_test))
     assert np.mean(np.sign(f_ref) == np.sign(f_full)) > 0.95 and np.corrcoef(f_ref, f_full)[0, 1] > 0.95

@@ -14,7 +14,8 @@ residual r_i = f_student(x_i) - f_teacher(x_i) (one product with coefficients
 alpha' - alpha, alpha' zero off the support) and the D' gradient sums
 sum_i r_i phi_j(x_i), and takes Adam steps on alpha' (warm-started from the
 pruned alpha, at the rate where training's schedule ended, iterates averaged
-over the second half). Prediction then evaluates the D' kept features: D / D'
+over the second half; at least ``MIN_STEPS`` = 100 steps, since on small
+data an epoch is too few). Prediction then evaluates the D' kept features: D / D'
 times fewer bytes. Only the Adam solver is compressed (``dsg`` models predict
 with all D features).
 
@@ -50,6 +51,7 @@ from .shared import StarProducts, star_phases
 from .trainer import BatchSampler, TrainResult
 
 COMPRESS_PHASE = "fdskl/compress"
+MIN_STEPS = 100          # small data: an epoch is a few steps, too few to pull the pruned model back to the teacher
 
 
 def choose_support(alpha: torch.Tensor, keep: int) -> torch.Tensor:
@@ -80,7 +82,7 @@ def compress_budget(fed: Federation, fmap, X: torch.Tensor, cfg, alpha, *, keep:
         support = torch.tensor(fed.broadcast_json(chosen, fed.active, ranks=everyone), dtype=torch.int64)
         sampler = BatchSampler(n, cfg.batch_size, cfg.seed ^ 0xC0411)
         B = sampler.batch_size
-        iters = max(0, math.ceil(epochs * sampler.per_epoch - 1e-9))
+        iters = max(MIN_STEPS, math.ceil(epochs * sampler.per_epoch - 1e-9)) if epochs > 0 else 0
         if dealer is not None:
             # The equations the active party holds after training: trained (B + G); each refit step adds
             # B + D' (the residual on the batch rows, the D' gradient sums); all below n D / 2.
