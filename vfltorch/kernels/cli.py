@@ -52,6 +52,12 @@ def _n_components(text: str):
         raise argparse.ArgumentTypeError(f"--n-components takes a positive integer or 'none', got {text!r}") from None
 
 
+def _compress_to(text: str):
+    if text.lower() == "auto":
+        return "auto"
+    return _n_components(text)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("FDSKL")
     g.add_argument("--protocol", choices=["shared", "paper"], default="shared",
@@ -76,11 +82,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--n-components", type=_n_components, default=1024, metavar="D",
                    help="random features D of the bounded model (default 1024): O(n D) per epoch, O(m D) to "
                         "score m rows; 'none': the paper's model, which grows by r features per iteration")
-    g.add_argument("--compress-to", type=_n_components, default=432, metavar="D'",
+    g.add_argument("--compress-to", type=_compress_to, default="auto", metavar="D'",
                    help="bounded model with adam: after training keep the D' features of largest |alpha| and "
                         "distil the model into them (--compress-epochs passes, default 1), so that scoring m rows "
-                        "costs O(m D') (default 432: a9a's test rows under 100 MB at Q = 4); 'none': predict "
-                        "with all D; every party learns which D' features are kept")
+                        "costs O(m D') ('auto', the default: 432 from 2 D training rows on, a9a's test rows under "
+                        "100 MB at Q = 4); 'none': predict with all D; every party learns which D' features are kept")
     g.add_argument("--compress-epochs", type=float, default=1.0, help="passes of the distillation (default 1)")
     g.add_argument("--solver", choices=["adam", "dsg"], default="adam",
                    help="bounded model: 'adam' (default: Adam steps on all D coefficients, step decayed as "

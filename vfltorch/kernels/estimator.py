@@ -77,7 +77,7 @@ from .checks import agree, check_hyperparameters, check_shared, label_problem, s
 from .circle import Circle
 from .losses import get_loss
 from .protocol import FederatedFeatureMap
-from .compress import compress_budget
+from .compress import AUTO_COMPRESS, compress_budget
 from .shared import share_table, shared_decision_values, train_shared
 from .random_features import FourierSampler, derive_key
 from .trainer import DSGConfig, held_out_metrics, train_dsg
@@ -108,7 +108,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
                  schedule: str = "cached", random_state: int = 0, mask_seed="random", angle_bits: int = 16,
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
                  prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1024,
-                 solver: str = "adam", compress_to: int | None = 432, compress_epochs: float = 1.0):
+                 solver: str = "adam", compress_to="auto", compress_epochs: float = 1.0):
         self.fed = fed
         self.kernel = kernel
         self.sigma = sigma
@@ -340,15 +340,20 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         return self._finish(fed, result)
 
     def _compress(self, fed: Federation, X, cfg, result, *, dealer, table):
-        """Bounded model: prune to ``compress_to`` features and refit (``compress.py``); ``support_`` is then the
-        kept features' indices at every rank (None: all D), and prediction evaluates only those."""
+        """Bounded model: prune to ``compress_to`` features and distil (``compress.py``); ``support_`` is then the
+        kept features' indices at every rank (None: all D), and prediction evaluates only those. ``"auto"``
+        (default): 432 features when the training set has at least 2 D rows (on fewer the model is far from
+        determined, the pruned support noisy, and distilling costs more than training), else no compression."""
         self.support_ = None
         self.compress_ = None
         D = self.feature_map_.n_features
-        if self.compress_to is None or int(self.compress_to) >= D or self.solver != "adam":
+        keep = self.compress_to
+        if isinstance(keep, str):          # "auto": D' = 432 once there are at least 2 D training rows
+            keep = AUTO_COMPRESS if X.shape[0] >= 2 * D else None
+        if keep is None or int(keep) >= D or self.solver != "adam":
             return result
         support, alpha, refit = compress_budget(fed, self.feature_map_, X, cfg, result.alpha,
-                                                keep=int(self.compress_to), epochs=float(self.compress_epochs),
+                                                keep=int(keep), epochs=float(self.compress_epochs),
                                                 trained=result.iterations, dealer=dealer, table=table)
         self.support_ = support
         self.compress_ = {"features": int(len(support)), "refit_iterations": refit.iterations,
@@ -665,7 +670,7 @@ class FDSKLRegressor(RegressorMixin, _FDSKLBase):
                  schedule: str = "cached", random_state: int = 0, mask_seed="random", angle_bits: int = 16,
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
                  prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1024,
-                 solver: str = "adam", compress_to: int | None = 432, compress_epochs: float = 1.0,
+                 solver: str = "adam", compress_to="auto", compress_epochs: float = 1.0,
                  normalize_y: bool = True):
         super().__init__(fed, kernel=kernel, sigma=sigma, loss=loss, lam=lam, gamma=gamma, batch_size=batch_size,
                          features_per_step=features_per_step, epochs=epochs, max_time=max_time, schedule=schedule,

@@ -190,13 +190,13 @@ class FederatedFeatureMap:
         part = self.circle.encode(X @ self.omega[:, features.to(self.device)])
         passive = [p for p in fed.parties if p != fed.active]
         mine = fed.rank
-        kept = torch.tensor([self.keepers[int(j) // self.block_size] == mine for j in features.tolist()])
-        if bool(kept.any()):
-            every = torch.cat([self.phase_words.get(t, torch.zeros(self.block_size, dtype=self.circle.dtype,
-                                                                    device=self.device))
-                               for t in range(self.n_blocks)])
-            part = part + torch.where(kept.to(self.device), every[features.to(self.device)],
-                                      torch.zeros((), dtype=self.circle.dtype, device=self.device))
+        # b_j of the features this party keeps, 0 elsewhere (one word per feature so far, built once per size).
+        if getattr(self, "_kept_words", None) is None or len(self._kept_words) != self.n_features:
+            self._kept_words = torch.cat([self.phase_words[t] if self.keepers[t] == mine else
+                                          torch.zeros(self.block_size, dtype=self.circle.dtype, device=self.device)
+                                          for t in range(self.n_blocks)])
+        if any(k == mine for k in self.keepers):
+            part = part + self._kept_words[features.to(self.device)]
         if not passive:
             return part
         shape = tuple(part.shape)
