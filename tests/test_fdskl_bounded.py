@@ -272,6 +272,21 @@ def test_bounded_hyperparameters_are_checked():
         FDSKLClassifier(n_components=0).fit(data.X_train, data.y_train)
     with pytest.raises(VFLInputError, match="solver must be"):
         FDSKLClassifier(solver="lbfgs").fit(data.X_train, data.y_train)
+    for bad in (0, "all", 1.5, True):
+        with pytest.raises(VFLInputError, match="compress_to"):
+            FDSKLClassifier(compress_to=bad).fit(data.X_train, data.y_train)
+    with pytest.raises(VFLInputError, match="compress_epochs"):
+        FDSKLClassifier(compress_epochs=-1).fit(data.X_train, data.y_train)
+    # "auto" compresses from 2 D training rows on only (breast cancer: 427 rows, D = 1024: no compression).
+    assert FDSKLClassifier(epochs=0.2).fit(data.X_train, data.y_train).support_ is None
+
+
+def test_compressed_model_survives_save_and_load(tmp_path):
+    est, data = centralised(**dict(COMPRESSED, epochs=0.5, compress_epochs=0.1))
+    est.save(tmp_path / "m")
+    loaded = FDSKLClassifier.load(tmp_path / "m")
+    torch.testing.assert_close(loaded.support_, est.support_)
+    np.testing.assert_array_equal(arr(loaded.decision_function(data.X_test)), arr(est.decision_function(data.X_test)))
 
 
 @pytest.mark.slow
