@@ -12,13 +12,19 @@ O(n^2 r / B) epoch (under the paper's protocol). Reported per epoch (measured ov
 divided by them): the active party's training seconds, bytes sent by all
 ranks (the dealer included), and each rank's peak RSS.
 
-Part 2 (``--a9a-predict``): bytes sent to score a9a's 16,281 test rows
-(all ranks, the ``fdskl/predict`` phase) by the paper's growing model (5
-epochs, 5,152 features, the issue's 1 GB) and by the bounded model, under
-``--protocol`` paper and shared.
+The scaling runs train only (``compress_to=None``: the compression after
+training is a prediction-side cost); ``--batch-size`` overrides the default
+batch (the batch-cap lever). Each record carries the load average.
 
-    python -m benchmarks.fdskl_scaling --sizes 10000 100000 1000000 --output-dir results/fdskl_scaling
-    python -m benchmarks.fdskl_scaling --sizes 10000 100000 --unbounded-up-to 100000 --a9a-predict
+Part 2 (``--a9a-predict``): bytes sent to score a9a's 16,281 test rows
+(all ranks, the ``fdskl/predict`` phase) by the bounded model uncompressed and
+compressed to each ``--compress-to`` D' (``compress.py``; the distillation's
+steps, seconds and bytes are reported too), and with ``--a9a-growing`` the
+paper's growing model (5 epochs, 5,152 features), under ``--protocols`` paper
+and shared, with the test accuracy.
+
+    python -m benchmarks.fdskl_scaling --sizes 10000 100000 1000000 --protocols shared paper --output-dir results/fdskl_scaling
+    python -m benchmarks.fdskl_scaling --sizes --protocols shared paper --a9a-predict --compress-to 432 --output-dir results/fdskl_predict
 
 writes ``fdskl_scaling.json`` and ``fdskl_scaling.md`` to ``--output-dir``.
 Timings on the shared 2-core machine are noisy; bytes are exact.
