@@ -12,13 +12,19 @@ O(n^2 r / B) epoch (under the paper's protocol). Reported per epoch (measured ov
 divided by them): the active party's training seconds, bytes sent by all
 ranks (the dealer included), and each rank's peak RSS.
 
-Part 2 (``--a9a-predict``): bytes sent to score a9a's 16,281 test rows
-(all ranks, the ``fdskl/predict`` phase) by the paper's growing model (5
-epochs, 5,152 features, the issue's 1 GB) and by the bounded model, under
-``--protocol`` paper and shared.
+The scaling runs train only (``compress_to=None``: the compression after
+training is a prediction-side cost); ``--batch-size`` overrides the default
+batch (the batch-cap lever). Each record carries the load average.
 
-    python -m benchmarks.fdskl_scaling --sizes 10000 100000 1000000 --output-dir results/fdskl_scaling
-    python -m benchmarks.fdskl_scaling --sizes 10000 100000 --unbounded-up-to 100000 --a9a-predict
+Part 2 (``--a9a-predict``): bytes sent to score a9a's 16,281 test rows
+(all ranks, the ``fdskl/predict`` phase) by the bounded model uncompressed and
+compressed to each ``--compress-to`` D' (``compress.py``; the distillation's
+steps, seconds and bytes are reported too), and with ``--a9a-growing`` the
+paper's growing model (5 epochs, 5,152 features), under ``--protocols`` paper
+and shared, with the test accuracy.
+
+    python -m benchmarks.fdskl_scaling --sizes 10000 100000 1000000 --protocols shared paper --output-dir results/fdskl_scaling
+    python -m benchmarks.fdskl_scaling --sizes --protocols shared paper --a9a-predict --compress-to 432 --output-dir results/fdskl_predict
 
 writes ``fdskl_scaling.json`` and ``fdskl_scaling.md`` to ``--output-dir``.
 Timings on the shared 2-core machine are noisy; bytes are exact.
@@ -29,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import resource
 import time
 import warnings
@@ -78,10 +85,13 @@ def scaling_job(fed, n, kwargs, seed):
     return out
 
 
-def run_scaling(n: int, parties: int, protocol: str, n_components, epochs: float, seed: int) -> dict:
+def run_scaling(n: int, parties: int, protocol: str, n_components, epochs: float, seed: int,
+                batch_size: int | None = None) -> dict:
     from vfltorch.comm import launch
 
-    kwargs = dict(protocol=protocol, n_components=n_components, epochs=epochs, random_state=seed, sigma="median")
+    # Training only: the model compression after training (compress.py) is a prediction-side cost, off here.
+    kwargs = dict(protocol=protocol, n_components=n_components, epochs=epochs, random_state=seed, sigma="median",
+                  batch_size=batch_size, compress_to=None)
     started = time.perf_counter()
     out = launch(scaling_job, parties, args=(n, kwargs, seed), coordinator=protocol == "shared" and parties > 1,
                  timeout=3600)
@@ -91,6 +101,7 @@ def run_scaling(n: int, parties: int, protocol: str, n_components, epochs: float
             "iterations": a["iterations"], "features": a["features"],
             "seconds_per_epoch": a["train_seconds"] / epochs, "bytes_per_epoch": a["bytes"] / epochs,
             "peak_rss_mb": [round(o["peak_rss_mb"], 1) for o in out], "wall_seconds": wall,
+            "batch_size": batch_size, "load_average": os.getloadavg(),
             "batch_loss": a["batch_loss"]}
 
 
@@ -105,26 +116,35 @@ def a9a_job(fed, kwargs):
         est.fit(None)
         before = phase_totals(fed, "fdskl/predict")["bytes_sent"]
         est.decision_function()
-        return {"predict_bytes": phase_totals(fed, "fdskl/predict")["bytes_sent"] - before}
+        return {"predict_bytes": phase_totals(fed, "fdskl/predict")["bytes_sent"] - before,
+                "refit_bytes": (getattr(est, "compress_", None) or {}).get("refit_bytes_sent", 0)}
     data = load_party_data(fed, DataConfig(dataset="a9a", scale="minmax", seed=0))
     est.fit(data.X_train, data.y_train, columns=data.columns)
     before = phase_totals(fed, "fdskl/predict")["bytes_sent"]
     f = est.decision_function(data.X_test)
-    out = {"predict_bytes": phase_totals(fed, "fdskl/predict")["bytes_sent"] - before}
+    out = {"predict_bytes": phase_totals(fed, "fdskl/predict")["bytes_sent"] - before,
+           "refit_bytes": (getattr(est, "compress_", None) or {}).get("refit_bytes_sent", 0)}
     if fed.is_active:
+        support = getattr(est, "support_", None)
         out.update(rows=int(data.X_test.shape[0]), features=est.n_random_features_,
+                   predict_features=est.n_random_features_ if support is None else int(len(support)),
+                   compress=getattr(est, "compress_", None),
                    accuracy=float(((torch.as_tensor(f) >= 0).float() * 2 - 1 == data.y_test).float().mean()),
                    train_seconds=est.train_seconds_)
     return out
 
 
-def run_a9a(protocol: str, n_components, parties: int, epochs: float) -> dict:
+def run_a9a(protocol: str, n_components, parties: int, epochs: float, compress_to=None) -> dict:
     from vfltorch.comm import launch
 
-    kwargs = dict(protocol=protocol, n_components=n_components, epochs=epochs, random_state=0)
+    kwargs = dict(protocol=protocol, n_components=n_components, epochs=epochs, random_state=0,
+                  compress_to=compress_to)
     out = launch(a9a_job, parties, args=(kwargs,), coordinator=protocol == "shared", timeout=3600)
     a = out[0]
+    if a["compress"]:
+        a["compress"]["refit_bytes_total"] = sum(o["refit_bytes"] for o in out)
     return {"protocol": protocol, "n_components": n_components, "features": a["features"], "rows": a["rows"],
+            "compress_to": compress_to, "predict_features": a["predict_features"], "compress": a["compress"],
             "predict_bytes": sum(o["predict_bytes"] for o in out), "test_accuracy": a["accuracy"],
             "train_seconds": a["train_seconds"], "epochs": epochs}
 
@@ -135,6 +155,7 @@ def main(argv=None) -> int:
     p.add_argument("--parties", type=int, default=4)
     p.add_argument("--protocols", nargs="+", default=["paper", "shared"], choices=["paper", "shared"])
     p.add_argument("--n-components", type=int, default=1024)
+    p.add_argument("--batch-size", type=int, default=None, help="B (default: the estimator's, n / 128 in [32, 256])")
     p.add_argument("--epochs", type=float, default=1.0, help="passes measured (figures are per epoch)")
     p.add_argument("--epochs-at", type=str, nargs="*", default=[],
                    help="N=EPOCHS overrides, e.g. 1000000=0.25 (a fraction of an epoch, scaled up)")
@@ -142,6 +163,9 @@ def main(argv=None) -> int:
     p.add_argument("--a9a-predict", action="store_true")
     p.add_argument("--a9a-epochs", type=float, default=5.0, help="training epochs before the a9a prediction")
     p.add_argument("--a9a-growing-shared", action="store_true", help="also the growing model under shared (slow)")
+    p.add_argument("--a9a-growing", action="store_true", help="also the growing model under paper")
+    p.add_argument("--compress-to", type=int, nargs="*", default=[432],
+                   help="a9a: also the bounded model compressed to these D' (compress.py) besides uncompressed")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output-dir", type=Path, default=Path("results/fdskl_scaling"))
     args = p.parse_args(argv)
@@ -154,14 +178,16 @@ def main(argv=None) -> int:
             models = [args.n_components] + ([None] if n <= args.unbounded_up_to and protocol == "paper" else [])
             for D in models:
                 epochs = overrides.get(n, args.epochs)
-                rec = run_scaling(n, args.parties, protocol, D, epochs, args.seed)
+                rec = run_scaling(n, args.parties, protocol, D, epochs, args.seed, args.batch_size)
                 rows.append(rec)
                 print(json.dumps(rec), flush=True)
     if args.a9a_predict:
         for protocol in args.protocols:
-            for D in ([None, args.n_components] if protocol == "paper" or args.a9a_growing_shared
-                      else [args.n_components]):
-                rec = run_a9a(protocol, D, args.parties, args.a9a_epochs)
+            grow = args.a9a_growing_shared if protocol == "shared" else args.a9a_growing
+            specs = ([(None, None)] if grow else []) + [(args.n_components, None)] + \
+                [(args.n_components, c) for c in args.compress_to]
+            for D, c in specs:
+                rec = run_a9a(protocol, D, args.parties, args.a9a_epochs, c)
                 predict.append(rec)
                 print(json.dumps(rec), flush=True)
     (args.output_dir / "fdskl_scaling.json").write_text(json.dumps({"scaling": rows, "a9a_predict": predict},
@@ -174,12 +200,18 @@ def main(argv=None) -> int:
                      f"{r['seconds_per_epoch']:.1f} | {r['bytes_per_epoch'] / 1e6:,.1f} MB | "
                      f"{', '.join(f'{m:.0f}' for m in r['peak_rss_mb'])} |")
     if predict:
-        lines += ["", "| protocol | model | epochs | features | test rows | predict bytes (all ranks) | test accuracy |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += ["", "| protocol | model | epochs | features trained / predicted | test rows | predict bytes (all ranks) "
+                  "| test accuracy | refit iterations, s, bytes (all ranks) |", "|---|---|---|---|---|---|---|---|"]
         for r in predict:
             model = f"D = {r['n_components']}" if r["n_components"] else "growing"
-            lines.append(f"| {r['protocol']} | {model} | {r['epochs']:g} | {r['features']} | {r['rows']:,} | "
-                         f"{r['predict_bytes'] / 1e6:,.1f} MB | {100 * r['test_accuracy']:.2f} |")
+            if r["compress_to"]:
+                model += f", compressed to {r['compress_to']}"
+            c = r["compress"]
+            refit = f"{c['refit_iterations']}, {c['refit_seconds']:.1f} s, {c['refit_bytes_total'] / 1e6:,.1f} MB" \
+                if c else "-"
+            lines.append(f"| {r['protocol']} | {model} | {r['epochs']:g} | {r['features']} / {r['predict_features']} | "
+                         f"{r['rows']:,} | {r['predict_bytes'] / 1e6:,.1f} MB | {100 * r['test_accuracy']:.2f} | "
+                         f"{refit} |")
     (args.output_dir / "fdskl_scaling.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -52,7 +52,7 @@ def job(fed, dataset, protocol, iterations):
     n = data.X_train.shape[0] if data is not None else None
     n = fed.broadcast_json(n, fed.active)
     per_epoch = BatchSampler(n, min(256, max(32, n // 128)), 0).per_epoch
-    est = FDSKLClassifier(fed, protocol=protocol, epochs=iterations / per_epoch)
+    est = FDSKLClassifier(fed, protocol=protocol, epochs=iterations / per_epoch, compress_to=None)   # training only
     wall, cpu = time.perf_counter(), time.process_time()
     if data is None:
         est.fit(None)

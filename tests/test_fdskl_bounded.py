@@ -27,6 +27,7 @@ from vfltorch.kernels.budget import leak_limit
 from vfltorch.kernels.trainer import phase_totals
 
 BOUNDED = dict(batch_size=32, epochs=2, random_state=3, n_components=128, features_per_step=16)
+COMPRESSED = dict(BOUNDED, compress_to=48)          # prune to 48 of the 128 features, refit by one epoch
 WINE = dict(batch_size=16, epochs=4, random_state=1, n_components=128, features_per_step=16)
 WINE_COLUMNS = [range(0, 5), range(5, 9), range(9, 13)]
 
@@ -129,6 +130,20 @@ def job(fed):
         out["paper"] = {"alpha": est.alpha_, "f": f, "comm": est.comm_, "n_iter": est.n_iter_,
                         "predict_bytes": phase_totals(fed, "fdskl/predict")["bytes_sent"] - before,
                         "rows": data.X_test.shape[0], "features": est.n_random_features_}
+    # The compressed model (prune + distil, compress.py) under both protocols: prediction on D' features.
+    for protocol in ("shared", "paper"):
+        if fed.is_coordinator and protocol == "paper":
+            continue
+        est = FDSKLClassifier(fed, protocol=protocol, mask_seed="seed" if protocol == "paper" else "random",
+                              **COMPRESSED)
+        if data is None:
+            est.fit(None)
+        else:
+            est.fit(data.X_train, data.y_train, columns=data.columns)
+        before = phase_totals(fed, "fdskl/predict")["bytes_sent"]
+        f = est.decision_function(None if data is None else data.X_test)
+        out[f"compressed_{protocol}"] = {"support": est.support_, "alpha": est.alpha_, "f": f, "info": est.compress_,
+                                         "predict_bytes": phase_totals(fed, "fdskl/predict")["bytes_sent"] - before}
     # One-vs-rest on wine under the shared protocol.
     ovr = FDSKLClassifier(fed, **WINE)
     if fed.is_coordinator:
@@ -188,12 +203,46 @@ def test_bytes_are_linear_in_rows_and_prediction_costs_m_times_d(runs):
     assert shared == 2 * (Q - 1) * B * D + 8 * B * (D + G) + 12 * (B + G) + 32 * Q - 16
     assert shared <= 3 * got["comm"]["bytes_per_iteration"]        # at most 3x the paper's from Q = 3 on
     # Prediction: the m rows on the D features once, all ranks together (plus < 1 kB of JSON control messages).
+    # Under the paper's protocol the phases travel in a star into the active party (Q - 1 messages of m D
+    # angles, protocol.star_phases) plus one 16-byte seed per pair of passive parties.
     total = sum(r["paper"]["predict_bytes"] for r in runs[:3])
-    assert got["features"] == D and 0 <= total - 2 * (2 * Q - 2) * got["rows"] * D < 1000
+    pairs = (Q - 1) * (Q - 2) // 2
+    assert got["features"] == D and 0 <= total - (2 * (Q - 1) * got["rows"] * D + 16 * pairs) < 1000
     # Under shared: the star of phases, one product of 32-bit words, the dealer's corrections and seeds.
     m = got["rows"]
     total = sum(r["shared_predict_bytes"] for r in runs)
     assert 0 <= total - (2 * (Q - 1) * m * D + 8 * m * D + 12 * m + 32 * Q - 16) < 1000
+
+
+def test_compressed_model_predicts_on_its_kept_features_only(runs):
+    """compress_to = D' < D: every rank holds the same support of D' features, the active party a model that is
+    zero off it, federated = centralised, the distilled model agrees with the D-feature one, and prediction
+    bytes are those of D' features under both protocols."""
+    Q, Dp = 3, COMPRESSED["compress_to"]
+    ref, data = centralised(**COMPRESSED)
+    full, _ = centralised(**BOUNDED)
+    m = data.X_test.shape[0]
+    assert ref.support_.shape == (Dp,) and ref.compress_["refit_iterations"] == 100       # at least 100 steps
+    torch.testing.assert_close(ref.support_, torch.topk(full.alpha_.abs(), Dp).indices.sort().values)
+    f_ref, f_full = arr(ref.decision_function(data.X_test)), arr(full.decision_function(data.X_test))
+    assert np.mean(np.sign(f_ref) == np.sign(f_full)) > 0.95 and np.corrcoef(f_ref, f_full)[0, 1] > 0.95
+    for protocol in ("shared", "paper"):
+        ranks = runs if protocol == "shared" else runs[:3]
+        got = runs[0][f"compressed_{protocol}"]
+        for r in ranks:
+            torch.testing.assert_close(r[f"compressed_{protocol}"]["support"], ref.support_)
+        off = torch.ones(128, dtype=torch.bool)
+        off[ref.support_] = False
+        assert float(got["alpha"][off].abs().max()) == 0.0
+        assert all(r[f"compressed_{protocol}"]["alpha"] is None for r in ranks[1:])
+        torch.testing.assert_close(got["alpha"].double(), ref.alpha_.double(), rtol=0, atol=3e-3)
+        np.testing.assert_allclose(arr(got["f"]), f_ref, rtol=0, atol=3e-2)
+        total = sum(r[f"compressed_{protocol}"]["predict_bytes"] for r in ranks)
+        if protocol == "shared":
+            expected = 2 * (Q - 1) * m * Dp + 8 * m * Dp + 12 * m + 32 * Q - 16
+        else:
+            expected = 2 * (Q - 1) * m * Dp + 16 * (Q - 1) * (Q - 2) // 2
+        assert 0 <= total - expected < 1000, (protocol, total, expected)
 
 
 def test_one_vs_rest_equals_its_centralised_twin(runs):
@@ -223,6 +272,21 @@ def test_bounded_hyperparameters_are_checked():
         FDSKLClassifier(n_components=0).fit(data.X_train, data.y_train)
     with pytest.raises(VFLInputError, match="solver must be"):
         FDSKLClassifier(solver="lbfgs").fit(data.X_train, data.y_train)
+    for bad in (0, "all", 1.5, True):
+        with pytest.raises(VFLInputError, match="compress_to"):
+            FDSKLClassifier(compress_to=bad).fit(data.X_train, data.y_train)
+    with pytest.raises(VFLInputError, match="compress_epochs"):
+        FDSKLClassifier(compress_epochs=-1).fit(data.X_train, data.y_train)
+    # "auto" compresses from 2 D training rows on only (breast cancer: 427 rows, D = 1024: no compression).
+    assert FDSKLClassifier(epochs=0.2).fit(data.X_train, data.y_train).support_ is None
+
+
+def test_compressed_model_survives_save_and_load(tmp_path):
+    est, data = centralised(**dict(COMPRESSED, epochs=0.5, compress_epochs=0.1))
+    est.save(tmp_path / "m")
+    loaded = FDSKLClassifier.load(tmp_path / "m")
+    torch.testing.assert_close(loaded.support_, est.support_)
+    np.testing.assert_array_equal(arr(loaded.decision_function(data.X_test)), arr(est.decision_function(data.X_test)))
 
 
 @pytest.mark.slow
@@ -318,7 +382,9 @@ def _gradient_attack(n, epochs, noisy_labels):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            est = FDSKLClassifier(epochs=epochs, batch_size=32, random_state=0, n_components=1024).fit(X, y)
+            # Training's equations only (compress.py's refit adds B + D' per step to the same budget).
+            est = FDSKLClassifier(epochs=epochs, batch_size=32, random_state=0, n_components=1024,
+                                  compress_to=None).fit(X, y)
     finally:
         budget.BatchSampler.next, budget._Optimizer.step = next_batch, step
     fmap = est.feature_map_
@@ -355,3 +421,31 @@ def test_gradient_sums_rebuild_the_kernel_past_the_leak_limit_and_not_at_the_def
     # The defaults on breast_cancer (5 epochs, 455 rows): nothing beyond the active party's own columns.
     own, both, _, _ = _gradient_attack(455, 5.0, noisy_labels=False)
     assert both - own < 0.01
+
+
+FOUR = dict(batch_size=32, epochs=1, random_state=5, n_components=64, features_per_step=16, compress_to=32,
+            compress_epochs=0.5)
+
+
+def four_party_paper_job(fed):
+    warnings.simplefilter("ignore")
+    data = bc(fed)
+    est = FDSKLClassifier(fed, protocol="paper", mask_seed="seed", **FOUR)
+    est.fit(data.X_train, data.y_train, columns=data.columns)
+    before = phase_totals(fed, "fdskl/predict")["bytes_sent"]
+    f = est.decision_function(data.X_test)
+    return {"f": f, "alpha": est.alpha_, "rows": data.X_test.shape[0], "support": est.support_,
+            "predict_bytes": phase_totals(fed, "fdskl/predict")["bytes_sent"] - before}
+
+
+def test_paper_star_with_three_passive_parties():
+    """Q = 4 (three passive parties exchange pairwise seeds, in an order that cannot deadlock): the
+    distillation and the prediction star give the centralised model and send 2 (Q - 1) m D' + 16 * 3 bytes."""
+    runs = launch(four_party_paper_job, 4)
+    ref, data = centralised(**FOUR)
+    got = runs[0]
+    torch.testing.assert_close(got["support"], ref.support_)
+    torch.testing.assert_close(got["alpha"].double(), ref.alpha_.double(), rtol=0, atol=2e-3)
+    np.testing.assert_allclose(arr(got["f"]), arr(ref.decision_function(data.X_test)), rtol=0, atol=2e-2)
+    total = sum(r["predict_bytes"] for r in runs)
+    assert 0 <= total - (2 * 3 * got["rows"] * 32 + 16 * 3) < 1000

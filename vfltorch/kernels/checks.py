@@ -40,6 +40,15 @@ def check_hyperparameters(est) -> None:
         raise VFLInputError(f"n_components (the number D of random features of the bounded model) must be a "
                             f"positive integer, or None for the paper's model that grows by r features per "
                             f"iteration; got {n_components!r}")
+    compress_to = getattr(est, "compress_to", None)
+    if not (compress_to is None or (isinstance(compress_to, str) and compress_to == "auto")
+            or (isinstance(compress_to, (int, np.integer)) and not isinstance(compress_to, bool) and compress_to >= 1)):
+        raise VFLInputError(f"compress_to (the random features D' kept for prediction) must be a positive integer, "
+                            f"'auto' (432 from 2 D training rows on) or None (predict with all D); got {compress_to!r}")
+    compress_epochs = getattr(est, "compress_epochs", 1.0)
+    if not (isinstance(compress_epochs, (int, float, np.integer, np.floating)) and not isinstance(compress_epochs, bool)
+            and compress_epochs >= 0):
+        raise VFLInputError(f"compress_epochs must be a number >= 0; got {compress_epochs!r}")
     solver = getattr(est, "solver", "adam")
     if solver not in ("adam", "dsg"):
         raise VFLInputError(f"solver must be 'adam' (the default: Adam steps on all D coefficients, averaged "

@@ -81,6 +81,7 @@ from .checks import agree, check_hyperparameters, check_shared, label_problem, s
 from .circle import Circle
 from .losses import get_loss
 from .protocol import FederatedFeatureMap
+from .compress import AUTO_COMPRESS, compress_budget
 from .shared import share_table, shared_decision_values, train_shared
 from .random_features import FourierSampler, derive_key
 from .trainer import DSGConfig, held_out_metrics, train_dsg
@@ -114,7 +115,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
                  schedule: str = "cached", random_state: int = 0, mask_seed="random", angle_bits: int = 16,
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
                  prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1536,
-                 solver: str = "adam", sigma_grid=SIGMA_GRID):
+                 solver: str = "adam", sigma_grid=SIGMA_GRID, compress_to=None, compress_epochs: float = 1.0):
         self.fed = fed
         self.kernel = kernel
         self.sigma = sigma
@@ -138,6 +139,8 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         self.n_components = n_components
         self.solver = solver
         self.sigma_grid = sigma_grid
+        self.compress_to = compress_to
+        self.compress_epochs = compress_epochs
 
     # ------------------------------------------------------------ helpers
     def _loss(self):
@@ -299,6 +302,8 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
             result = train_budget(fed, self.feature_map_, X, y_fit, cfg, n_blocks=self._n_blocks(),
                                   dealer=fed.coordinator if shared else None, table=table, monitor=monitor,
                                   log=log, progress=progress and fed.is_active)
+            result = self._compress(fed, X, cfg, result, dealer=fed.coordinator if shared else None,
+                                    table=table)
         elif shared:
             self.table_ = table
             result = train_shared(fed, self.feature_map_, X, y_fit, cfg, dealer=fed.coordinator, table=self.table_,
@@ -370,10 +375,35 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         if self._bounded():
             result = train_budget(fed, self.feature_map_, empty, None, cfg, n_blocks=self._n_blocks(),
                                   dealer=fed.coordinator, table=self.table_, monitor=mon)
+            result = self._compress(fed, empty, cfg, result, dealer=fed.coordinator, table=self.table_)
         else:
             result = train_shared(fed, self.feature_map_, empty, None, cfg, dealer=fed.coordinator,
                                   table=self.table_, monitor=mon, log=None)
         return self._finish(fed, result)
+
+    def _compress(self, fed: Federation, X, cfg, result, *, dealer, table):
+        """Bounded model: prune to ``compress_to`` features and distil (``compress.py``); ``support_`` is then the
+        kept features' indices at every rank (None: all D), and prediction evaluates only those. ``None`` (the
+        default): no compression, since the support tells every party which features matter (a label-dependent fact
+        about the model) and costs accuracy on hard data. ``"auto"``: 432 features when the training set has at
+        least 2 D rows (on fewer the model is far from determined, the pruned support noisy, and distilling costs
+        more than training), else no compression."""
+        self.support_ = None
+        self.compress_ = None
+        D = self.feature_map_.n_features
+        keep = self.compress_to
+        if isinstance(keep, str):          # "auto": D' = 432 once there are at least 2 D training rows
+            keep = AUTO_COMPRESS if X.shape[0] >= 2 * D else None
+        if keep is None or int(keep) >= D or self.solver != "adam":
+            return result
+        support, alpha, refit = compress_budget(fed, self.feature_map_, X, cfg, result.alpha,
+                                                keep=int(keep), epochs=float(self.compress_epochs),
+                                                trained=result.iterations, dealer=dealer, table=table)
+        self.support_ = support
+        self.compress_ = {"features": int(len(support)), "refit_iterations": refit.iterations,
+                          "refit_seconds": refit.train_seconds, "refit_bytes_sent": refit.bytes_sent}
+        result.alpha = alpha
+        return result
 
     def _finish(self, fed: Federation, result):
         self.alpha_ = result.alpha
@@ -461,11 +491,12 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
                 if X is None:
                     X = torch.zeros(verdict["rows"], 0, dtype=torch.float64)
                 f = shared_decision_values(fed, self.feature_map_, X, self.alpha_, dealer=fed.coordinator,
-                                           table=self.table_, max_elements=self.max_elements, classes=classes)
+                                           table=self.table_, max_elements=self.max_elements, classes=classes,
+                                           support=getattr(self, "support_", None))
                 if f is not None:
                     f = f.to(device=self.feature_map_.device, dtype=self.feature_map_.dtype)
             else:
-                f = self.feature_map_.decision_values(X, self.alpha_)
+                f = self.feature_map_.decision_values(X, self.alpha_, support=getattr(self, "support_", None))
         if f is None:
             return None
         f = self._untransform(f)
@@ -602,6 +633,9 @@ class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
             self.n_columns_total_ = first.n_columns_total_
         if hasattr(first, "table_"):
             self.table_ = first.table_
+        # Prediction evaluates the phases once for every class: on the union of the classes' kept features.
+        supports = [getattr(e, "support_", None) for e in self.estimators_]
+        self.support_ = None if any(x is None for x in supports) else torch.unique(torch.cat(supports))
         self.n_iter_ = sum(e.n_iter_ for e in self.estimators_)
         self.train_seconds_ = sum(e.train_seconds_ for e in self.estimators_)
         self.history_ = first.history_
@@ -681,13 +715,15 @@ class FDSKLRegressor(RegressorMixin, _FDSKLBase):
                  schedule: str = "cached", random_state: int = 0, mask_seed="random", angle_bits: int = 16,
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
                  prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1536,
-                 solver: str = "adam", sigma_grid=SIGMA_GRID, normalize_y: bool = True):
+                 solver: str = "adam", sigma_grid=SIGMA_GRID, compress_to=None, compress_epochs: float = 1.0,
+                 normalize_y: bool = True):
         super().__init__(fed, kernel=kernel, sigma=sigma, loss=loss, lam=lam, gamma=gamma, batch_size=batch_size,
                          features_per_step=features_per_step, epochs=epochs, max_time=max_time, schedule=schedule,
                          random_state=random_state, mask_seed=mask_seed, angle_bits=angle_bits,
                          median_pairs=median_pairs, log_every=log_every, max_elements=max_elements,
                          prefetch=prefetch, device=device, protocol=protocol, n_components=n_components,
-                         solver=solver, sigma_grid=sigma_grid)
+                         solver=solver, sigma_grid=sigma_grid, compress_to=compress_to,
+                         compress_epochs=compress_epochs)
         self.normalize_y = normalize_y
 
     def _prepare_targets(self, y: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,8 @@ paper's protocol a secret of that party; under the shared protocol derived from 
 W itself is not stored: it is a pure function of (random_state, column, feature) and is redrawn
 for the party's own columns. The active party's shard alone holds alpha (the coefficients, which
 need the labels) and, for regression, the target scaling. The dealer's shard (shared protocol)
-holds the public schedule only. The dealer's cosine table is a fixed public function and is
+holds the public schedule only. A compressed model (``compress.py``) adds its support, the
+indices of the kept features, to every shard (every party knows it). The dealer's cosine table is a fixed public function and is
 rebuilt locally; fresh masks come from the operating system at every prediction.
 """
 
@@ -46,6 +47,9 @@ def fdskl_shard_state(est) -> tuple[dict, dict]:
              "n_columns_total": int(getattr(est, "n_columns_total_", est.n_features_in_)),
              "n_iter": int(est.n_iter_), "phase_key": str(fmap._phase_key),
              "predict_coordinator": bool(est._shared(fed))}
+    support = getattr(est, "support_", None)
+    if support is not None:                           # a compressed model's kept features (public, every party)
+        state["support"] = [int(j) for j in support.tolist()]
     if subs:
         state["one_vs_rest"] = len(subs)
     arrays = {"columns": np.asarray(est.columns_, dtype=np.int64)}
@@ -78,6 +82,7 @@ def restore_fdskl_shard(est, manifest: dict, arrays: dict, fed) -> None:
         fmap.add_block()                              # W of this party's columns, keepers, kept phases
     est.feature_map_ = fmap
     est.n_random_features_ = fmap.n_features
+    est.support_ = torch.tensor(state["support"], dtype=torch.int64) if state.get("support") is not None else None
     est.alpha_ = None
     if "alpha" in arrays:
         est.alpha_ = torch.as_tensor(arrays["alpha"]).to(device)

@@ -32,6 +32,7 @@ import math
 import torch
 
 from ..comm import Federation, MaskStream, masked_sum
+from ..comm.sharing import fresh_seed
 from .circle import Circle, KeptPhases
 from .random_features import FourierSampler, counter_words, derive_key, splitmix64
 
@@ -172,23 +173,84 @@ class FederatedFeatureMap:
             return None
         return self.circle.decode(theta, self.dtype).cos_().mul_(SQRT2)
 
-    def decision_values(self, X: torch.Tensor, alpha: torch.Tensor | None) -> torch.Tensor | None:
+    def star_phases(self, X: torch.Tensor, features: torch.Tensor) -> torch.Tensor | None:
+        """The phases of the rows of X on ``features`` at the active party, in one star (prediction).
+
+        The active party only needs the sums theta_ij, so the passive parties send their masked
+        partial phases straight to it (Q - 1 messages of rows x features angles) instead of the
+        masked sum's two trees (2Q - 2 messages). Masks: every pair (p, p') of passive parties
+        shares a fresh 128-bit OS-entropy seed (p draws it and sends it to p', 16 bytes); p adds
+        the pair's mask stream, p' subtracts it, so the masks cancel in the sum; each feature's
+        kept party adds its phase b_j, as in Algorithm 3. The active party learns the sums, what
+        the masked sum gives it; every single message is uniform once Q >= 3 (at Q = 2 the one
+        passive message is Z_p + b, as in the masked sum). SPMD over the data parties.
+        """
+        fed = self.fed
+        features = features.to(torch.int64).cpu()
+        part = self.circle.encode(X @ self.omega[:, features.to(self.device)])
+        passive = [p for p in fed.parties if p != fed.active]
+        mine = fed.rank
+        # b_j of the features this party keeps, 0 elsewhere (one word per feature so far, built once per size).
+        if getattr(self, "_kept_words", None) is None or len(self._kept_words) != self.n_features:
+            self._kept_words = torch.cat([self.phase_words[t] if self.keepers[t] == mine else
+                                          torch.zeros(self.block_size, dtype=self.circle.dtype, device=self.device)
+                                          for t in range(self.n_blocks)])
+        if any(k == mine for k in self.keepers):
+            part = part + self._kept_words[features.to(self.device)]
+        if not passive:
+            return part
+        shape = tuple(part.shape)
+        if mine in passive:
+            me = passive.index(mine)
+            with fed.phase(f"{fed.current_phase}/seeds"):
+                # Receive from the earlier parties before sending to the later ones: an order in which
+                # blocking sends cannot deadlock (party k waits only on parties before it).
+                for other in passive[:me]:
+                    seed = fed.recv(other, (2,), torch.int64, device="cpu")
+                    part = part - _seeded_words(seed, self.circle, shape).to(part.device)
+                for other in passive[me + 1:]:
+                    seed = fresh_seed()
+                    fed.send(seed, other)
+                    part = part + _seeded_words(seed, self.circle, shape).to(part.device)
+        with fed.phase(f"{fed.current_phase}/star-sum"):
+            if fed.is_active:
+                for p in passive:
+                    part = part + fed.recv(p, shape, self.circle.dtype, device=part.device)
+                return part
+            fed.send(part, fed.active)
+        return None
+
+    def decision_values(self, X: torch.Tensor, alpha: torch.Tensor | None,
+                        support: torch.Tensor | None = None) -> torch.Tensor | None:
         """Algorithm 2: f(x) = sum_j alpha_j phi_j(x) for the rows of X, at the active party.
 
         Only the active party holds coefficients (it alone can evaluate L',
         which needs the labels), so the paper's tree sum of the parties'
-        partial decision values f^l(x) is its own sum. Rows are processed in
-        chunks so that no more than ``max_elements`` phases are held at once.
+        partial decision values f^l(x) is its own sum, and the phases travel
+        in a star into it (``star_phases``). Rows are processed in chunks so
+        that no more than ``max_elements`` phases are held at once.
+        ``support`` (public): evaluate only these features (a compressed
+        model; the others have coefficient 0).
         """
         m = X.shape[0]
-        blocks = list(range(self.n_blocks))
         f = torch.zeros(m, dtype=self.dtype, device=self.device) if self.fed.is_active else None
-        if not blocks:
+        if not self.n_blocks:
             return f
-        step = max(1, self.max_elements // max(1, self.n_features))
+        feats = torch.arange(self.n_features) if support is None else support.to(torch.int64).cpu()
+        coef = None
+        if alpha is not None:
+            coef = alpha[: self.n_features][feats.to(alpha.device)]
+        step = max(1, self.max_elements // max(1, len(feats)))
         for start in range(0, m, step):
             rows = slice(start, min(m, start + step))
-            phi = self.features(X[rows], blocks)
-            if phi is not None:
-                f[rows] = phi @ alpha[: self.n_features]
+            theta = self.star_phases(X[rows], feats)
+            if theta is not None:
+                phi = self.circle.decode(theta, self.dtype).cos_().mul_(SQRT2)
+                f[rows] = phi @ coef.to(phi.dtype)
         return f
+
+
+def _seeded_words(seed: torch.Tensor, circle: Circle, shape) -> torch.Tensor:
+    """A pairwise mask: uniform angle words from a 128-bit seed (two int64 words)."""
+    words = [int(w) % (2 ** 64) for w in seed.tolist()]
+    return MaskStream.from_entropy(words[0] << 64 | words[1]).draw(circle, shape)

@@ -277,7 +277,8 @@ def narrow_table(table: torch.Tensor | None, bits: int) -> torch.Tensor | None:
 REAL_PAIRS32 = REAL_PAIRS.to(torch.float32)      # A's [cos S, sin S]: 24 bits, beyond the keeper's 10
 
 
-def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int) -> DealtPhases:
+def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, *,
+                features: torch.Tensor | None = None) -> DealtPhases:
     """Algorithm 3 with a dealt mask and one keeper K for all features of ``blocks``: a star into A.
 
     The dealer draws 128-bit seeds from the OS: one for beta (a fresh uniform
@@ -290,11 +291,13 @@ def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int) -> Deal
     party (Q - 1 in all) instead of the masked sum's 2Q - 2: the dealer's beta
     already hides the total, so no second tree is needed.
     SPMD over the parties and the dealer (which passes an (m x 0) ``X``).
+    ``features``: an explicit (public) list of feature indices instead of the features of ``blocks``
+    (a compressed model's kept features, ``compress.py``).
     """
     fed = fmap.fed
-    blocks = list(blocks)
+    blocks = list(blocks) if features is None else []
     m = X.shape[0]
-    feats = _feature_index(fmap, blocks)
+    feats = _feature_index(fmap, blocks) if features is None else features.to(fmap.omega.device)
     shape = (m, len(feats))
     passive = [p for p in fed.parties if p != fed.active]
     others = [p for p in passive if p != keeper]
@@ -309,7 +312,7 @@ def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int) -> Deal
         elif fed.rank == keeper:
             msg = fed.recv(dealer, (2 * (1 + len(others)),), torch.int64, device="cpu")
             beta = _masks(msg[:2], shape)
-            own_mask = beta + torch.cat([fmap.phase_words[t] for t in blocks]).cpu()
+            own_mask = beta + _phase_words(fmap, blocks, features)
             for k in range(len(others)):
                 own_mask = own_mask - _masks(msg[2 + 2 * k:4 + 2 * k], shape)
         elif fed.rank in others:
@@ -325,6 +328,14 @@ def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int) -> Deal
             else:
                 fed.send(part + own_mask, fed.active)
     return DealtPhases(S, [(keeper, torch.arange(len(feats)), beta)])
+
+
+def _phase_words(fmap, blocks, features) -> torch.Tensor:
+    """b_j (public under shared) of the features of ``blocks``, or of the explicit ``features``."""
+    if features is None:
+        return torch.cat([fmap.phase_words[t] for t in blocks]).cpu()
+    every = torch.cat([fmap.phase_words[t] for t in range(fmap.n_blocks)]).cpu()
+    return every[features.cpu()]
 
 
 def _pairs_by_column(pairs: torch.Tensor) -> torch.Tensor:
@@ -582,12 +593,15 @@ class _SharedMonitor:
 
 # ----------------------------------------------------------------------------------------- prediction
 def shared_decision_values(fed: Federation, fmap, X: torch.Tensor, alpha, *, dealer: int, table,
-                           max_elements: int, classes: int | None = None) -> torch.Tensor | None:
+                           max_elements: int, classes: int | None = None,
+                           support: torch.Tensor | None = None) -> torch.Tensor | None:
     """Algorithm 2 under the shared protocol: f on the rows of X, opened to the active party only.
 
     Per chunk of rows: the phases in one star (``star_phases``, one keeper drawn from the public seed per
     chunk) and one product of 32-bit words. ``classes`` (known to every rank): ``alpha`` is D x classes
-    (one-vs-rest) and the phases serve every class at once; f is rows x classes.
+    (one-vs-rest) and the phases serve every class at once; f is rows x classes. ``support`` (public,
+    every rank): evaluate only these features (a compressed model, ``compress.py``; the others have
+    coefficient 0), so the bytes are those of D = len(support).
     """
     m = X.shape[0]
     f = None
@@ -595,12 +609,17 @@ def shared_decision_values(fed: Federation, fmap, X: torch.Tensor, alpha, *, dea
         f = torch.zeros(m, dtype=torch.float64) if classes is None else torch.zeros(m, classes, dtype=torch.float64)
     if not fmap.n_blocks:
         return f
-    step = max(1, max_elements // max(1, fmap.n_features * (classes or 1)))
+    width = fmap.n_features if support is None else len(support)
+    coef = None if alpha is None else (alpha[:fmap.n_features] if support is None else alpha[support.to(alpha.device)])
+    step = max(1, max_elements // max(1, width * (classes or 1)))
     for chunk, start in enumerate(range(0, m, step)):
         rows = slice(start, min(m, start + step))
-        ph = star_phases(fmap, X[rows], range(fmap.n_blocks), dealer, fmap.keeper_of(chunk))
+        if support is None:
+            ph = star_phases(fmap, X[rows], range(fmap.n_blocks), dealer, fmap.keeper_of(chunk))
+        else:
+            ph = star_phases(fmap, X[rows], None, dealer, fmap.keeper_of(chunk), features=support)
         prod = StarProducts(fed, ph, table, dealer, rows.stop - rows.start, classes=classes)
-        part = prod.forward(None if alpha is None else alpha[:fmap.n_features])
+        part = prod.forward(coef)
         if fed.is_active:
             f[rows] = part
     return f
