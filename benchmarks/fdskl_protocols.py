@@ -11,6 +11,11 @@ iteration (all ranks, the dealer included), and the ratios shared / paper.
 
 writes ``fdskl_protocols.json`` and ``fdskl_protocols.md`` (a Markdown table)
 to ``--output-dir``. Timings on a shared machine are noisy: compare ratios.
+``--same-features`` gives the paper run ``--mask-seed seed``: its phases b_j then
+come from ``--seed`` as the shared protocol's do (the same random features), so
+the accuracy difference is the protocol's alone (the paper run is then a
+simulation; the shared run keeps its OS-entropy masks). The load average
+before and after each run is recorded.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from pathlib import Path
 
 
 def run_one(dataset: str, protocol: str, parties: int, extra: list[str]) -> dict:
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run.json"
         cmd = [sys.executable, "-m", "vfltorch", "fdskl", "--dataset", dataset, "--parties", str(parties),
@@ -41,7 +47,8 @@ def run_one(dataset: str, protocol: str, parties: int, extra: list[str]) -> dict
             "test_auc": m.get("test_auc"), "train_seconds": rec["train_seconds"],
             "bytes_per_iteration": m["bytes_per_iteration"], "iterations": rec["fdskl"]["iterations"],
             "random_features": rec["fdskl"]["random_features"], "wall_seconds": wall,
-            "alpha_sha256": rec["fdskl"]["alpha_sha256"], "command": " ".join(cmd[1:])}
+            "alpha_sha256": rec["fdskl"]["alpha_sha256"], "command": " ".join(cmd[1:]),
+            "load_average": [load_before, os.getloadavg()[0]]}
 
 
 def table(rows: list[dict]) -> str:
@@ -65,6 +72,8 @@ def main(argv=None) -> int:
     ap.add_argument("--datasets", nargs="+", default=["phishing", "credit_default", "a9a", "give_me_some_credit"])
     ap.add_argument("--parties", type=int, default=4)
     ap.add_argument("--output-dir", default="results/fdskl_protocols")
+    ap.add_argument("--same-features", action="store_true",
+                    help="the paper run with --mask-seed seed: the same random features as the shared run")
     ap.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options passed to both runs of vfl fdskl")
     args = ap.parse_args(argv)
     extra = [a for a in args.extra if a != "--"]
@@ -73,7 +82,8 @@ def main(argv=None) -> int:
     rows = []
     for ds in args.datasets:
         for protocol in ("paper", "shared"):
-            row = run_one(ds, protocol, args.parties, extra)
+            own = ["--mask-seed", "seed"] if protocol == "paper" and args.same_features else []
+            row = run_one(ds, protocol, args.parties, extra + own)
             rows.append(row)
             print(json.dumps(row), flush=True)
             (out_dir / "fdskl_protocols.json").write_text(json.dumps(rows, indent=2))

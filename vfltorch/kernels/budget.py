@@ -56,7 +56,7 @@ import warnings
 import torch
 
 from ..comm import Federation, pairwise_tree
-from .shared import StarProducts, shared_decision_values, star_phases
+from .shared import TRAIN_BITS, StarProducts, shared_decision_values, star_phases
 from .trainer import (MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, TrainResult, _stop, log_interval,
                       step_marks)
 
@@ -206,7 +206,7 @@ def _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D) -> S
     else:
         k = t % (D // r)
         grad_cols = torch.arange(k * r, (k + 1) * r)
-    return StarProducts(fed, ph, table, dealer, B, grad_cols=grad_cols)
+    return StarProducts(fed, ph, table, dealer, B, grad_cols=grad_cols, bits=TRAIN_BITS)
 
 
 class _BudgetMonitor:

@@ -153,6 +153,7 @@ class DealtPhases:
     def __init__(self, S, groups):
         self.S = S
         self.groups = groups            # list of (keeper, feature columns (LongTensor), beta or None)
+        self.product_seed = None
 
 
 def dealt_phases(fmap, X: torch.Tensor, blocks, dealer: int) -> DealtPhases:
@@ -250,18 +251,22 @@ def _beta_for_round(fed: Federation, ph: DealtPhases, m: int, width: int) -> tor
 
 
 # ------------------------------------------------------------------------ one keeper, a star, Z_2^32
-PRODUCT_BITS = 32                # the bounded model's products and openings: shares mod 2**32 (sharing.py)
+PRODUCT_BITS = 32                # prediction's products and openings: shares mod 2**32 (sharing.py)
+# Training's two products (issue 11, cost at Q = 2): f on the batch in Z_2^20 (a row dot of 2D terms), the
+# gradient sums in Z_2^16 (row dots of 2B terms, B <= 256 at the defaults), packed on the wire. At Q = 2
+# that is 2 + 2.5 x 2 + 2 x 2 = 11 bytes per (row, feature) against the paper's 4 (two 16-bit angles).
+TRAIN_BITS = (20, 16)
 
 
-def y_frac_bits(k: int) -> int:
-    """Fractional bits of the keeper's [cos beta, sin beta] in a row dot of k products in Z_2^32.
+def y_frac_bits(k: int, bits: int = PRODUCT_BITS) -> int:
+    """Fractional bits of the keeper's [cos beta, sin beta] in a row dot of k products in Z_2^bits.
 
-    A's operand gets the rest of the 31 bits (``rowdot_scales``). The rounding error of A's
-    factors grows like 2**(F - 31) k**1.5, that of the keeper's like 2**-F k**0.5: they are equal
-    at F = (31.5 - log2 k) / 2 (10 for the forward pass at D = 1024, 12 to 13 for a gradient over
-    B = 256 to 32 rows).
+    A's operand gets the rest of the bits - 1 (``rowdot_scales``). The rounding error of A's
+    factors grows like 2**(F - bits + 1) k**1.5, that of the keeper's like 2**-F k**0.5: they are
+    equal at F = (bits - 0.5 - log2 k) / 2 (in Z_2^32: 10 for the forward pass at D = 1024, 12 to 13
+    for a gradient over B = 256 to 32 rows; in Z_2^20 and Z_2^16: 4, and 3 to 5).
     """
-    return int(min(FRAC_BITS, max(4, round((31.5 - math.log2(max(1, k))) / 2))))
+    return int(min(FRAC_BITS, max(2, round((bits - 0.5 - math.log2(max(1, k))) / 2))))
 
 
 def narrow_table(table: torch.Tensor | None, bits: int) -> torch.Tensor | None:
@@ -299,16 +304,17 @@ def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int) -> Deal
     passive = [p for p in fed.parties if p != fed.active]
     others = [p for p in passive if p != keeper]
     beta = own_mask = None
+    product_seed = None
     with fed.phase(f"{fed.current_phase}/deal"):
         if fed.rank == dealer:
-            seeds = [fresh_seed() for _ in range(1 + len(others))]
+            seeds = [fresh_seed() for _ in range(2 + len(others))]
             for p, seed in zip(others, seeds[1:]):
                 fed.send(seed, p)
             fed.send(torch.cat(seeds), keeper)
-            beta = _masks(seeds[0], shape)
+            beta, product_seed = _masks(seeds[0], shape), seeds[-1]
         elif fed.rank == keeper:
-            msg = fed.recv(dealer, (2 * (1 + len(others)),), torch.int64, device="cpu")
-            beta = _masks(msg[:2], shape)
+            msg = fed.recv(dealer, (2 * (2 + len(others)),), torch.int64, device="cpu")
+            beta, product_seed = _masks(msg[:2], shape), msg[-2:]
             own_mask = beta + torch.cat([fmap.phase_words[t] for t in blocks]).cpu()
             for k in range(len(others)):
                 own_mask = own_mask - _masks(msg[2 + 2 * k:4 + 2 * k], shape)
@@ -324,7 +330,9 @@ def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int) -> Deal
                     S = S + fed.recv(p, shape, CIRCLE.dtype, device="cpu")
             else:
                 fed.send(part + own_mask, fed.active)
-    return DealtPhases(S, [(keeper, torch.arange(len(feats)), beta)])
+    ph = DealtPhases(S, [(keeper, torch.arange(len(feats)), beta)])
+    ph.product_seed = product_seed      # keeper and dealer: the seed of the keeper's product shares (StarProducts)
+    return ph
 
 
 def _pairs_by_column(pairs: torch.Tensor) -> torch.Tensor:
@@ -338,13 +346,13 @@ class StarProducts:
 
     ``forward``: f_i = sum_j c_j phi_j(x_i) for A's coefficients c (D, or D x classes).
     ``gradient``: g_j = sum_i w_i phi_j(x_i) for A's row weights w, over the features ``grad_cols``.
-    The dealer's material for both travels in one message to A and one seed to K
-    before any data message (``deal_dealt``); each product is then one message
+    The dealer's material for both travels in one message to A before any data message
+    (``deal_dealt``; K's seed came with its phase seeds, ``star_phases``); each product is then one message
     A -> K (e, 32-bit words) and one K -> A (K's share, 32-bit words).
     """
 
     def __init__(self, fed: Federation, ph: DealtPhases, table, dealer: int, m: int, *, classes: int | None = None,
-                 grad_cols: torch.Tensor | None = None):
+                 grad_cols: torch.Tensor | None = None, bits=(PRODUCT_BITS, PRODUCT_BITS)):
         self.fed, self.dealer = fed, dealer
         (self.keeper, cols, beta), = ph.groups
         self.holders = (fed.active, self.keeper)
@@ -355,10 +363,11 @@ class StarProducts:
         self.pairs = None
         lead = () if classes is None else (classes,)
         shapes = [lead + (m, 2 * self.D)]
-        self.fbits = [y_frac_bits(2 * self.D)]
+        self.bits = [int(bits[0])] + ([int(bits[1])] if grad_cols is not None else [])
+        self.fbits = [y_frac_bits(2 * self.D, self.bits[0])]
         if grad_cols is not None:
             shapes.append((len(grad_cols), 2 * m))
-            self.fbits.append(y_frac_bits(2 * m))
+            self.fbits.append(y_frac_bits(2 * m, self.bits[1]))
         ys = None
         if beta is not None:                                    # keeper and dealer
             ys = [cos_sin(narrow_table(table, self.fbits[0]), beta)]
@@ -370,7 +379,7 @@ class StarProducts:
         with fed.phase(f"{fed.current_phase}/deal"):
             dealt = deal_dealt(fed, ys, holders=self.holders, dealer=dealer, kind="rowdot", shapes_x=shapes,
                                shapes_y=[(m, 2 * self.D)] + ([(len(grad_cols), 2 * m)] if grad_cols is not None
-                                                             else []), bits=PRODUCT_BITS)
+                                                             else []), bits=self.bits, h1_seed=ph.product_seed)
         self.dealt = dealt if fed.rank in self.holders else None
 
     def _all(self, cols: torch.Tensor) -> bool:
@@ -390,13 +399,18 @@ class StarProducts:
         if fed.is_active:
             if not bool(torch.isfinite(x).all()):
                 raise OverflowError("FDSKL shared protocol: a non-finite coefficient or loss derivative")
-            scales = rowdot_scales(x, PRODUCT_BITS, self.fbits[k])
+            # No wrap (the opened value is exact): with w = self.bits[k], F = self.fbits[k], |y| <= 2**F
+            # (rounded cosines) and x_enc = round(s_i x_i) for rowdot_scales' s_i, every row's integer
+            # |sum_k x_enc y| <= 2**F (s_i sum_k |x_ik| (1 + 2**-24) + k / 2) < 2**(w - 1), so the shares'
+            # sum mod 2**w, read signed (from_ring), is that integer. tests/test_comm_sharing.py checks the
+            # bound with |y| = 2**F and signs chosen against A's rounding.
+            scales = rowdot_scales(x, self.bits[k], self.fbits[k])
             xe = torch.round(x * scales.unsqueeze(-1).to(x.dtype)).to(torch.int32)
         y = self.ys[k] if self.ys is not None else None
         with fed.phase(f"{fed.current_phase}/{'forward' if k == 0 else 'gradient'}"):
             z = mul_dealt(fed, xe, y, holders=self.holders, dealer=self.dealer, kind="rowdot",
-                          shape_x=self.shapes[k], dealt=self.dealt[k], bits=PRODUCT_BITS)
-            v = open_shares(fed, z, holders=self.holders, to=fed.active, shape=out_shape, bits=PRODUCT_BITS)
+                          shape_x=self.shapes[k], dealt=self.dealt[k], bits=self.bits[k])
+            v = open_shares(fed, z, holders=self.holders, to=fed.active, shape=out_shape, bits=self.bits[k])
         return None if v is None else v.to(torch.float64) / (scales * 2.0 ** self.fbits[k])
 
     def forward(self, coef: torch.Tensor | None) -> torch.Tensor | None:
