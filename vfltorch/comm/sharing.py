@@ -136,7 +136,7 @@ def wire_bytes(count: int, bits: int) -> int:
 def pack_words(x: torch.Tensor, bits: int) -> torch.Tensor:
     """The low ``bits`` bits of each ring word as they travel: int64 / int32 for 64 / 32; below, one uint8
     tensor: the low 16 bits of every word (int16, little-endian), then bits 16-23 as one byte per word (24)
-    or bits 16-19 as one nibble per word, two words per byte (20)."""
+    or bits 16-19 as one nibble per word (20: words i and i + ceil(n / 2) share byte i)."""
     _check_bits(bits)
     if bits == 64:
         return x.to(torch.int64)
@@ -147,10 +147,11 @@ def pack_words(x: torch.Tensor, bits: int) -> torch.Tensor:
     if bits == 16:
         return low
     high = ((x >> 16) & ((1 << (bits - 16)) - 1)).to(torch.uint8)
-    if bits == 20:
-        if high.numel() % 2:
-            high = torch.cat([high, high.new_zeros(1)])
-        high = high[0::2] | (high[1::2] << 4)
+    if bits == 20:                                       # word i's nibble with word i + ceil(n / 2)'s
+        half = (high.numel() + 1) // 2
+        top = high[half:]
+        high = high[:half].clone()
+        high[:top.numel()] |= top << 4
     return torch.cat([low, high])
 
 
@@ -169,7 +170,7 @@ def unpack_words(buf: torch.Tensor, shape, bits: int) -> torch.Tensor:
     if bits > 16:
         high = buf[2 * count:].to(torch.int32)
         if bits == 20:
-            high = torch.stack([high & 0xF, high >> 4], dim=1).reshape(-1)[:count]
+            high = torch.cat([high & 0xF, (high >> 4)[:count // 2]])
         x = x | (high << 16)
     return x.reshape(shape)
 
