@@ -35,10 +35,12 @@ Under ``protocol='shared'`` step 2 runs with dealt phase masks: the active
 party receives S = theta + beta (uniform; ``shared.star_phases``, one keeper
 for all D features per iteration), f on the batch rows comes from the
 products of its operands alpha_j cos S_ij with the keeper's cos beta_ij as
-shares in Z_2^32 (``shared.StarProducts``), opened to it alone, and the
-gradient sums sum_i L'_i phi_j(x_i) likewise. Bytes per iteration (all
-ranks): 2 (Q - 1) B D (phases) + 8 B (D + G) (the two products' 32-bit e,
-G gradient sums) + 12 (B + G) (corrections, openings) + 32 Q - 16 (seeds). No party holds f on all n rows, so there is no
+shares in Z_2^20 (``shared.StarProducts``, ``shared.TRAIN_BITS``), opened to
+it alone, and the gradient sums sum_i L'_i phi_j(x_i) likewise in Z_2^16.
+Bytes per iteration (all ranks): 2 (Q - 1) B D (phases) + 5 B D + 4 B G (the
+two products' e: 2 B D words of 2.5 bytes, 2 B G of 2; G gradient sums) +
+5 B + 4 G (corrections and openings) + 32 Q - 16 (seeds): 11 B D + O(B + D)
+at Q = 2 against the paper's 4 B D. No party holds f on all n rows, so there is no
 fixed-point growth limit. What the active party learns: f on its batch rows
 (B values) and the gradient sums (D values for adam, r for dsg) per iteration,
 f on the monitor rows once per epoch. These are linear in the n D unknown

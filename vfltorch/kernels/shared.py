@@ -56,9 +56,10 @@ This module trains the growing model (``n_components=None``). The bounded defaul
 iteration (or per chunk of rows) for all D features, drawn from the public seed; the phases
 travel as a star into A (``star_phases``: one message per passive party, masked by dealt
 masks, instead of the masked sum's two trees); and both products (f on the batch, then the
-gradient sums) run in Z_2^32 (``StarProducts``: 32-bit words on the wire, A's operand scaled
-per row so that the opened value cannot wrap, the keeper's cosines with the fractional bits that
-balance the two roundings). What each role learns is unchanged; A colluding with that
+gradient sums) run in a narrow ring (``StarProducts``: training's f in Z_2^20 and gradient sums
+in Z_2^16, prediction's f in Z_2^32, packed on the wire; A's operand scaled per row so that the
+opened value cannot wrap, the keeper's cosines with the fractional bits that balance the two
+roundings). What each role learns is unchanged; A colluding with that
 iteration's keeper (who knows every passive party's mask) recovers each passive party's partial
 phases, as before the phases of the iteration's features.
 
