@@ -23,7 +23,7 @@ import torch
 from vfltorch.comm import Federation, launch
 from vfltorch.data import DataConfig, load_party_data
 from vfltorch.kernels import FDSKLClassifier
-from vfltorch.kernels.budget import leak_limit
+from vfltorch.kernels.budget import DEALER_WINDOW, leak_limit
 from vfltorch.kernels.shared import TRAIN_BITS
 from vfltorch.kernels.trainer import phase_totals
 
@@ -192,11 +192,14 @@ def test_bytes_are_linear_in_rows_and_prediction_costs_m_times_d(runs):
     # The shared protocol (docs/fdskl.md, *Where the bytes go*): phases in a star into the active party
     # ((Q - 1) 2 B D), f's product in Z_2^20 (2 B D words of 2.5 bytes: 5 B D), the gradient's in Z_2^16
     # (2 B G words of 2 bytes: 4 B G, G = D gradient sums for adam), the dealer's corrections and the
-    # openings (B words of 2.5 bytes and G of 2, twice: 5 B + 4 G) and 128-bit seeds (32 Q - 16).
+    # openings (B words of 2.5 bytes and G of 2, twice: 5 B + 4 G) and 128-bit seeds (32 Q - 16); the dealer's
+    # messages of up to DEALER_WINDOW iterations travel together, each window with an 8-byte length to each of
+    # its Q recipients (the keeper, the other passive party, the active party).
     assert TRAIN_BITS == (20, 16)
-    G = D
+    G, T = D, runs[0]["shared"]["n_iter"]
     shared = runs[0]["shared"]["comm"]["bytes_per_iteration"]
-    assert shared == 2 * (Q - 1) * B * D + 5 * B * D + 4 * B * G + 5 * B + 4 * G + 32 * Q - 16
+    windows = (shared - (2 * (Q - 1) * B * D + 5 * B * D + 4 * B * G + 5 * B + 4 * G + 32 * Q - 16)) * T / (8 * Q)
+    assert windows == round(windows) and math.ceil(T / DEALER_WINDOW) <= windows <= T, windows
     assert shared <= 3 * got["comm"]["bytes_per_iteration"]        # at most 3x the paper's (here 1.4x)
     # At Q = 2 (the paper: 4 B D) the same formula gives 11 B D + O(B + D): 2.76x at B = 64, D = 1024.
     assert (11 * 64 * 1024 + 5 * 64 + 4 * 1024 + 48) / (4 * 64 * 1024) < 2.8

@@ -58,11 +58,12 @@ import warnings
 import torch
 
 from ..comm import Federation, pairwise_tree
-from .shared import TRAIN_BITS, StarProducts, shared_decision_values, star_phases
+from .shared import TRAIN_BITS, DealerWindow, StarProducts, shared_decision_values, star_phases
 from .trainer import (MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, TrainResult, _stop, log_interval,
                       step_marks)
 
 SOLVERS = ("adam", "dsg")
+DEALER_WINDOW = 16          # iterations of dealer material per message (shared.DealerWindow)
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
 
@@ -148,6 +149,8 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
         y = y.to(torch.float64).cpu()
     mon = _BudgetMonitor(fed, fmap, monitor, dealer, table, cfg.max_elements) if monitor is not None else None
     loop = TrainingLoop(fed, max_iter, log=log, progress=progress)
+    window = DealerWindow(fed, dealer) if shared else None
+    buffered = 0
     stopped_by_leak = False
     t = 0
     while True:
@@ -164,7 +167,7 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             Xb = X[batch.to(X.device)]
             cols = opt.columns(t) if active else None
             if shared:
-                prod = _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, cfg.solver, r, D)
+                prod = _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, cfg.solver, r, D, window)
                 f_batch = prod.forward(opt.alpha if active else None)
             else:
                 phi = fmap.features(Xb, blocks)                     # Algorithm 3: B rows, all D features
@@ -180,6 +183,16 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                 sums = phi[:, cols.to(phi.device)].to(torch.float64).cpu().T @ d_loss
             if active:
                 opt.step(t, cols, sums, B)
+            if shared:
+                # The dealer runs up to DEALER_WINDOW iterations ahead; it flushes before it next has to act in
+                # step with the others (a log point or the monitor, the time-budget flag, a stop).
+                buffered += 1
+                final, epoch_end = step_marks(t + 1, max_iter, sampler.per_epoch)
+                if (buffered >= DEALER_WINDOW or (t + 1) % log_every == 0 or final or epoch_end
+                        or cfg.max_time is not None or (limit is not None and t + 1 >= limit)):
+                    with fed.phase(f"{fed.current_phase}/deal"):
+                        window.flush()
+                    buffered = 0
         loop.tick(started)
         t += 1
         final, epoch_end = step_marks(t, max_iter, sampler.per_epoch)
@@ -198,17 +211,17 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     return loop.result(opt.model.to(X.dtype) if active else None, t)
 
 
-def _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D) -> StarProducts:
+def _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D, window=None) -> StarProducts:
     """Step 2's phases under the shared protocol (one keeper for all D features, drawn per iteration from the
     public seed) and the dealer's material for both of the iteration's products (f, then the gradient sums)."""
     keeper = fmap.keeper_of(t)
-    ph = star_phases(fmap, Xb, blocks, dealer, keeper)         # S at the active party, beta at keeper / dealer
+    ph = star_phases(fmap, Xb, blocks, dealer, keeper, dealer_io=window)   # S at the active party, beta at K / dealer
     if solver == "adam":
         grad_cols = torch.arange(D)
     else:
         k = t % (D // r)
         grad_cols = torch.arange(k * r, (k + 1) * r)
-    return StarProducts(fed, ph, table, dealer, B, grad_cols=grad_cols, bits=TRAIN_BITS)
+    return StarProducts(fed, ph, table, dealer, B, grad_cols=grad_cols, bits=TRAIN_BITS, dealer_io=window)
 
 
 class _BudgetMonitor:

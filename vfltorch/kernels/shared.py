@@ -283,7 +283,7 @@ def narrow_table(table: torch.Tensor | None, bits: int) -> torch.Tensor | None:
 REAL_PAIRS32 = REAL_PAIRS.to(torch.float32)      # A's [cos S, sin S]: 24 bits, beyond the keeper's 10
 
 
-def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int) -> DealtPhases:
+def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, dealer_io=None) -> DealtPhases:
     """Algorithm 3 with a dealt mask and one keeper K for all features of ``blocks``: a star into A.
 
     The dealer draws 128-bit seeds from the OS: one for beta (a fresh uniform
@@ -295,9 +295,11 @@ def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int) -> Deal
     passive parties and the dealer receive seeds only. One message per passive
     party (Q - 1 in all) instead of the masked sum's 2Q - 2: the dealer's beta
     already hides the total, so no second tree is needed.
-    SPMD over the parties and the dealer (which passes an (m x 0) ``X``).
+    SPMD over the parties and the dealer (which passes an (m x 0) ``X``). ``dealer_io``: what
+    carries the dealer's seeds (default the federation; training passes a ``DealerWindow``).
     """
     fed = fmap.fed
+    io = fed if dealer_io is None else dealer_io
     blocks = list(blocks)
     m = X.shape[0]
     feats = _feature_index(fmap, blocks)
@@ -310,17 +312,17 @@ def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int) -> Deal
         if fed.rank == dealer:
             seeds = [fresh_seed() for _ in range(2 + len(others))]
             for p, seed in zip(others, seeds[1:]):
-                fed.send(seed, p)
-            fed.send(torch.cat(seeds), keeper)
+                io.send(seed, p)
+            io.send(torch.cat(seeds), keeper)
             beta, product_seed = _masks(seeds[0], shape), seeds[-1]
         elif fed.rank == keeper:
-            msg = fed.recv(dealer, (2 * (2 + len(others)),), torch.int64, device="cpu")
+            msg = io.recv(dealer, (2 * (2 + len(others)),), torch.int64, device="cpu")
             beta, product_seed = _masks(msg[:2], shape), msg[-2:]
             own_mask = beta + torch.cat([fmap.phase_words[t] for t in blocks]).cpu()
             for k in range(len(others)):
                 own_mask = own_mask - _masks(msg[2 + 2 * k:4 + 2 * k], shape)
         elif fed.rank in others:
-            own_mask = _masks(fed.recv(dealer, (2,), torch.int64, device="cpu"), shape)
+            own_mask = _masks(io.recv(dealer, (2,), torch.int64, device="cpu"), shape)
     S = None
     if fed.rank in fed.parties:
         part = CIRCLE.encode(X @ fmap.omega[:, feats]).cpu()
@@ -353,7 +355,7 @@ class StarProducts:
     """
 
     def __init__(self, fed: Federation, ph: DealtPhases, table, dealer: int, m: int, *, classes: int | None = None,
-                 grad_cols: torch.Tensor | None = None, bits=(PRODUCT_BITS, PRODUCT_BITS)):
+                 grad_cols: torch.Tensor | None = None, bits=(PRODUCT_BITS, PRODUCT_BITS), dealer_io=None):
         self.fed, self.dealer = fed, dealer
         (self.keeper, cols, beta), = ph.groups
         self.holders = (fed.active, self.keeper)
@@ -378,7 +380,7 @@ class StarProducts:
         self.ys = ys
         self.shapes = shapes
         with fed.phase(f"{fed.current_phase}/deal"):
-            dealt = deal_dealt(fed, ys, holders=self.holders, dealer=dealer, kind="rowdot", shapes_x=shapes,
+            dealt = deal_dealt(fed if dealer_io is None else dealer_io, ys, holders=self.holders, dealer=dealer, kind="rowdot", shapes_x=shapes,
                                shapes_y=[(m, 2 * self.D)] + ([(len(grad_cols), 2 * m)] if grad_cols is not None
                                                              else []), bits=self.bits, h1_seed=ph.product_seed)
         self.dealt = dealt if fed.rank in self.holders else None
@@ -436,6 +438,65 @@ class StarProducts:
             pairs = _pairs_by_column(self._cos_sin_S())
             x = (pairs if self._all(self.grad_cols) else pairs[self.grad_cols]) * w.repeat_interleave(2)
         return self._product(1, x, (len(self.grad_cols),))
+
+
+class DealerWindow:
+    """The dealer's messages of several training iterations, one message per recipient (issue 11: time at Q = 2).
+
+    Every send is a rendezvous of two processes (gloo's ``send`` returns when the receiver has posted its
+    ``recv``), and on a loaded machine each one waits for a process to be scheduled. The dealer needs
+    nothing from anyone during training, so it runs ahead: its seeds and corrections for up to ``size``
+    iterations are buffered (``send``) and travel as one message per recipient (``flush``: its length,
+    then the bytes), and each recipient takes its part of a window message by message (``recv``), in the
+    order sent, so every message carries exactly what it carried alone. The dealer flushes before anything
+    it must do in step with the others (log points, the monitor, the time budget, the end). Everything
+    else is the federation's (attribute access is delegated), so a window stands in for the federation
+    in ``star_phases`` and ``deal_dealt``. Bytes: the same, plus 8 per window and recipient.
+    """
+
+    def __init__(self, fed: Federation, dealer: int):
+        self._fed, self._dealer = fed, dealer
+        self._out: dict[int, list] = {}          # at the dealer: recipient -> byte tensors, in order
+        self._inbox, self._at = None, 0          # at a recipient: the current window and the read position
+
+    def __getattr__(self, name):
+        return getattr(self._fed, name)
+
+    def send(self, tensor: torch.Tensor, dst: int) -> None:
+        if self._fed.rank != self._dealer:
+            self._fed.send(tensor, dst)
+            return
+        t = tensor.detach().cpu().contiguous().reshape(-1)
+        self._out.setdefault(dst, []).append(t.view(torch.uint8).clone())
+
+    def recv(self, src: int, shape, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+        fed = self._fed
+        if src != self._dealer:
+            return fed.recv(src, shape, dtype, device=device)
+        shape = tuple(int(s) for s in shape)
+        nbytes = int(torch.empty((), dtype=dtype).element_size())
+        for s in shape:
+            nbytes *= s
+        if self._inbox is None or self._at >= self._inbox.numel():
+            size = int(fed.recv(src, (1,), torch.int64, device="cpu")[0])
+            if not 0 < size <= fed.max_message_bytes:
+                raise OverflowError(f"the dealer announced a window of {size} bytes; refused")
+            self._inbox, self._at = fed.recv(src, (size,), torch.uint8, device="cpu"), 0
+        if self._at + nbytes > self._inbox.numel():
+            raise ValueError("a dealer window ended inside a message: the parties disagree on the protocol")
+        piece = self._inbox[self._at:self._at + nbytes].clone()
+        self._at += nbytes
+        return piece.view(dtype).reshape(shape).to(fed.device if device is None else device)
+
+    def flush(self) -> None:
+        """At the dealer: send each recipient its buffered messages (recipients in the order first sent to)."""
+        if self._fed.rank != self._dealer:
+            return
+        for dst, parts in self._out.items():
+            payload = torch.cat(parts)
+            self._fed.send(torch.tensor([payload.numel()], dtype=torch.int64), dst)
+            self._fed.send(payload, dst)
+        self._out = {}
 
 
 # ------------------------------------------------------------------------------------------- training
