@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,16 +53,23 @@ def run_one(dataset: str, protocol: str, parties: int, extra: list[str]) -> dict
 
 
 def table(rows: list[dict]) -> str:
+    """One line per dataset; with repeats, medians (time x: the median of each pair's ratio, and its range)."""
     lines = ["| dataset | Q | acc paper | acc shared | diff (points) | train s paper | train s shared | time x | "
              "bytes/it paper | bytes/it shared | bytes x |", "|" + "---|" * 11]
-    by = {(r["dataset"], r["protocol"]): r for r in rows}
     for ds in dict.fromkeys(r["dataset"] for r in rows):
-        p, s = by.get((ds, "paper")), by.get((ds, "shared"))
-        if p is None or s is None:
+        ps = [r for r in rows if r["dataset"] == ds and r["protocol"] == "paper"]
+        ss = [r for r in rows if r["dataset"] == ds and r["protocol"] == "shared"]
+        if not ps or not ss:
             continue
-        lines.append(f"| {ds} | {p['parties']} | {100 * p['test_accuracy']:.2f} | {100 * s['test_accuracy']:.2f} | "
-                     f"{100 * (s['test_accuracy'] - p['test_accuracy']):+.2f} | {p['train_seconds']:.1f} | "
-                     f"{s['train_seconds']:.1f} | {s['train_seconds'] / p['train_seconds']:.2f} | "
+        p, s = ps[0], ss[0]
+        ratios = sorted(b["train_seconds"] / a["train_seconds"] for a, b in zip(ps, ss))
+        spread = f" ({ratios[0]:.2f}-{ratios[-1]:.2f})" if len(ratios) > 1 else ""
+        acc_p = statistics.median(r["test_accuracy"] for r in ps)
+        acc_s = statistics.median(r["test_accuracy"] for r in ss)
+        lines.append(f"| {ds} | {p['parties']} | {100 * acc_p:.2f} | {100 * acc_s:.2f} | "
+                     f"{100 * (acc_s - acc_p):+.2f} | {statistics.median(r['train_seconds'] for r in ps):.1f} | "
+                     f"{statistics.median(r['train_seconds'] for r in ss):.1f} | "
+                     f"{statistics.median(ratios):.2f}{spread} | "
                      f"{p['bytes_per_iteration'] / 1e6:.2f} MB | {s['bytes_per_iteration'] / 1e6:.2f} MB | "
                      f"{s['bytes_per_iteration'] / p['bytes_per_iteration']:.2f} |")
     return "\n".join(lines)
@@ -72,6 +80,7 @@ def main(argv=None) -> int:
     ap.add_argument("--datasets", nargs="+", default=["phishing", "credit_default", "a9a", "give_me_some_credit"])
     ap.add_argument("--parties", type=int, default=4)
     ap.add_argument("--output-dir", default="results/fdskl_protocols")
+    ap.add_argument("--repeats", type=int, default=1, help="pairs (paper, then shared) per dataset; medians reported")
     ap.add_argument("--same-features", action="store_true",
                     help="the paper run with --mask-seed seed: the same random features as the shared run")
     ap.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options passed to both runs of vfl fdskl")
@@ -80,7 +89,7 @@ def main(argv=None) -> int:
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
-    for ds in args.datasets:
+    for ds in [d for d in args.datasets for _ in range(args.repeats)]:
         for protocol in ("paper", "shared"):
             own = ["--mask-seed", "seed"] if protocol == "paper" and args.same_features else []
             row = run_one(ds, protocol, args.parties, extra + own)
