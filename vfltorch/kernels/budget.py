@@ -151,6 +151,7 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     loop = TrainingLoop(fed, max_iter, log=log, progress=progress)
     window = DealerWindow(fed, dealer) if shared else None
     buffered = 0
+    pending = None          # (products, t, columns) of the step whose gradient sums the keeper's next message carries
     stopped_by_leak = False
     t = 0
     while True:
@@ -167,7 +168,16 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             Xb = X[batch.to(X.device)]
             cols = opt.columns(t) if active else None
             if shared:
-                prod = _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, cfg.solver, r, D, window)
+                carry = None
+                if pending is not None:     # last step's keeper appends its share of the gradient sums
+                    carry = dict(carry_from=pending[0].keeper, carry_len=len(pending[0].grad_cols),
+                                 carry=pending[0].carry if fed.rank == pending[0].keeper else None)
+                prod = _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, cfg.solver, r, D, window, carry)
+                if pending is not None:
+                    if active:
+                        last, t_last, cols_last = pending
+                        opt.step(t_last, cols_last, last.finish_gradient(prod.phases_carry), B)
+                    pending = None
                 f_batch = prod.forward(opt.alpha if active else None)
             else:
                 phi = fmap.features(Xb, blocks)                     # Algorithm 3: B rows, all D features
@@ -178,11 +188,22 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                 d_loss = cfg.loss.derivative(f_batch, y_batch)
                 loop.add_loss(float(cfg.loss.value(f_batch, y_batch).mean()))
             if shared:
-                sums = prod.gradient(d_loss)
-            elif active:
-                sums = phi[:, cols.to(phi.device)].to(torch.float64).cpu().T @ d_loss
-            if active:
-                opt.step(t, cols, sums, B)
+                # The keeper's share of the gradient sums rides on its next phase message (one message fewer
+                # per iteration); A takes the step then, before it needs alpha. Where no phase message
+                # follows (the end, a stop check, the epoch-end monitor) the share travels alone.
+                final, epoch_end = step_marks(t + 1, max_iter, sampler.per_epoch)
+                if (final or epoch_end or cfg.max_time is not None or (limit is not None and t + 1 >= limit)
+                        or prod.bits[1] != 16):
+                    sums = prod.gradient(d_loss)
+                    if active:
+                        opt.step(t, cols, sums, B)
+                else:
+                    prod.gradient(d_loss, defer=True)
+                    pending = (prod, t, cols)
+            else:
+                if active:
+                    sums = phi[:, cols.to(phi.device)].to(torch.float64).cpu().T @ d_loss
+                    opt.step(t, cols, sums, B)
             if shared:
                 # The dealer runs up to DEALER_WINDOW iterations ahead; it flushes before it next has to act in
                 # step with the others (a log point or the monitor, the time-budget flag, a stop).
@@ -211,17 +232,19 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     return loop.result(opt.model.to(X.dtype) if active else None, t)
 
 
-def _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D, window=None) -> StarProducts:
+def _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D, window=None, carry=None) -> StarProducts:
     """Step 2's phases under the shared protocol (one keeper for all D features, drawn per iteration from the
     public seed) and the dealer's material for both of the iteration's products (f, then the gradient sums)."""
     keeper = fmap.keeper_of(t)
-    ph = star_phases(fmap, Xb, blocks, dealer, keeper, dealer_io=window)   # S at the active party, beta at K / dealer
+    ph = star_phases(fmap, Xb, blocks, dealer, keeper, dealer_io=window, **(carry or {}))  # S at A, beta at K / D
     if solver == "adam":
         grad_cols = torch.arange(D)
     else:
         k = t % (D // r)
         grad_cols = torch.arange(k * r, (k + 1) * r)
-    return StarProducts(fed, ph, table, dealer, B, grad_cols=grad_cols, bits=TRAIN_BITS, dealer_io=window)
+    prod = StarProducts(fed, ph, table, dealer, B, grad_cols=grad_cols, bits=TRAIN_BITS, dealer_io=window)
+    prod.phases_carry = ph.carry
+    return prod
 
 
 class _BudgetMonitor:

@@ -77,7 +77,7 @@ import warnings
 import torch
 
 from ..comm import Federation, MaskStream, broadcast, masked_sum, pairwise_tree
-from ..comm.sharing import deal_dealt, fresh_seed, mul_dealt, open_shares, rowdot_scales
+from ..comm.sharing import deal_dealt, fresh_seed, from_ring, mul_dealt, open_shares, rowdot_scales
 from .circle import Circle, KeptPhases
 from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, log_interval, step_marks
 
@@ -155,6 +155,7 @@ class DealtPhases:
         self.S = S
         self.groups = groups            # list of (keeper, feature columns (LongTensor), beta or None)
         self.product_seed = None
+        self.carry = None
 
 
 def dealt_phases(fmap, X: torch.Tensor, blocks, dealer: int) -> DealtPhases:
@@ -283,7 +284,8 @@ def narrow_table(table: torch.Tensor | None, bits: int) -> torch.Tensor | None:
 REAL_PAIRS32 = REAL_PAIRS.to(torch.float32)      # A's [cos S, sin S]: 24 bits, beyond the keeper's 10
 
 
-def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, dealer_io=None) -> DealtPhases:
+def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, dealer_io=None, carry=None,
+                carry_from: int | None = None, carry_len: int = 0) -> DealtPhases:
     """Algorithm 3 with a dealt mask and one keeper K for all features of ``blocks``: a star into A.
 
     The dealer draws 128-bit seeds from the OS: one for beta (a fresh uniform
@@ -297,6 +299,9 @@ def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, dealer_
     already hides the total, so no second tree is needed.
     SPMD over the parties and the dealer (which passes an (m x 0) ``X``). ``dealer_io``: what
     carries the dealer's seeds (default the federation; training passes a ``DealerWindow``).
+    ``carry``: ``carry_len`` int16 words that passive party ``carry_from`` appends to its message
+    (training: the previous iteration's keeper's share of the gradient sums, one message fewer);
+    A finds them in ``ph.carry``.
     """
     fed = fmap.fed
     io = fed if dealer_io is None else dealer_io
@@ -323,17 +328,25 @@ def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, dealer_
                 own_mask = own_mask - _masks(msg[2 + 2 * k:4 + 2 * k], shape)
         elif fed.rank in others:
             own_mask = _masks(io.recv(dealer, (2,), torch.int64, device="cpu"), shape)
-    S = None
+    S = got = None
     if fed.rank in fed.parties:
         part = CIRCLE.encode(X @ fmap.omega[:, feats]).cpu()
         with fed.phase(f"{fed.current_phase}/star-sum"):
             if fed.is_active:
                 S = part
                 for p in passive:
-                    S = S + fed.recv(p, shape, CIRCLE.dtype, device="cpu")
+                    if p == carry_from:
+                        msg = fed.recv(p, (shape[0] * shape[1] + carry_len,), CIRCLE.dtype, device="cpu")
+                        S = S + msg[:shape[0] * shape[1]].reshape(shape)
+                        got = msg[shape[0] * shape[1]:]
+                    else:
+                        S = S + fed.recv(p, shape, CIRCLE.dtype, device="cpu")
+            elif fed.rank == carry_from:
+                fed.send(torch.cat([(part + own_mask).reshape(-1), carry.to(CIRCLE.dtype).reshape(-1)]), fed.active)
             else:
                 fed.send(part + own_mask, fed.active)
     ph = DealtPhases(S, [(keeper, torch.arange(len(feats)), beta)])
+    ph.carry = got
     ph.product_seed = product_seed      # keeper and dealer: the seed of the keeper's product shares (StarProducts)
     return ph
 
@@ -364,6 +377,7 @@ class StarProducts:
         self.grad_cols = grad_cols
         self.S = ph.S
         self.pairs = None
+        self.pending = None             # a deferred gradient opening: (this holder's share, A's row scales)
         lead = () if classes is None else (classes,)
         shapes = [lead + (m, 2 * self.D)]
         self.bits = [int(bits[0])] + ([int(bits[1])] if grad_cols is not None else [])
@@ -393,10 +407,11 @@ class StarProducts:
             self.pairs = cos_sin(REAL_PAIRS32, self.S)          # (m x 2D) real [cos S, sin S]
         return self.pairs
 
-    def _product(self, k: int, x: torch.Tensor | None, out_shape) -> torch.Tensor | None:
+    def _multiply(self, k: int, x: torch.Tensor | None):
+        """This holder's share of product k (mod 2**bits) and, at A, its row scales; (None, None) elsewhere."""
         fed = self.fed
         if fed.rank not in self.holders:
-            return None
+            return None, None
         scales = None
         xe = None
         if fed.is_active:
@@ -413,8 +428,19 @@ class StarProducts:
         with fed.phase(f"{fed.current_phase}/{'forward' if k == 0 else 'gradient'}"):
             z = mul_dealt(fed, xe, y, holders=self.holders, dealer=self.dealer, kind="rowdot",
                           shape_x=self.shapes[k], dealt=self.dealt[k], bits=self.bits[k])
+        return z, scales
+
+    def _decode(self, k: int, v: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+        return v.to(torch.float64) / (scales * 2.0 ** self.fbits[k])
+
+    def _product(self, k: int, x: torch.Tensor | None, out_shape) -> torch.Tensor | None:
+        z, scales = self._multiply(k, x)
+        if z is None:
+            return None
+        fed = self.fed
+        with fed.phase(f"{fed.current_phase}/{'forward' if k == 0 else 'gradient'}"):
             v = open_shares(fed, z, holders=self.holders, to=fed.active, shape=out_shape, bits=self.bits[k])
-        return None if v is None else v.to(torch.float64) / (scales * 2.0 ** self.fbits[k])
+        return None if v is None else self._decode(k, v, scales)
 
     def forward(self, coef: torch.Tensor | None) -> torch.Tensor | None:
         """f at A: (m,) for coefficients (D,), (m x classes) for (D x classes); None elsewhere."""
@@ -430,14 +456,48 @@ class StarProducts:
         f = self._product(0, x, out_shape)
         return f if f is None or self.classes is None else f.T
 
-    def gradient(self, weights: torch.Tensor | None) -> torch.Tensor | None:
-        """g_j = sum_i weights_i phi_j(x_i) for j in ``grad_cols``, at A; None elsewhere."""
+    def gradient(self, weights: torch.Tensor | None, defer: bool = False) -> torch.Tensor | None:
+        """g_j = sum_i weights_i phi_j(x_i) for j in ``grad_cols``, at A; None elsewhere.
+
+        ``defer`` (16-bit gradient words only): the keeper keeps its share (``carry``, int16 words for
+        its next phase message, ``star_phases(carry=...)``) and A keeps its own; A then gets the sums
+        from ``finish_gradient(words)``, or both call ``flush_gradient()`` (one message, as without defer).
+        """
         x = None
         if self.fed.is_active:
             w = SQRT2 * weights.to(torch.float32).cpu()
             pairs = _pairs_by_column(self._cos_sin_S())
             x = (pairs if self._all(self.grad_cols) else pairs[self.grad_cols]) * w.repeat_interleave(2)
-        return self._product(1, x, (len(self.grad_cols),))
+        if not defer:
+            return self._product(1, x, (len(self.grad_cols),))
+        if self.bits[1] != 16:
+            raise ValueError("a deferred gradient opening travels as int16 words: it needs a 16-bit ring")
+        self.pending = self._multiply(1, x)
+        return None
+
+    @property
+    def carry(self) -> torch.Tensor | None:
+        """At the keeper: its deferred share of the gradient sums as int16 words (the low 16 bits)."""
+        z, _ = self.pending
+        return z.to(torch.int16)
+
+    def finish_gradient(self, words: torch.Tensor) -> torch.Tensor:
+        """At A: the gradient sums from its own share and the keeper's deferred int16 words."""
+        z, scales = self.pending
+        self.pending = None
+        total = z.to(torch.int64) + (words.to(torch.int64) & 0xFFFF)
+        return self._decode(1, from_ring(total, 16), scales)
+
+    def flush_gradient(self) -> torch.Tensor | None:
+        """The deferred opening in a message of its own (the keeper to A); the sums at A, None elsewhere."""
+        fed = self.fed
+        if fed.rank not in self.holders:
+            return None
+        z, scales = self.pending
+        self.pending = None
+        with fed.phase(f"{fed.current_phase}/gradient"):
+            v = open_shares(fed, z, holders=self.holders, to=fed.active, shape=(len(self.grad_cols),), bits=16)
+        return None if v is None else self._decode(1, v, scales)
 
 
 class DealerWindow:
