@@ -11,6 +11,11 @@ iteration (all ranks, the dealer included), and the ratios shared / paper.
 
 writes ``fdskl_protocols.json`` and ``fdskl_protocols.md`` (a Markdown table)
 to ``--output-dir``. Timings on a shared machine are noisy: compare ratios.
+``--same-features`` gives the paper run ``--mask-seed seed``: its phases b_j then
+come from ``--seed`` as the shared protocol's do (the same random features), so
+the accuracy difference is the protocol's alone (the paper run is then a
+simulation; the shared run keeps its OS-entropy masks). The load average
+before and after each run is recorded.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,6 +32,7 @@ from pathlib import Path
 
 
 def run_one(dataset: str, protocol: str, parties: int, extra: list[str]) -> dict:
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run.json"
         cmd = [sys.executable, "-m", "vfltorch", "fdskl", "--dataset", dataset, "--parties", str(parties),
@@ -41,20 +48,28 @@ def run_one(dataset: str, protocol: str, parties: int, extra: list[str]) -> dict
             "test_auc": m.get("test_auc"), "train_seconds": rec["train_seconds"],
             "bytes_per_iteration": m["bytes_per_iteration"], "iterations": rec["fdskl"]["iterations"],
             "random_features": rec["fdskl"]["random_features"], "wall_seconds": wall,
-            "alpha_sha256": rec["fdskl"]["alpha_sha256"], "command": " ".join(cmd[1:])}
+            "alpha_sha256": rec["fdskl"]["alpha_sha256"], "command": " ".join(cmd[1:]),
+            "load_average": [load_before, os.getloadavg()[0]]}
 
 
 def table(rows: list[dict]) -> str:
+    """One line per dataset; with repeats, medians (time x: the median of each pair's ratio, and its range)."""
     lines = ["| dataset | Q | acc paper | acc shared | diff (points) | train s paper | train s shared | time x | "
              "bytes/it paper | bytes/it shared | bytes x |", "|" + "---|" * 11]
-    by = {(r["dataset"], r["protocol"]): r for r in rows}
     for ds in dict.fromkeys(r["dataset"] for r in rows):
-        p, s = by.get((ds, "paper")), by.get((ds, "shared"))
-        if p is None or s is None:
+        ps = [r for r in rows if r["dataset"] == ds and r["protocol"] == "paper"]
+        ss = [r for r in rows if r["dataset"] == ds and r["protocol"] == "shared"]
+        if not ps or not ss:
             continue
-        lines.append(f"| {ds} | {p['parties']} | {100 * p['test_accuracy']:.2f} | {100 * s['test_accuracy']:.2f} | "
-                     f"{100 * (s['test_accuracy'] - p['test_accuracy']):+.2f} | {p['train_seconds']:.1f} | "
-                     f"{s['train_seconds']:.1f} | {s['train_seconds'] / p['train_seconds']:.2f} | "
+        p, s = ps[0], ss[0]
+        ratios = sorted(b["train_seconds"] / a["train_seconds"] for a, b in zip(ps, ss))
+        spread = f" ({ratios[0]:.2f}-{ratios[-1]:.2f})" if len(ratios) > 1 else ""
+        acc_p = statistics.median(r["test_accuracy"] for r in ps)
+        acc_s = statistics.median(r["test_accuracy"] for r in ss)
+        lines.append(f"| {ds} | {p['parties']} | {100 * acc_p:.2f} | {100 * acc_s:.2f} | "
+                     f"{100 * (acc_s - acc_p):+.2f} | {statistics.median(r['train_seconds'] for r in ps):.1f} | "
+                     f"{statistics.median(r['train_seconds'] for r in ss):.1f} | "
+                     f"{statistics.median(ratios):.2f}{spread} | "
                      f"{p['bytes_per_iteration'] / 1e6:.2f} MB | {s['bytes_per_iteration'] / 1e6:.2f} MB | "
                      f"{s['bytes_per_iteration'] / p['bytes_per_iteration']:.2f} |")
     return "\n".join(lines)
@@ -65,15 +80,19 @@ def main(argv=None) -> int:
     ap.add_argument("--datasets", nargs="+", default=["phishing", "credit_default", "a9a", "give_me_some_credit"])
     ap.add_argument("--parties", type=int, default=4)
     ap.add_argument("--output-dir", default="results/fdskl_protocols")
+    ap.add_argument("--repeats", type=int, default=1, help="pairs (paper, then shared) per dataset; medians reported")
+    ap.add_argument("--same-features", action="store_true",
+                    help="the paper run with --mask-seed seed: the same random features as the shared run")
     ap.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options passed to both runs of vfl fdskl")
     args = ap.parse_args(argv)
     extra = [a for a in args.extra if a != "--"]
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
-    for ds in args.datasets:
+    for ds in [d for d in args.datasets for _ in range(args.repeats)]:
         for protocol in ("paper", "shared"):
-            row = run_one(ds, protocol, args.parties, extra)
+            own = ["--mask-seed", "seed"] if protocol == "paper" and args.same_features else []
+            row = run_one(ds, protocol, args.parties, extra + own)
             rows.append(row)
             print(json.dumps(row), flush=True)
             (out_dir / "fdskl_protocols.json").write_text(json.dumps(rows, indent=2))

@@ -85,14 +85,16 @@ def main(argv=None) -> int:
             print(f"{r['rank']:4d} {r['role']:8s} {step:12s} {w / it * 1000:10.1f} {c / it * 1000:10.1f}")
         print(f"{r['rank']:4d} {r['role']:8s} {'fit (all)':12s} {r['fit_wall'] / it * 1000:10.1f} "
               f"{r['fit_cpu'] / it * 1000:10.1f}")
-    print("bytes sent per iteration by sub-phase, all ranks:")
-    phases = defaultdict(int)
+    print("bytes and messages (each a blocking send: a rendezvous of two processes) per iteration by sub-phase,"
+          " all ranks:")
+    phases, messages = defaultdict(int), defaultdict(int)
     for r in out:
         for k, v in r["meter"].items():
             phases[k] += v.get("bytes_sent", 0)
+            messages[k] += v.get("messages_sent", 0)
     for k, v in sorted(phases.items()):
-        print(f"  {k:28s} {v / it:12.0f}")
-    print(f"  {'total':28s} {sum(phases.values()) / it:12.0f}")
+        print(f"  {k:28s} {v / it:12.0f} {messages[k] / it:8.2f}")
+    print(f"  {'total':28s} {sum(phases.values()) / it:12.0f} {sum(messages.values()) / it:8.2f}")
     print(json.dumps({"load_average": os.getloadavg()}))
     return 0
 

@@ -201,3 +201,81 @@ def test_ring_matmul_through_float_limbs_equals_int64_matmul():
     # extreme words: every limb 0xFFFF
     a = torch.full((2, 2000), -1, dtype=torch.int64)
     assert torch.equal(ring_matmul(a, a.T), a @ a.T)
+
+
+# ------------------------------------------------------------------ narrow rings (issue 11: FDSKL at Q = 2)
+def test_narrow_words_pack_to_their_width_and_open_signed():
+    from vfltorch.comm.sharing import WIRE_BITS, from_ring, pack_words, unpack_words, wire_bytes
+
+    g = torch.Generator().manual_seed(0)
+    for bits in WIRE_BITS:
+        for n in (1, 2, 7, 1000):
+            x = torch.randint(-2 ** 62, 2 ** 62, (n,), generator=g, dtype=torch.int64)
+            wire = pack_words(x, bits)
+            assert wire.numel() * wire.element_size() == wire_bytes(n, bits) <= (n * bits + 7) // 8 + 1
+            back = unpack_words(wire, (n,), bits)
+            # The same element of Z_2^bits, and the signed representative in [-2**(bits-1), 2**(bits-1)).
+            signed = from_ring(back, bits)
+            assert torch.equal(signed, from_ring(x, bits))
+            assert torch.equal((signed - x) % 2 ** min(bits, 62), torch.zeros_like(x))
+            assert int(signed.min()) >= -2 ** (bits - 1) and int(signed.max()) < 2 ** (bits - 1)
+    with pytest.raises(ValueError, match="ring width"):
+        pack_words(torch.zeros(2, dtype=torch.int64), 18)
+
+
+def test_rowdot_scales_keep_narrow_row_dots_inside_the_ring():
+    """The no-wrap bound behind FDSKL's Z_2^20 / Z_2^16 products (kernels/shared.py, StarProducts._product):
+    with x_enc = round(s_i x_i) and integers |y| <= 2**F, |sum_k x_enc y| < 2**(w - 1) for every row, here
+    with the worst y (|y| = 2**F, signs matching x_enc) and rows whose rounding errors all point outwards."""
+    from vfltorch.comm.sharing import rowdot_scales
+
+    g = torch.Generator().manual_seed(1)
+    for bits, k in ((16, 64), (16, 512), (20, 2048), (24, 2048), (32, 2048)):
+        F = max(2, round((bits - 0.5 - np.log2(k)) / 2))
+        rows = [torch.randn(50, k, generator=g),                               # typical
+                torch.randn(50, k, generator=g) ** 5,                          # heavy-tailed
+                torch.full((1, k), 1.0), torch.zeros(1, k)]
+        spike = torch.full((1, k), 1e-6)
+        spike[0, 0] = 1.0                                                       # one large term, the rest tiny
+        rows.append(spike)
+        for x in rows:
+            x = x.float()
+            s = rowdot_scales(x, bits, F)
+            xe = torch.round(x * s.unsqueeze(-1).to(x.dtype)).to(torch.int64)
+            worst = (xe.abs() * 2 ** F).sum(-1)                                 # y = 2**F sign(x_enc)
+            assert int(worst.max()) < 2 ** (bits - 1), (bits, k)
+            # and the scales use the ring: the worst case reaches at least a quarter of it (non-zero rows)
+            nz = x.abs().sum(-1) > 0
+            if bool(nz.any()):
+                assert int(worst[nz].min()) > 2 ** (bits - 3), (bits, k)
+    with pytest.raises(OverflowError):
+        rowdot_scales(torch.ones(2, 4096), 16, 6)
+
+
+def narrow_job(fed, bits):
+    from vfltorch.comm.sharing import deal_dealt, mul_dealt
+
+    holders = (H0, H1)
+    x = torch.randint(-2 ** 9, 2 ** 9, (6, 40), generator=torch.Generator().manual_seed(5), dtype=torch.int32)
+    ys = [torch.randint(-8, 9, (6, 40), generator=torch.Generator().manual_seed(6 + i), dtype=torch.int32)
+          for i in range(2)]
+    known = fed.rank in (H1, DEALER)
+    dealt = deal_dealt(fed, ys if known else None, holders=holders, dealer=DEALER, kind="rowdot",
+                       shapes_x=[(6, 40)] * 2, shapes_y=[(6, 40)] * 2, bits=bits)
+    out = []
+    for i in range(2):
+        z = mul_dealt(fed, x if fed.rank == H0 else None, ys[i] if known else None, holders=holders, dealer=DEALER,
+                      kind="rowdot", shape_x=(6, 40), dealt=dealt[i] if fed.rank in holders else True, bits=bits[i])
+        out.append(open_shares(fed, z, holders=holders, to=H0, shape=(6,), bits=bits[i]) if fed.rank in holders
+                   else None)
+    return out, x, ys
+
+
+def test_narrow_dealt_products_open_exactly():
+    """Z_2^20 and Z_2^16 products as FDSKL's training runs them (one dealing, two products): exact while the
+    row dots stay inside the ring (|value| <= 40 * 2**9 * 8 < 2**15)."""
+    res = launch(narrow_job, 3, ((20, 16),), timeout=60)
+    out, x, ys = res[H0]
+    for i in range(2):
+        assert torch.equal(out[i], (x.long() * ys[i].long()).sum(-1))
+    assert res[H1][0] == [None, None]

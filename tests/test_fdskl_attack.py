@@ -180,17 +180,22 @@ def test_masks_cancel_and_the_model_is_reproducible(runs):
     shared = runs
     a, b = shared[0]["fits"]
     # Fresh private masks each fit; the fixed-point rounding of the two cos/sin factors depends on the mask,
-    # so models agree to that rounding, not bit for bit. The products run in Z_2^32 (issue 11): a row's
-    # value is exact to about 2**-12 of the sum of its terms' magnitudes, so f (up to 113 here) agrees
-    # to 0.1% of its scale; alpha too (measured: 1.1e-4 at a scale of 0.32).
-    torch.testing.assert_close(a["alpha"], b["alpha"], rtol=0, atol=1e-3 * float(b["alpha"].abs().max()))
+    # so models agree to that rounding, not bit for bit. Training's products run in Z_2^20 (f) and Z_2^16
+    # (gradient sums; issue 11): a row's value is exact to about 2**-8 of the sum of its terms' magnitudes,
+    # and Adam's per-coefficient steps make a coefficient whose gradient sum is near zero follow that error,
+    # so alpha agrees in norm, not coefficient by coefficient (measured: 3.3% of its norm, max |diff| 0.10
+    # at max |alpha| 0.55), and f to 1% of its scale (measured: 0.57 at max |f| 117, 99.3% same signs).
+    # Prediction's products stay in Z_2^32.
+    rel = float((a["alpha"] - b["alpha"]).norm() / b["alpha"].norm())
+    assert rel < 0.08, rel
     fa, fb = np.asarray(a["f"]), np.asarray(b["f"])
-    np.testing.assert_allclose(fa, fb, rtol=0, atol=1e-3 * float(np.abs(fb).max()))
-    assert np.mean(np.sign(fa) == np.sign(fb)) > 0.99
+    np.testing.assert_allclose(fa, fb, rtol=0, atol=1e-2 * float(np.abs(fb).max()))
+    assert np.mean(np.sign(fa) == np.sign(fb)) > 0.98
     assert all(shared[r]["fits"][0]["alpha"] is None for r in (1, 2)) and shared[3]["fits"] == []
     # Federated == centralised (plain DSG at Q = 1), up to the 16-bit angles and the fixed point.
     local = FDSKLClassifier(**SHARED).fit(_full(shared), _labels())
-    torch.testing.assert_close(a["alpha"], local.alpha_, rtol=0, atol=2e-3 * float(local.alpha_.abs().max()))
+    rel = float((a["alpha"] - local.alpha_).norm() / local.alpha_.norm())      # measured: 2.6%
+    assert rel < 0.08, rel
 
 
 def test_monitor_opens_held_out_values_once_per_epoch(runs):
@@ -269,8 +274,10 @@ def test_same_seed_same_model_under_launch_and_torchrun(tmp_path):
         out[name] = json.loads(path.read_text())
     a, b = out["launch"], out["torchrun"]
     assert a["fdskl"]["protocol"] == b["fdskl"]["protocol"] == "shared"
-    assert a["metrics"]["test_accuracy"] == b["metrics"]["test_accuracy"]
-    assert a["metrics"]["test_auc"] == pytest.approx(b["metrics"]["test_auc"], abs=1e-4)
-    # Fresh masks in both runs: the Z_2^32 products agree to 0.1% of the scale (issue 11; see
-    # test_masks_cancel_and_the_model_is_reproducible), not to 1e-4 absolute.
-    assert a["metrics"]["batch_loss"] == pytest.approx(b["metrics"]["batch_loss"], rel=1e-3)
+    # Fresh masks in both runs: the models agree to the products' rounding (issue 11: training's Z_2^20 /
+    # Z_2^16 products; see test_masks_cancel_and_the_model_is_reproducible): test accuracy to one of the
+    # 142 test rows (measured: equal twice), AUC to 3e-3 (measured: equal, then 0.99808 vs 0.99915), and
+    # the reported batch loss, a mean of f values computed in Z_2^20, to 10% (measured: 0.409 vs 0.391).
+    assert a["metrics"]["test_accuracy"] == pytest.approx(b["metrics"]["test_accuracy"], abs=1.01 / 142)
+    assert a["metrics"]["test_auc"] == pytest.approx(b["metrics"]["test_auc"], abs=3e-3)
+    assert a["metrics"]["batch_loss"] == pytest.approx(b["metrics"]["batch_loss"], rel=0.1)

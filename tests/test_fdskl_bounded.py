@@ -23,7 +23,8 @@ import torch
 from vfltorch.comm import Federation, launch
 from vfltorch.data import DataConfig, load_party_data
 from vfltorch.kernels import FDSKLClassifier
-from vfltorch.kernels.budget import leak_limit
+from vfltorch.kernels.budget import DEALER_WINDOW, leak_limit
+from vfltorch.kernels.shared import TRAIN_BITS
 from vfltorch.kernels.trainer import phase_totals
 
 BOUNDED = dict(batch_size=32, epochs=2, random_state=3, n_components=128, features_per_step=16)
@@ -177,10 +178,18 @@ def test_bounded_model_federated_equals_centralised(runs):
     for protocol in ("shared", "paper"):
         got = runs[0][protocol]
         assert got["alpha"].shape == (128,) and got["n_iter"] == ref.n_iter_ == math.ceil(2 * 427 / 32)
-        # 16-bit angles (and under shared, 16-bit fixed-point factors) against float features.
-        torch.testing.assert_close(got["alpha"].double(), ref.alpha_.double(), rtol=0, atol=2e-3)
+        # 16-bit angles against float features; under shared also the products' fixed point: training's in
+        # Z_2^20 (f) and Z_2^16 (gradient sums), each row dot exact to about 2**-8 of the sum of its terms'
+        # magnitudes (issue 11), so alpha follows the centralised run to about 1.5% of its norm (measured:
+        # max |diff| 0.02-0.055 at max |alpha| 1.38; f 0.15-0.19 at max |f| 39; prediction stays in Z_2^32).
+        a, a_ref = got["alpha"].double(), ref.alpha_.double()
+        if protocol == "paper":
+            torch.testing.assert_close(a, a_ref, rtol=0, atol=2e-3)
+        else:
+            assert float((a - a_ref).norm() / a_ref.norm()) < 0.04
+            torch.testing.assert_close(a, a_ref, rtol=0, atol=0.1 * float(a_ref.abs().max()))
         f, f_ref = arr(got["f"]), arr(ref.decision_function(data.X_test))
-        np.testing.assert_allclose(f, f_ref, rtol=0, atol=2e-2)
+        np.testing.assert_allclose(f, f_ref, rtol=0, atol=2e-2 if protocol == "paper" else 1e-2 * np.abs(f_ref).max())
         assert np.mean(np.sign(f) == np.sign(f_ref)) > 0.97
         assert np.mean(np.where(f >= 0, 1, -1) == data.y_test.numpy()) > 0.93
     # Passive parties hold no model and get no decision values.
@@ -195,13 +204,20 @@ def test_bytes_are_linear_in_rows_and_prediction_costs_m_times_d(runs):
     Q, B, D = 3, 32, 128
     # Training: 2 (2Q - 2) B D bytes per iteration (16-bit angles), the same at every iteration: O(n D) per epoch.
     assert got["comm"]["bytes_per_iteration"] == 2 * (2 * Q - 2) * B * D
-    # The shared protocol (docs/fdskl.md, *Bytes of the shared protocol*): phases in a star into the active
-    # party ((Q - 1) 2 B D), two products of 32-bit words (8 B (D + G), G = D gradient sums for adam), the
-    # dealer's corrections (8 (B + G)), the openings (4 (B + G)) and 128-bit seeds (32 Q - 16).
-    G = D
+    # The shared protocol (docs/fdskl.md, *Where the bytes go*): phases in a star into the active party
+    # ((Q - 1) 2 B D), f's product in Z_2^20 (2 B D words of 2.5 bytes: 5 B D), the gradient's in Z_2^16
+    # (2 B G words of 2 bytes: 4 B G, G = D gradient sums for adam), the dealer's corrections and the
+    # openings (B words of 2.5 bytes and G of 2, twice: 5 B + 4 G) and 128-bit seeds (32 Q - 16); the dealer's
+    # messages of up to DEALER_WINDOW iterations travel together, each window with an 8-byte length to each of
+    # its Q recipients (the keeper, the other passive party, the active party).
+    assert TRAIN_BITS == (20, 16)
+    G, T = D, runs[0]["shared"]["n_iter"]
     shared = runs[0]["shared"]["comm"]["bytes_per_iteration"]
-    assert shared == 2 * (Q - 1) * B * D + 8 * B * (D + G) + 12 * (B + G) + 32 * Q - 16
-    assert shared <= 3 * got["comm"]["bytes_per_iteration"]        # at most 3x the paper's from Q = 3 on
+    windows = (shared - (2 * (Q - 1) * B * D + 5 * B * D + 4 * B * G + 5 * B + 4 * G + 32 * Q - 16)) * T / (8 * Q)
+    assert windows == round(windows) and math.ceil(T / DEALER_WINDOW) <= windows <= T, windows
+    assert shared <= 3 * got["comm"]["bytes_per_iteration"]        # at most 3x the paper's (here 1.63x)
+    # At Q = 2 (the paper: 4 B D) the same formula gives 11 B D + O(B + D): 2.76x at B = 64, D = 1024.
+    assert (11 * 64 * 1024 + 5 * 64 + 4 * 1024 + 48) / (4 * 64 * 1024) < 2.8
     # Prediction: the m rows on the D features once, all ranks together (plus < 1 kB of JSON control messages).
     # Under the paper's protocol the phases travel in a star into the active party (Q - 1 messages of m D
     # angles, protocol.star_phases) plus one 16-byte seed per pair of passive parties.
@@ -252,7 +268,8 @@ def test_one_vs_rest_equals_its_centralised_twin(runs):
     assert got["n_models"] == 3 and list(got["classes"]) == [0.0, 1.0, 2.0]
     f, f_ref = arr(got["f"]), arr(ref.decision_function(Xte))
     assert f_ref.shape == f.shape == (len(yte), 3)
-    np.testing.assert_allclose(f, f_ref, rtol=0, atol=5e-2)
+    # Training's Z_2^20 / Z_2^16 products (issue 11): 1% of the scale of f (measured: 0.17 at max |f| 33).
+    np.testing.assert_allclose(f, f_ref, rtol=0, atol=1e-2 * np.abs(f_ref).max())
     pred = got["classes"][np.argmax(f, axis=1)]
     assert np.mean(pred == ref.predict(Xte)) > 0.97
     assert ref.score(Xte, yte) > 0.9 and np.mean(pred == yte) > 0.9

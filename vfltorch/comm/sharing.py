@@ -54,15 +54,19 @@ of its product, not three times that.
 (row-wise inner products, (a * b).sum(-1): many dot products in one triple).
 
 Narrow rings. Every function here computes in int64 (wrap-around, i.e. mod
-2**64), and arithmetic mod 2**64 is also arithmetic mod 2**32. With
-``bits=32`` (``deal_dealt``, ``mul_dealt``'s dealt path, ``open_shares``)
-only the low 32 bits of each word travel (``to_wire``: half the bytes) and the
-opened value is read mod 2**32 (``from_ring``). The masked operand e = x - a
-is still uniform (a is uniform mod 2**32); the caller must keep the opened
-value inside [-2**31, 2**31): ``rowdot_scales`` picks per-row fixed-point
-scales for h_0's operand that guarantee it for a row-wise product with
-|y| <= 2**y_bits (h_0 knows its operand, so it knows the bound exactly; the
-scales are its own and never travel).
+2**64), and arithmetic mod 2**64 is also arithmetic mod 2**w for every w <= 64.
+With ``bits=w`` for w in ``WIRE_BITS`` below 64 (``deal_dealt``, ``mul_dealt``'s
+dealt path, ``open_shares``) the holders compute in int32 (mod 2**32, hence
+mod 2**w), only the low w bits of each word travel (``send_words``: int32 for
+32, packed into w / 8 bytes per word for w = 24, 20, 16) and
+the opened value is read mod 2**w (``from_ring``: the signed representative).
+The masked operand e = x - a is still uniform (a is uniform mod 2**32, so its
+low w bits are uniform mod 2**w); the caller must keep the opened value inside
+[-2**(w-1), 2**(w-1)): ``rowdot_scales`` picks per-row fixed-point scales for
+h_0's operand that guarantee it for a row-wise product with |y| <= 2**y_bits
+(h_0 knows its operand, so it knows the bound exactly; the scales are its own
+and never travel). Below 32 bits the dealer's corrections c_0 travel packed
+too (at 32 bits they stay int64 words in the seed message, as before).
 
 Truncation. A product of two fixed-point values has 2 * frac_bits fractional
 bits. Each of two holders truncates its own share (SecureML, Mohassel & Zhang
@@ -113,21 +117,92 @@ def _uniform(stream: MaskStream, shape, bits: int = 64) -> torch.Tensor:
     return torch.from_numpy(raw.reshape(shape))
 
 
-WIRE_BITS = (64, 32)
+WIRE_BITS = (64, 32, 24, 20, 16)
+
+
+def _check_bits(bits: int) -> None:
+    if bits not in WIRE_BITS:
+        raise ValueError(f"ring width must be one of {WIRE_BITS}, got {bits}")
+
+
+def wire_bytes(count: int, bits: int) -> int:
+    """Bytes that ``count`` ring words of width ``bits`` take on the wire (``send_words``)."""
+    _check_bits(bits)
+    if bits in (64, 32):
+        return count * bits // 8
+    return 2 * count + (count * (bits - 16) + 7) // 8    # low 16 bits, then the high bits (bytes or nibbles)
+
+
+def pack_words(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """The low ``bits`` bits of each ring word as they travel: int64 / int32 for 64 / 32; below, one uint8
+    tensor: the low 16 bits of every word (int16, little-endian), then bits 16-23 as one byte per word (24)
+    or bits 16-19 as one nibble per word (20: words i and i + ceil(n / 2) share byte i)."""
+    _check_bits(bits)
+    if bits == 64:
+        return x.to(torch.int64)
+    x = x.reshape(-1).cpu().to(torch.int32)              # the int64 -> int32 cast keeps the low bits
+    if bits == 32:
+        return x
+    low = x.to(torch.int16).view(torch.uint8)            # int32 -> int16 keeps the low 16 bits
+    if bits == 16:
+        return low
+    high = ((x >> 16) & ((1 << (bits - 16)) - 1)).to(torch.uint8)
+    if bits == 20:                                       # word i's nibble with word i + ceil(n / 2)'s
+        half = (high.numel() + 1) // 2
+        top = high[half:]
+        high = high[:half].clone()
+        high[:top.numel()] |= top << 4
+    return torch.cat([low, high])
+
+
+def unpack_words(buf: torch.Tensor, shape, bits: int) -> torch.Tensor:
+    """Inverse of ``pack_words``: int32 words (int64 for 64) of ``shape``; below 32 bits each is the unsigned
+    representative in [0, 2**bits), which is the same element of Z_2^bits."""
+    _check_bits(bits)
+    shape = tuple(int(s) for s in shape)
+    if bits in (64, 32):
+        return buf.reshape(shape)
+    count = int(np.prod(shape)) if shape else 1
+    low = buf[:2 * count]
+    if low.storage_offset() % 2:                         # a slice of a message at an odd byte
+        low = low.clone()
+    x = low.view(torch.int16).to(torch.int32) & 0xFFFF
+    if bits > 16:
+        high = buf[2 * count:].to(torch.int32)
+        if bits == 20:
+            high = torch.cat([high & 0xF, (high >> 4)[:count // 2]])
+        x = x | (high << 16)
+    return x.reshape(shape)
+
+
+def send_words(fed: Federation, x: torch.Tensor, dst: int, bits: int = 64) -> None:
+    """Send ring words of width ``bits`` (``pack_words``): ``wire_bytes`` bytes."""
+    fed.send(pack_words(x.cpu(), bits), dst)
+
+
+def recv_words(fed: Federation, src: int, shape, bits: int = 64) -> torch.Tensor:
+    """Receive what ``send_words`` sent: int32 words (int64 for 64) of ``shape``, on the CPU."""
+    _check_bits(bits)
+    shape = tuple(int(s) for s in shape)
+    if bits in (64, 32):
+        return fed.recv(src, shape, _wire_dtype(bits), device="cpu")
+    count = int(np.prod(shape)) if shape else 1
+    return unpack_words(fed.recv(src, (wire_bytes(count, bits),), torch.uint8, device="cpu"), shape, bits)
 
 
 def to_wire(x: torch.Tensor, bits: int = 64) -> torch.Tensor:
-    """The ring words as they travel: int64, or their low 32 bits (x mod 2**32) as int32."""
-    if bits == 64:
-        return x
-    if bits != 32:
-        raise ValueError(f"ring width must be one of {WIRE_BITS}, got {bits}")
-    return x.to(torch.int32)                   # the int64 -> int32 cast keeps the low bits
+    """The ring words as they travel: int64, their low 32 bits as int32, or packed (``pack_words``)."""
+    return pack_words(x, bits)
 
 
 def from_ring(x: torch.Tensor, bits: int = 64) -> torch.Tensor:
-    """The signed representative in [-2**(bits-1), 2**(bits-1)) of an int64 word read mod 2**bits."""
-    return x if bits == 64 else x.to(torch.int32).to(torch.int64)
+    """The signed representative in [-2**(bits-1), 2**(bits-1)) of a word read mod 2**bits, as int64."""
+    if bits == 64:
+        return x
+    if bits == 32:
+        return x.to(torch.int32).to(torch.int64)
+    low = x.to(torch.int64) & ((1 << bits) - 1)
+    return (low ^ (1 << (bits - 1))) - (1 << (bits - 1))
 
 
 def _wire_dtype(bits: int) -> torch.dtype:
@@ -135,7 +210,7 @@ def _wire_dtype(bits: int) -> torch.dtype:
 
 
 def _word(y: torch.Tensor, bits: int) -> torch.Tensor:
-    """A known operand as ring words: int64, or int32 for Z_2^32 (products then wrap mod 2**32, half the traffic)."""
+    """A known operand as ring words: int64, or int32 below 64 bits (products wrap mod 2**32, hence mod 2**bits)."""
     return y.cpu().to(_wire_dtype(bits))
 
 
@@ -194,8 +269,8 @@ def open_shares(fed: Federation, mine: torch.Tensor | None, *, holders, to=None,
 
     Every holder sends its share to every recipient but itself; the recipients
     add. A recipient that holds no share passes ``shape``. Returns the opened
-    int64 tensor (CPU) at recipients, ``None`` elsewhere. ``bits=32``: shares
-    travel as 32-bit words and the value is opened mod 2**32 (signed).
+    int64 tensor (CPU) at recipients, ``None`` elsewhere. ``bits`` below 64: shares
+    travel as ``bits``-bit words and the value is opened mod 2**bits (signed).
     """
     holders = list(holders)
     to = holders if to is None else ([to] if isinstance(to, int) else list(to))
@@ -210,10 +285,10 @@ def open_shares(fed: Federation, mine: torch.Tensor | None, *, holders, to=None,
             total = mine.cpu() if mine is not None else None
             for h in holders:
                 if h != r:
-                    part = fed.recv(h, tuple(shape), _wire_dtype(bits), device="cpu").to(torch.int64)
+                    part = recv_words(fed, h, shape, bits).to(torch.int64)
                     total = part if total is None else total + part
         elif fed.rank in holders:
-            fed.send(to_wire(mine.cpu(), bits), r)
+            send_words(fed, mine.cpu(), r, bits)
     return None if total is None else from_ring(total, bits)
 
 
@@ -403,19 +478,19 @@ def mul_dealt(fed: Federation, x: torch.Tensor | None, y: torch.Tensor | None, *
     Returns this holder's int64 share (CPU), ``None`` at the dealer. With
     ``dealt`` (this holder's item from ``deal_dealt``; non-holders pass
     anything but None, e.g. ``True``) the dealing already happened: only
-    e crosses the wire, and the dealer does nothing here; ``bits=32`` (with a
-    ``deal_dealt(..., bits=32)`` dealing) sends e as 32-bit words and the
-    shares are meaningful mod 2**32.
+    e crosses the wire, and the dealer does nothing here; ``bits`` below 64
+    (with a ``deal_dealt(..., bits=...)`` dealing of the same width) sends e as
+    ``bits``-bit words and the shares are meaningful mod 2**bits.
     """
     h0, h1 = holders
     if dealt is not None:
         if fed.rank == h0:
             a, c0 = dealt
             xe = fp.encode(x.cpu()) if fp is not None else x.cpu().to(_wire_dtype(bits))
-            fed.send(to_wire(xe - a, bits), h1)
+            send_words(fed, xe - a, h1, bits)
             return c0
         if fed.rank == h1:
-            e = fed.recv(h0, tuple(shape_x), _wire_dtype(bits), device="cpu")
+            e = recv_words(fed, h0, shape_x, bits)
             return _op(kind)(e, _word(y, bits)) + dealt
         return None                     # the dealer and other ranks
     if bits != 64:
@@ -451,15 +526,21 @@ def mul_dealt(fed: Federation, x: torch.Tensor | None, y: torch.Tensor | None, *
     return op(e, y.cpu().to(torch.int64)) + c1
 
 
-def deal_dealt(fed: Federation, ys, *, holders, dealer: int, kind: str, shapes_x, shapes_y=None, bits: int = 64):
+def deal_dealt(fed: Federation, ys, *, holders, dealer: int, kind: str, shapes_x, shapes_y=None, bits=64,
+               h1_seed: torch.Tensor | None = None):
     """The dealer's part of several ``mul_dealt`` products at once: one message to each holder.
 
     SPMD like ``mul_dealt``: the dealer and h_1 pass the list ``ys`` (ring
     tensors they both know), h_0 passes ``shapes_y``. Returns, at h_0, a list
     of ``(a, c_0)`` and, at h_1, a list of ``c_1``; pass item i as
     ``dealt=`` to the i-th ``mul_dealt`` (fewer synchronisations: the material
-    of a whole round travels ahead of the data messages). ``bits=32``: a, c_0
-    and c_1 are uniform mod 2**32 (see *Narrow rings* above).
+    of a whole round travels ahead of the data messages). ``bits`` (one width,
+    or one per product) below 64: a, c_0 and c_1 are uniform mod 2**32, hence
+    mod 2**bits (see *Narrow rings* above); when a width is below 32 the
+    corrections c_0 travel packed, each product's to its width. ``h1_seed``: a
+    128-bit seed the dealer already gave h_1 (``fresh_seed``, sent with other
+    seeds; the dealer and h_1 pass it): c_1 is drawn from it and the dealer
+    sends h_1 nothing here (one message fewer).
     """
     h0, h1 = holders
     if fed.rank not in (h0, h1, dealer):
@@ -468,28 +549,43 @@ def deal_dealt(fed: Federation, ys, *, holders, dealer: int, kind: str, shapes_x
     shapes_x = [tuple(s) for s in shapes_x]
     shapes_y = [tuple(y.shape) for y in ys] if fed.rank != h0 else [tuple(s) for s in shapes_y]
     outs = [_out_shape(kind, sx, sy) for sx, sy in zip(shapes_x, shapes_y)]
+    widths = [int(bits)] * len(outs) if isinstance(bits, int) else [int(b) for b in bits]
+    for w in widths:
+        _check_bits(w)
+    packed = min(widths, default=64) < 32           # else int64 words after the seed, as before
+    sizes = [int(np.prod(o)) if o else 1 for o in outs]
     if fed.rank == dealer:
-        s0, s1 = fresh_seed(), fresh_seed()
+        s0, s1 = fresh_seed(), (fresh_seed() if h1_seed is None else h1_seed)
         g0, g1 = _stream_from(s0), _stream_from(s1)
         c0s = []
-        for sx, out, y in zip(shapes_x, outs, ys):
-            a = _uniform(g0, sx, bits)
-            c0s.append(from_ring(op(a, _word(y, bits)) - _uniform(g1, out, bits), bits).to(torch.int64).reshape(-1))
-        fed.send(torch.cat([s0, *c0s]), h0)
-        fed.send(s1, h1)
+        for sx, out, y, w in zip(shapes_x, outs, ys, widths):
+            a = _uniform(g0, sx, w)
+            c0s.append(from_ring(op(a, _word(y, w)) - _uniform(g1, out, w), w).to(torch.int64).reshape(-1))
+        if packed:                              # the seed's 16 bytes, then each product's corrections packed
+            fed.send(torch.cat([s0.view(torch.uint8), *(pack_words(c, w) for c, w in zip(c0s, widths))]), h0)
+        else:
+            fed.send(torch.cat([s0, *c0s]), h0)
+        if h1_seed is None:
+            fed.send(s1, h1)
         return None
     if fed.rank == h0:
-        count = sum(int(np.prod(o)) if o else 1 for o in outs)
-        msg = fed.recv(dealer, (_SEED_WORDS + count,), torch.int64, device="cpu")
-        g0 = _stream_from(msg[:_SEED_WORDS])
-        parts, at = [], _SEED_WORDS
-        for sx, out in zip(shapes_x, outs):
-            size = int(np.prod(out)) if out else 1
-            parts.append((_uniform(g0, sx, bits), msg[at:at + size].reshape(out)))
-            at += size
-        return parts
-    g1 = _stream_from(fed.recv(dealer, (_SEED_WORDS,), torch.int64, device="cpu"))
-    return [_uniform(g1, out, bits) for out in outs]
+        if packed:
+            lengths = [wire_bytes(n, w) for n, w in zip(sizes, widths)]
+            raw = fed.recv(dealer, (8 * _SEED_WORDS + sum(lengths),), torch.uint8, device="cpu")
+            seed, at, c0s = raw[:8 * _SEED_WORDS].view(torch.int64), 8 * _SEED_WORDS, []
+            for n, w, length in zip(sizes, widths, lengths):
+                c0s.append(unpack_words(raw[at:at + length], (n,), w))
+                at += length
+        else:
+            msg = fed.recv(dealer, (_SEED_WORDS + sum(sizes),), torch.int64, device="cpu")
+            seed, c0s, at = msg[:_SEED_WORDS], [], _SEED_WORDS
+            for n in sizes:
+                c0s.append(msg[at:at + n])
+                at += n
+        g0 = _stream_from(seed)
+        return [(_uniform(g0, sx, w), c0.reshape(out)) for sx, out, w, c0 in zip(shapes_x, outs, widths, c0s)]
+    g1 = _stream_from(fed.recv(dealer, (_SEED_WORDS,), torch.int64, device="cpu") if h1_seed is None else h1_seed)
+    return [_uniform(g1, out, w) for out, w in zip(outs, widths)]
 
 
 # ------------------------------------------------------------------ ring products through float64 BLAS

@@ -35,10 +35,12 @@ Under ``protocol='shared'`` step 2 runs with dealt phase masks: the active
 party receives S = theta + beta (uniform; ``shared.star_phases``, one keeper
 for all D features per iteration), f on the batch rows comes from the
 products of its operands alpha_j cos S_ij with the keeper's cos beta_ij as
-shares in Z_2^32 (``shared.StarProducts``), opened to it alone, and the
-gradient sums sum_i L'_i phi_j(x_i) likewise. Bytes per iteration (all
-ranks): 2 (Q - 1) B D (phases) + 8 B (D + G) (the two products' 32-bit e,
-G gradient sums) + 12 (B + G) (corrections, openings) + 32 Q - 16 (seeds). No party holds f on all n rows, so there is no
+shares in Z_2^20 (``shared.StarProducts``, ``shared.TRAIN_BITS``), opened to
+it alone, and the gradient sums sum_i L'_i phi_j(x_i) likewise in Z_2^16.
+Bytes per iteration (all ranks): 2 (Q - 1) B D (phases) + 5 B D + 4 B G (the
+two products' e: 2 B D words of 2.5 bytes, 2 B G of 2; G gradient sums) +
+5 B + 4 G (corrections and openings) + 32 Q - 16 (seeds): 11 B D + O(B + D)
+at Q = 2 against the paper's 4 B D. No party holds f on all n rows, so there is no
 fixed-point growth limit. What the active party learns: f on its batch rows
 (B values) and the gradient sums (D values for adam, r for dsg) per iteration,
 f on the monitor rows once per epoch. These are linear in the n D unknown
@@ -56,11 +58,12 @@ import warnings
 import torch
 
 from ..comm import Federation, pairwise_tree
-from .shared import StarProducts, shared_decision_values, star_phases
+from .shared import TRAIN_BITS, DealerWindow, StarProducts, shared_decision_values, star_phases
 from .trainer import (MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, TrainResult, _stop, log_interval,
                       step_marks)
 
 SOLVERS = ("adam", "dsg")
+DEALER_WINDOW = 16          # iterations of dealer material per message (shared.DealerWindow)
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
 
@@ -146,6 +149,9 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
         y = y.to(torch.float64).cpu()
     mon = _BudgetMonitor(fed, fmap, monitor, dealer, table, cfg.max_elements) if monitor is not None else None
     loop = TrainingLoop(fed, max_iter, log=log, progress=progress)
+    window = DealerWindow(fed, dealer) if shared else None
+    buffered = 0
+    pending = None          # (products, t, columns) of the step whose gradient sums the keeper's next message carries
     stopped_by_leak = False
     t = 0
     while True:
@@ -162,7 +168,16 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             Xb = X[batch.to(X.device)]
             cols = opt.columns(t) if active else None
             if shared:
-                prod = _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, cfg.solver, r, D)
+                carry = None
+                if pending is not None:     # last step's keeper appends its share of the gradient sums
+                    carry = dict(carry_from=pending[0].keeper, carry_len=len(pending[0].grad_cols),
+                                 carry=pending[0].carry if fed.rank == pending[0].keeper else None)
+                prod = _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, cfg.solver, r, D, window, carry)
+                if pending is not None:
+                    if active:
+                        last, t_last, cols_last = pending
+                        opt.step(t_last, cols_last, last.finish_gradient(prod.phases_carry), B)
+                    pending = None
                 f_batch = prod.forward(opt.alpha if active else None)
             else:
                 phi = fmap.features(Xb, blocks)                     # Algorithm 3: B rows, all D features
@@ -173,11 +188,32 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                 d_loss = cfg.loss.derivative(f_batch, y_batch)
                 loop.add_loss(float(cfg.loss.value(f_batch, y_batch).mean()))
             if shared:
-                sums = prod.gradient(d_loss)
-            elif active:
-                sums = phi[:, cols.to(phi.device)].to(torch.float64).cpu().T @ d_loss
-            if active:
-                opt.step(t, cols, sums, B)
+                # The keeper's share of the gradient sums rides on its next phase message (one message fewer
+                # per iteration); A takes the step then, before it needs alpha. Where no phase message
+                # follows (the end, a stop check, the epoch-end monitor) the share travels alone.
+                final, epoch_end = step_marks(t + 1, max_iter, sampler.per_epoch)
+                if (final or epoch_end or cfg.max_time is not None or (limit is not None and t + 1 >= limit)
+                        or prod.bits[1] != 16):
+                    sums = prod.gradient(d_loss)
+                    if active:
+                        opt.step(t, cols, sums, B)
+                else:
+                    prod.gradient(d_loss, defer=True)
+                    pending = (prod, t, cols)
+            else:
+                if active:
+                    sums = phi[:, cols.to(phi.device)].to(torch.float64).cpu().T @ d_loss
+                    opt.step(t, cols, sums, B)
+            if shared:
+                # The dealer runs up to DEALER_WINDOW iterations ahead; it flushes before it next has to act in
+                # step with the others (a log point or the monitor, the time-budget flag, a stop).
+                buffered += 1
+                final, epoch_end = step_marks(t + 1, max_iter, sampler.per_epoch)
+                if (buffered >= DEALER_WINDOW or (t + 1) % log_every == 0 or final or epoch_end
+                        or cfg.max_time is not None or (limit is not None and t + 1 >= limit)):
+                    with fed.phase(f"{fed.current_phase}/deal"):
+                        window.flush()
+                    buffered = 0
         loop.tick(started)
         t += 1
         final, epoch_end = step_marks(t, max_iter, sampler.per_epoch)
@@ -196,17 +232,19 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     return loop.result(opt.model.to(X.dtype) if active else None, t)
 
 
-def _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D) -> StarProducts:
+def _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D, window=None, carry=None) -> StarProducts:
     """Step 2's phases under the shared protocol (one keeper for all D features, drawn per iteration from the
     public seed) and the dealer's material for both of the iteration's products (f, then the gradient sums)."""
     keeper = fmap.keeper_of(t)
-    ph = star_phases(fmap, Xb, blocks, dealer, keeper)         # S at the active party, beta at keeper / dealer
+    ph = star_phases(fmap, Xb, blocks, dealer, keeper, dealer_io=window, **(carry or {}))  # S at A, beta at K / D
     if solver == "adam":
         grad_cols = torch.arange(D)
     else:
         k = t % (D // r)
         grad_cols = torch.arange(k * r, (k + 1) * r)
-    return StarProducts(fed, ph, table, dealer, B, grad_cols=grad_cols)
+    prod = StarProducts(fed, ph, table, dealer, B, grad_cols=grad_cols, bits=TRAIN_BITS, dealer_io=window)
+    prod.phases_carry = ph.carry
+    return prod
 
 
 class _BudgetMonitor:
