@@ -172,7 +172,8 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                 if pending is not None:     # last step's keeper appends its share of the gradient sums
                     carry = dict(carry_from=pending[0].keeper, carry_len=len(pending[0].grad_cols),
                                  carry=pending[0].carry if fed.rank == pending[0].keeper else None)
-                prod = _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, cfg.solver, r, D, window, carry)
+                prod = _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, cfg.solver, r, D, window, carry,
+                                     bits=TRAIN_BITS if cfg.product_bits == 20 else (32, 32))
                 if pending is not None:
                     if active:
                         last, t_last, cols_last = pending
@@ -232,7 +233,8 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     return loop.result(opt.model.to(X.dtype) if active else None, t)
 
 
-def _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D, window=None, carry=None) -> StarProducts:
+def _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D, window=None, carry=None,
+                  bits=TRAIN_BITS) -> StarProducts:
     """Step 2's phases under the shared protocol (one keeper for all D features, drawn per iteration from the
     public seed) and the dealer's material for both of the iteration's products (f, then the gradient sums)."""
     keeper = fmap.keeper_of(t)
@@ -242,7 +244,7 @@ def _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D, wind
     else:
         k = t % (D // r)
         grad_cols = torch.arange(k * r, (k + 1) * r)
-    prod = StarProducts(fed, ph, table, dealer, B, grad_cols=grad_cols, bits=TRAIN_BITS, dealer_io=window)
+    prod = StarProducts(fed, ph, table, dealer, B, grad_cols=grad_cols, bits=bits, dealer_io=window)
     prod.phases_carry = ph.carry
     return prod
 

@@ -34,6 +34,10 @@ def check_hyperparameters(est) -> None:
     from .losses import LOSSES
     from .random_features import KERNELS
 
+    bits = getattr(est, "product_bits", 20)
+    if bits not in (20, 32) or isinstance(bits, bool):
+        raise VFLInputError(f"product_bits must be 20 (f in Z_2^20 and the gradient sums in Z_2^16: fewer bytes, "
+                            f"reproducible to about 3% of alpha) or 32 (both in Z_2^32: about 0.1%), got {bits!r}")
     n_components = getattr(est, "n_components", None)
     if n_components is not None and not (isinstance(n_components, (int, np.integer))
                                          and not isinstance(n_components, bool) and n_components >= 1):

@@ -88,6 +88,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "costs O(m D') ('auto': 432 from 2 D training rows on, a9a's test rows under 100 MB at "
                         "Q = 4). Opt-in: every party learns which D' features are kept (a label-dependent fact "
                         "about the model) and hard data loses about 0.4 point; default: predict with all D")
+    g.add_argument("--product-bits", type=int, choices=[20, 32], default=20,
+                   help="shared protocol, bounded model: ring width of training's two products. 20 (default): f in "
+                        "Z_2^20 and the gradient sums in Z_2^16, packed (at most 3x the paper's bytes at every Q; "
+                        "two runs agree to about 3%% of alpha); 32: both in Z_2^32 (about 0.1%%; 4.5x the paper's "
+                        "bytes at Q = 2)")
     g.add_argument("--compress-epochs", type=float, default=1.0, help="passes of the distillation (default 1)")
     g.add_argument("--solver", choices=["adam", "dsg"], default="adam",
                    help="bounded model: 'adam' (default: Adam steps on all D coefficients, step decayed as "
@@ -158,7 +163,7 @@ def _estimator(fed, args, task: str):
                      prefetch=args.prefetch, protocol=args.protocol, device=args.device,
                      n_components=args.n_components, solver=args.solver,
                      sigma_grid=tuple(getattr(args, "sigma_grid", None) or (1.0,)), compress_to=args.compress_to,
-                     compress_epochs=args.compress_epochs)
+                     compress_epochs=args.compress_epochs, product_bits=args.product_bits)
 
 
 def check(args, info: dict) -> None:

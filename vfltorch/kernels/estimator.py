@@ -115,7 +115,8 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
                  schedule: str = "cached", random_state: int = 0, mask_seed="random", angle_bits: int = 16,
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
                  prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1536,
-                 solver: str = "adam", sigma_grid=SIGMA_GRID, compress_to=None, compress_epochs: float = 1.0):
+                 solver: str = "adam", sigma_grid=SIGMA_GRID, compress_to=None, compress_epochs: float = 1.0,
+                 product_bits: int = 20):
         self.fed = fed
         self.kernel = kernel
         self.sigma = sigma
@@ -141,6 +142,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         self.sigma_grid = sigma_grid
         self.compress_to = compress_to
         self.compress_epochs = compress_epochs
+        self.product_bits = product_bits
 
     # ------------------------------------------------------------ helpers
     def _loss(self):
@@ -339,7 +341,8 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
                          seed=derive_key(self.random_state, 0xBA7C), log_every=self.log_every,
                          prefetch=int(self.prefetch), task=self._task,
                          y_offset=getattr(self, "y_offset_", 0.0), y_scale=getattr(self, "y_scale_", 1.0),
-                         solver=self.solver, max_elements=int(self.max_elements))
+                         solver=self.solver, max_elements=int(self.max_elements),
+                         product_bits=int(self.product_bits))
 
     def _fit_dealer(self, fed: Federation, monitor, log):
         """The dealer's side of fit: it follows the public schedule, deals masks and triples, holds no data."""
@@ -716,14 +719,14 @@ class FDSKLRegressor(RegressorMixin, _FDSKLBase):
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
                  prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1536,
                  solver: str = "adam", sigma_grid=SIGMA_GRID, compress_to=None, compress_epochs: float = 1.0,
-                 normalize_y: bool = True):
+                 product_bits: int = 20, normalize_y: bool = True):
         super().__init__(fed, kernel=kernel, sigma=sigma, loss=loss, lam=lam, gamma=gamma, batch_size=batch_size,
                          features_per_step=features_per_step, epochs=epochs, max_time=max_time, schedule=schedule,
                          random_state=random_state, mask_seed=mask_seed, angle_bits=angle_bits,
                          median_pairs=median_pairs, log_every=log_every, max_elements=max_elements,
                          prefetch=prefetch, device=device, protocol=protocol, n_components=n_components,
                          solver=solver, sigma_grid=sigma_grid, compress_to=compress_to,
-                         compress_epochs=compress_epochs)
+                         compress_epochs=compress_epochs, product_bits=product_bits)
         self.normalize_y = normalize_y
 
     def _prepare_targets(self, y: torch.Tensor) -> torch.Tensor:

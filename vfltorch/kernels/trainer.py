@@ -83,6 +83,9 @@ class DSGConfig:
     y_scale: float = 1.0
     solver: str = "dsg"                        # bounded model (budget.py): "adam" or "dsg"
     max_elements: int = 2 ** 22
+    # Shared bounded model's training products (shared.TRAIN_BITS): 20 -> f in Z_2^20 and the gradient sums in
+    # Z_2^16 (fewer bytes; reproducible to about 3% of alpha); 32 -> both in Z_2^32 (about 0.1%).
+    product_bits: int = 20
 
 
 @dataclass
