@@ -261,23 +261,30 @@ def test_same_seed_same_model_under_launch_and_torchrun(tmp_path):
     import subprocess
     import sys
 
-    common = ["fdskl", "--dataset", "breast_cancer", "--seed", "4", "--quiet"]
     env = dict(os.environ)
     out = {}
-    for name, cmd in (("launch", [sys.executable, "-m", "vfltorch", *common, "--parties", "3"]),
-                      ("torchrun", [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "4",
-                                    "-m", "vfltorch", *common])):
-        path = tmp_path / f"{name}.json"
-        r = subprocess.run([*cmd, "--output-json", str(path)], capture_output=True, text=True, env=env,
-                           timeout=600)
-        assert r.returncode == 0, r.stderr[-2000:]
-        out[name] = json.loads(path.read_text())
-    a, b = out["launch"], out["torchrun"]
+    for bits in ("20", "32"):
+        common = ["fdskl", "--dataset", "breast_cancer", "--seed", "4", "--quiet", "--product-bits", bits]
+        for name, cmd in (("launch", [sys.executable, "-m", "vfltorch", *common, "--parties", "3"]),
+                          ("torchrun", [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "4",
+                                        "-m", "vfltorch", *common])):
+            path = tmp_path / f"{name}{bits}.json"
+            r = subprocess.run([*cmd, "--output-json", str(path)], capture_output=True, text=True, env=env,
+                               timeout=600)
+            assert r.returncode == 0, r.stderr[-2000:]
+            out[name, bits] = json.loads(path.read_text())
+    # Fresh masks in every run: the models agree to the products' rounding.
+    # Default (issue 11: training's Z_2^20 / Z_2^16 products; see test_masks_cancel_and_the_model_is_reproducible):
+    # test accuracy to one of the 142 test rows (measured: equal twice), AUC to 3e-3 (measured: equal, then
+    # 0.99808 vs 0.99915). The reported batch loss, a mean over a few batches of f computed in Z_2^20, is not
+    # compared here: it moved from 0.038 to 0.060 between two such runs.
+    a, b = out["launch", "20"], out["torchrun", "20"]
     assert a["fdskl"]["protocol"] == b["fdskl"]["protocol"] == "shared"
-    # Fresh masks in both runs: the models agree to the products' rounding (issue 11: training's Z_2^20 /
-    # Z_2^16 products; see test_masks_cancel_and_the_model_is_reproducible): test accuracy to one of the
-    # 142 test rows (measured: equal twice), AUC to 3e-3 (measured: equal, then 0.99808 vs 0.99915), and
-    # the reported batch loss, a mean of f values computed in Z_2^20, to 10% (measured: 0.409 vs 0.391).
     assert a["metrics"]["test_accuracy"] == pytest.approx(b["metrics"]["test_accuracy"], abs=1.01 / 142)
     assert a["metrics"]["test_auc"] == pytest.approx(b["metrics"]["test_auc"], abs=3e-3)
-    assert a["metrics"]["batch_loss"] == pytest.approx(b["metrics"]["batch_loss"], rel=0.1)
+    # --product-bits 32 (both products in Z_2^32, the precision of before the narrow rings): the same test
+    # accuracy, AUC to 1e-3 and the batch loss to 1% (measured: 0.04402 vs 0.04414).
+    a, b = out["launch", "32"], out["torchrun", "32"]
+    assert a["metrics"]["test_accuracy"] == b["metrics"]["test_accuracy"]
+    assert a["metrics"]["test_auc"] == pytest.approx(b["metrics"]["test_auc"], abs=1e-3)
+    assert a["metrics"]["batch_loss"] == pytest.approx(b["metrics"]["batch_loss"], rel=1e-2)

@@ -109,9 +109,10 @@ def _resolve(args) -> None:
         saved = {}                       # the check names the missing or unreadable model
     args.dataset = saved.get("dataset") or "breast_cancer"
     args.trained_from_party_files = bool(saved.get("party_files"))
-    for option, value in (saved.get("file_options") or {}).items():
-        if getattr(args, option, None) is None:
-            setattr(args, option, value)        # the label column etc. of the same file
+    if not getattr(args, "party_files", None):     # new party files bring their own options
+        for option, value in (saved.get("file_options") or {}).items():
+            if getattr(args, option, None) is None:
+                setattr(args, option, value)    # the label column etc. of the same file
 
 
 def _check(args) -> None:

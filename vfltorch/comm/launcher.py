@@ -176,7 +176,7 @@ def launch(fn, parties: int, args: tuple = (), kwargs: dict | None = None, *, co
     target = portable(fn)
     # The store lives outside the parties (a process of the launcher's): it survives any party, so failures can
     # be traced to their root.
-    port, store_host = _start_store(ctx, backend, options)
+    port, store_host = _start_store(ctx, backend, options, hint=_script_hint(fn))
     try:
         results = ctx.Queue()
         profile_mark("spawn")
@@ -244,8 +244,10 @@ class _StoreHost:
             self.proc.join(timeout=2)
 
 
-def _start_store(ctx, backend: str, options: dict):
-    """(port, host): the store in a process forked from the fork server, or in this process under spawn."""
+def _start_store(ctx, backend: str, options: dict, hint: str | None = None):
+    """(port, host): the store in a process forked from the fork server, or in this process under spawn.
+    ``hint``: what to change when the host dies without reporting (a script without a main guard, which the host
+    imports again before the parties do)."""
     if not server_started(ctx):
         store = _listening_store(backend, options["join_timeout"])
         return store.port, _StoreHost(store=store)
@@ -263,7 +265,8 @@ def _start_store(ctx, backend: str, options: dict):
         except EOFError:
             proc.join(timeout=5)
             raise FederationError("the process hosting the rendezvous store "
-                                  + _death(proc.exitcode).removeprefix("the process "), errors={}) from None
+                                  + _death(proc.exitcode).removeprefix("the process ")
+                                  + (f"\n{hint}" if hint else ""), errors={}) from None
         if kind == "backend":
             raise BackendUnavailable(value.partition(": ")[2])
         if kind != "port":
