@@ -224,6 +224,8 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             with fed.phase(MONITOR_PHASE):
                 f_mon = use_mon.values(opt.model if opt is not None else None) if use_mon is not None else None
             loop.log_point(t, D, f_mon, use_mon, cfg, log, control_tree)
+    if window is not None:
+        window.drain()                  # the dealer's last window sends (shared.DealerWindow)
     loop.close()
     if stopped_by_leak and active:
         warnings.warn(f"FDSKL (shared protocol, {D} features) stopped after {t} iterations: the active party's "
