@@ -32,6 +32,20 @@ def _timed(store, name, fn):
     return wrapper
 
 
+def _waits(store, name, fn):
+    """Wall seconds a rank spends inside ``fn`` (a blocking send or recv) during training, by peer."""
+    def wrapper(fed, tensor_or_src, *args, **kwargs):
+        if not fed.current_phase.startswith("fdskl/train"):
+            return fn(fed, tensor_or_src, *args, **kwargs)
+        peer = tensor_or_src if name == "recv" else args[0] if args else kwargs.get("dst")
+        w = time.perf_counter()
+        try:
+            return fn(fed, tensor_or_src, *args, **kwargs)
+        finally:
+            store[f"{name} {'<-' if name == 'recv' else '->'} {peer}"][0] += time.perf_counter() - w
+    return wrapper
+
+
 def job(fed, dataset, protocol, iterations):
     from vfltorch.data import DataConfig, load_party_data
     from vfltorch.kernels import FDSKLClassifier
@@ -48,6 +62,9 @@ def job(fed, dataset, protocol, iterations):
     P.forward = _timed(store, "forward", P.forward)
     P.gradient = _timed(store, "gradient", P.gradient)
     budget._Optimizer.step = _timed(store, "adam step", budget._Optimizer.step)
+    from vfltorch.comm import Federation
+    Federation.send = _waits(store, "send", Federation.send)
+    Federation.recv = _waits(store, "recv", Federation.recv)
     data = load_party_data(fed, DataConfig(dataset=dataset, scale="minmax", seed=0)) if fed.is_data_party else None
     n = data.X_train.shape[0] if data is not None else None
     n = fed.broadcast_json(n, fed.active)
@@ -79,7 +96,8 @@ def main(argv=None) -> int:
     it = max(r["iterations"] for r in out)
     print(f"{args.dataset}, Q = {args.parties}, protocol {args.protocol}, {it} iterations; "
           f"active party's training clock {out[0]['train_seconds'] / it * 1000:.1f} ms per iteration")
-    print("rank role     step         wall ms/it  cpu ms/it")
+    print("rank role     step         wall ms/it  cpu ms/it   (send -> p / recv <- p: wall inside the "
+          "blocking call during training, i.e. waiting for the peer)")
     for r in out:
         for step, (w, c) in sorted(r["steps"].items()):
             print(f"{r['rank']:4d} {r['role']:8s} {step:12s} {w / it * 1000:10.1f} {c / it * 1000:10.1f}")

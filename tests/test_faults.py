@@ -17,6 +17,7 @@ import time
 import uuid
 
 import pytest
+from conftest import needs_dataset
 
 TIMEOUT = 30          # --timeout of the runs: a stopped party is detected after this (start-up under load)
 SLACK = 25            # seconds beyond the expected bound that a loaded 2-core machine may add
@@ -192,3 +193,17 @@ MATRIX = [(m, role, fault) for m in METHODS for role in ROLES[m]
 def test_fault_in_each_role_of_each_method(method, role, fault):
     code, err, elapsed, left = run_with_fault(METHODS[method], fault, ROLES[method][role])
     check_party_fault(method, role, fault, code, err, elapsed, left)
+
+
+# FDSKL's default (bounded model, shared protocol with a dealer) on a dataset big enough that training runs
+# well past the fault: the dealer sends its windows without waiting (kernels.shared.DealerWindow) and runs
+# ahead of the parties; a dead party or dealer must still stop everyone, naming the cause.
+FDSKL_SHARED = ["fdskl", "--dataset", "phishing", "--parties", "2", "--epochs", "1000", "--monitor-rows", "0"]
+
+
+@needs_dataset("phishing")
+@pytest.mark.parametrize("role", ["active", "coordinator"])
+def test_a_killed_party_stops_fdskl_shared_training(role):
+    rank = {"active": 0, "coordinator": 2}[role]
+    code, err, elapsed, left = run_with_fault(FDSKL_SHARED, signal.SIGKILL, rank, settle=6.0)
+    check_party_fault("fdskl", role, signal.SIGKILL, code, err, elapsed, left)

@@ -274,6 +274,22 @@ class Federation:
             self._guard(lambda: self._wait(dist.isend(t, dst)) if self._allowances else dist.send(t, dst), dst,
                         "sending to")
 
+    def send_nowait(self, tensor: torch.Tensor, dst: int) -> "PendingSend":
+        """Start sending a tensor (as ``send``) without waiting for the receiver; returns a ``PendingSend``.
+
+        Opt-in for protocol code whose sender has nothing to wait for (FDSKL's dealer window,
+        ``kernels.shared.DealerWindow``): ``send`` is a rendezvous of two processes, this is not. The
+        caller keeps the handle and calls its ``wait()`` before it next synchronises with the receiver
+        or returns (the tensor stays referenced until then); a dead receiver then raises
+        ``PartyFailure`` as ``send`` would. Messages to one receiver arrive in the order sent, blocking
+        or not. Over a ``transport`` (TLS mesh) this sends at once and the handle is already done.
+        """
+        t = self._outgoing(tensor, dst)
+        if self.transport is not None:
+            self._guard(lambda: self.transport.send(t, dst), dst, "sending to")
+            return PendingSend(self, None, t, dst)
+        return PendingSend(self, self._guard(lambda: dist.isend(t, dst), dst, "sending to"), t, dst)
+
     def recv(self, src: int, shape, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
         """Receive a tensor of known shape and dtype from ``src``; returned on ``device`` (default: the party's)."""
         self._check_peer(src)
@@ -477,6 +493,19 @@ class Federation:
             self.store.set(key, value)
         except Exception:
             pass
+
+
+class PendingSend:
+    """A send started by ``Federation.send_nowait``: ``wait()`` returns once the receiver has it."""
+
+    def __init__(self, fed: "Federation", work, tensor: torch.Tensor, dst: int):
+        self._fed, self._work, self._tensor, self.dst = fed, work, tensor, dst
+
+    def wait(self) -> None:
+        if self._work is not None:
+            work, self._work = self._work, None
+            self._fed._guard(lambda: self._fed._wait(work), self.dst, "sending to")
+        self._tensor = None
 
 
 def check_backend(backend: str) -> None:

@@ -58,7 +58,7 @@ import warnings
 import torch
 
 from ..comm import Federation, pairwise_tree
-from .shared import TRAIN_BITS, DealerWindow, StarProducts, shared_decision_values, star_phases
+from .shared import TRAIN_BITS, DealerWindow, DealtPhases, StarProducts, shared_decision_values, star_phases
 from .trainer import (MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, TrainResult, _stop, log_interval,
                       step_marks)
 
@@ -151,8 +151,21 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     loop = TrainingLoop(fed, max_iter, log=log, progress=progress)
     window = DealerWindow(fed, dealer) if shared else None
     buffered = 0
+    window_size = 1         # iterations in the dealer's next window: 1 after each point where it waited, then doubling
     pending = None          # (products, t, columns) of the step whose gradient sums the keeper's next message carries
     stopped_by_leak = False
+    prepared = prod = None
+
+    def shared_round(t_round, Xb):
+        carry = None
+        if pending is not None:     # last step's keeper appends its share of the gradient sums
+            carry = dict(carry_from=pending[0].keeper, carry_len=len(pending[0].grad_cols),
+                         carry=pending[0].carry if fed.rank == pending[0].keeper else None)
+        out = _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t_round, cfg.solver, r, D, window, carry,
+                            bits=TRAIN_BITS if cfg.product_bits == 20 else (32, 32))
+        out.t = t_round
+        return out
+
     t = 0
     while True:
         started = time.perf_counter()
@@ -164,16 +177,16 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                 break
             if cfg.max_time is not None and _stop(fed, control_tree, loop.train_seconds >= cfg.max_time):
                 break
-            batch = sampler.next()
+            if prepared is not None:        # the dealer's round t, computed before the last synchronisation
+                batch, prod = prepared
+                prepared = None
+            else:
+                batch = sampler.next()
             Xb = X[batch.to(X.device)]
             cols = opt.columns(t) if active else None
             if shared:
-                carry = None
-                if pending is not None:     # last step's keeper appends its share of the gradient sums
-                    carry = dict(carry_from=pending[0].keeper, carry_len=len(pending[0].grad_cols),
-                                 carry=pending[0].carry if fed.rank == pending[0].keeper else None)
-                prod = _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, cfg.solver, r, D, window, carry,
-                                     bits=TRAIN_BITS if cfg.product_bits == 20 else (32, 32))
+                if prod is None or prod.t != t:
+                    prod = shared_round(t, Xb)
                 if pending is not None:
                     if active:
                         last, t_last, cols_last = pending
@@ -207,14 +220,26 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                     opt.step(t, cols, sums, B)
             if shared:
                 # The dealer runs up to DEALER_WINDOW iterations ahead; it flushes before it next has to act in
-                # step with the others (a log point or the monitor, the time-budget flag, a stop).
+                # step with the others (a log point or the monitor, the time-budget flag, a stop). After such a
+                # point the parties wait for its next window, so that window is one iteration, the next two,
+                # then four ... up to DEALER_WINDOW: the wait is one iteration of the dealer's work, not a window.
                 buffered += 1
                 final, epoch_end = step_marks(t + 1, max_iter, sampler.per_epoch)
-                if (buffered >= DEALER_WINDOW or (t + 1) % log_every == 0 or final or epoch_end
-                        or cfg.max_time is not None or (limit is not None and t + 1 >= limit)):
+                sync = ((t + 1) % log_every == 0 or final or epoch_end or cfg.max_time is not None
+                        or (limit is not None and t + 1 >= limit))
+                if buffered >= window_size or sync:
                     with fed.phase(f"{fed.current_phase}/deal"):
                         window.flush()
                     buffered = 0
+                    window_size = 1 if sync else min(2 * window_size, DEALER_WINDOW)
+                    if sync and fed.rank == dealer and not final and not (limit is not None and t + 1 >= limit):
+                        # The dealer receives nothing during training: it computes round t + 1 now and sends it
+                        # right after the synchronisation (a log point, the monitor, the time-budget flag), so
+                        # the parties do not wait there for its work. Its messages keep their order: what it
+                        # sends in between goes out first (the window is flushed above). If the time budget
+                        # stops training instead, the round's seeds are never sent.
+                        b_next = sampler.next()
+                        prepared = (b_next, shared_round(t + 1, X[b_next.to(X.device)]))
         loop.tick(started)
         t += 1
         final, epoch_end = step_marks(t, max_iter, sampler.per_epoch)
@@ -224,6 +249,8 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             with fed.phase(MONITOR_PHASE):
                 f_mon = use_mon.values(opt.model if opt is not None else None) if use_mon is not None else None
             loop.log_point(t, D, f_mon, use_mon, cfg, log, control_tree)
+    if window is not None:
+        window.drain()                  # the dealer's last window sends (shared.DealerWindow)
     loop.close()
     if stopped_by_leak and active:
         warnings.warn(f"FDSKL (shared protocol, {D} features) stopped after {t} iterations: the active party's "
@@ -238,13 +265,21 @@ def _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D, wind
     """Step 2's phases under the shared protocol (one keeper for all D features, drawn per iteration from the
     public seed) and the dealer's material for both of the iteration's products (f, then the gradient sums)."""
     keeper = fmap.keeper_of(t)
-    ph = star_phases(fmap, Xb, blocks, dealer, keeper, dealer_io=window, **(carry or {}))  # S at A, beta at K / D
     if solver == "adam":
         grad_cols = torch.arange(D)
     else:
         k = t % (D // r)
         grad_cols = torch.arange(k * r, (k + 1) * r)
-    prod = StarProducts(fed, ph, table, dealer, B, grad_cols=grad_cols, bits=bits, dealer_io=window)
+    if fed.is_active:
+        # A receives nothing from the dealer in star_phases, so it takes (and expands) its product material
+        # first, while the passive parties compute their phase messages; it needs S only in forward.
+        prod = StarProducts(fed, DealtPhases(None, [(keeper, torch.arange(D), None)]), table, dealer, B,
+                            grad_cols=grad_cols, bits=bits, dealer_io=window)
+        ph = star_phases(fmap, Xb, blocks, dealer, keeper, dealer_io=window, **(carry or {}))
+        prod.S = ph.S
+    else:
+        ph = star_phases(fmap, Xb, blocks, dealer, keeper, dealer_io=window, **(carry or {}))  # beta at K / D
+        prod = StarProducts(fed, ph, table, dealer, B, grad_cols=grad_cols, bits=bits, dealer_io=window)
     prod.phases_carry = ph.carry
     return prod
 

@@ -126,8 +126,18 @@ def _index(words: torch.Tensor) -> torch.Tensor:
 
 def cos_sin(pairs: torch.Tensor, words: torch.Tensor) -> torch.Tensor:
     """[cos, sin] of 16-bit angle words, interleaved along the last dimension (... x 2k) from a pair table."""
-    out = pairs.index_select(0, _index(words).reshape(-1))       # 3x faster than pairs[index] here
+    index = _index(words).reshape(-1)
+    if pairs.element_size() == 4 and pairs.is_contiguous():
+        # A pair of 4-byte entries is one 8-byte word: one gather of words (2x faster than of rows),
+        # then the words read back as their two entries. The same values, bit for bit.
+        out = _pair_words(pairs).index_select(0, index).view(pairs.dtype)
+    else:
+        out = pairs.index_select(0, index)                       # 3x faster than pairs[index] here
     return out.reshape(*words.shape[:-1], 2 * words.shape[-1])
+
+
+def _pair_words(pairs: torch.Tensor) -> torch.Tensor:
+    return pairs.view(torch.int64).reshape(-1)
 
 
 def encode_factor(x: torch.Tensor) -> torch.Tensor:
@@ -272,13 +282,26 @@ def y_frac_bits(k: int, bits: int = PRODUCT_BITS) -> int:
 
 
 def narrow_table(table: torch.Tensor | None, bits: int) -> torch.Tensor | None:
-    """The dealer's [cos, sin] table (FRAC_BITS) rounded to ``bits``: the same int32 at keeper and dealer."""
+    """The dealer's [cos, sin] table (FRAC_BITS) rounded to ``bits``: the same int32 at keeper and dealer.
+
+    Computed once per table and width (training asks for it every iteration); the result is read-only."""
     if table is None:
         return None
+    cached = _NARROW.get((id(table), bits))
+    if cached is not None and cached[0] is table:
+        return cached[1]
     shift = FRAC_BITS - bits
     if shift == 0:
-        return table.to(torch.int32)
-    return ((table + (1 << (shift - 1))) >> shift).to(torch.int32)
+        out = table.to(torch.int32)
+    else:
+        out = ((table + (1 << (shift - 1))) >> shift).to(torch.int32)
+    if len(_NARROW) >= 8:
+        _NARROW.clear()
+    _NARROW[(id(table), bits)] = (table, out)       # the table itself is kept: its id cannot be reused meanwhile
+    return out
+
+
+_NARROW: dict = {}
 
 
 REAL_PAIRS32 = REAL_PAIRS.to(torch.float32)      # A's [cos S, sin S]: 24 bits, beyond the keeper's 10
@@ -367,6 +390,12 @@ def _pairs_by_column(pairs: torch.Tensor) -> torch.Tensor:
     return pairs.view(rows, width // 2, 2).transpose(0, 1).reshape(width // 2, 2 * rows)
 
 
+def _finite(v: torch.Tensor) -> torch.Tensor:
+    if not bool(torch.isfinite(v).all()):
+        raise OverflowError("FDSKL shared protocol: a non-finite coefficient or loss derivative")
+    return v
+
+
 class StarProducts:
     """Row-wise products of A's operands with the keeper's [cos beta, sin beta], opened to A, in Z_2^32.
 
@@ -425,15 +454,15 @@ class StarProducts:
         scales = None
         xe = None
         if fed.is_active:
-            if not bool(torch.isfinite(x).all()):
-                raise OverflowError("FDSKL shared protocol: a non-finite coefficient or loss derivative")
+            # x is A's bounded [cos S, sin S] (|.| <= 1) times its float32 coefficients or row weights, which
+            # forward / gradient checked (_finite): x is finite, and no pass over x is needed here.
             # No wrap (the opened value is exact): with w = self.bits[k], F = self.fbits[k], |y| <= 2**F
             # (rounded cosines) and x_enc = round(s_i x_i) for rowdot_scales' s_i, every row's integer
             # |sum_k x_enc y| <= 2**F (s_i sum_k |x_ik| (1 + 2**-24) + k / 2) < 2**(w - 1), so the shares'
             # sum mod 2**w, read signed (from_ring), is that integer. tests/test_comm_sharing.py checks the
             # bound with |y| = 2**F and signs chosen against A's rounding.
             scales = rowdot_scales(x, self.bits[k], self.fbits[k])
-            xe = torch.round(x * scales.unsqueeze(-1).to(x.dtype)).to(torch.int32)
+            xe = x.mul_(scales.unsqueeze(-1).to(x.dtype)).round_().to(torch.int32)     # x is ours: in place
         y = self.ys[k] if self.ys is not None else None
         with fed.phase(f"{fed.current_phase}/{'forward' if k == 0 else 'gradient'}"):
             z = mul_dealt(fed, xe, y, holders=self.holders, dealer=self.dealer, kind="rowdot",
@@ -456,7 +485,7 @@ class StarProducts:
         """f at A: (m,) for coefficients (D,), (m x classes) for (D x classes); None elsewhere."""
         x = None
         if self.fed.is_active:
-            c = SQRT2 * coef.to(torch.float32).cpu()
+            c = _finite(SQRT2 * coef.to(torch.float32).cpu())
             cs = self._cos_sin_S()
             if self.classes is None:
                 x = cs * c.repeat_interleave(2)
@@ -475,9 +504,15 @@ class StarProducts:
         """
         x = None
         if self.fed.is_active:
-            w = SQRT2 * weights.to(torch.float32).cpu()
-            pairs = _pairs_by_column(self._cos_sin_S())
-            x = (pairs if self._all(self.grad_cols) else pairs[self.grad_cols]) * w.repeat_interleave(2)
+            w = _finite(SQRT2 * weights.to(torch.float32).cpu())
+            # x[j] = [w_i cos S_ij, w_i sin S_ij] over the rows i: the per-column layout of _pairs_by_column,
+            # written by the multiplication itself (no transposed copy first)
+            cs = self._cos_sin_S().view(self.m, self.D, 2)
+            if not self._all(self.grad_cols):
+                cs = cs[:, self.grad_cols]
+            x = torch.empty(cs.shape[1], self.m, 2, dtype=cs.dtype)
+            torch.mul(cs.transpose(0, 1), w.view(1, self.m, 1), out=x)
+            x = x.view(cs.shape[1], 2 * self.m)
         if not defer:
             return self._product(1, x, (len(self.grad_cols),))
         if self.bits[1] != 16:
@@ -522,12 +557,18 @@ class DealerWindow:
     it must do in step with the others (log points, the monitor, the time budget, the end). Everything
     else is the federation's (attribute access is delegated), so a window stands in for the federation
     in ``star_phases`` and ``deal_dealt``. Bytes: the same, plus 8 per window and recipient.
+
+    The dealer's window messages do not wait for their recipients (``Federation.send_nowait``): it goes on
+    computing the next window while a recipient is still busy, and waits for a window's sends only when it
+    flushes the next one (at most one window in flight per recipient) or at ``drain`` (the end of training).
+    The recipients read the same messages in the same order.
     """
 
     def __init__(self, fed: Federation, dealer: int):
         self._fed, self._dealer = fed, dealer
         self._out: dict[int, list] = {}          # at the dealer: recipient -> byte tensors, in order
         self._inbox, self._at = None, 0          # at a recipient: the current window and the read position
+        self._pending: list = []                 # at the dealer: the last flush's sends still under way
 
     def __getattr__(self, name):
         return getattr(self._fed, name)
@@ -562,11 +603,18 @@ class DealerWindow:
         """At the dealer: send each recipient its buffered messages (recipients in the order first sent to)."""
         if self._fed.rank != self._dealer:
             return
+        self.drain()
         for dst, parts in self._out.items():
             payload = torch.cat(parts)
-            self._fed.send(torch.tensor([payload.numel()], dtype=torch.int64), dst)
-            self._fed.send(payload, dst)
+            self._pending.append(self._fed.send_nowait(torch.tensor([payload.numel()], dtype=torch.int64), dst))
+            self._pending.append(self._fed.send_nowait(payload, dst))
         self._out = {}
+
+    def drain(self) -> None:
+        """At the dealer: wait until every recipient has the windows sent so far (a dead one raises)."""
+        pending, self._pending = self._pending, []
+        for p in pending:
+            p.wait()
 
 
 # ------------------------------------------------------------------------------------------- training
