@@ -82,8 +82,10 @@ def job(fed):
     for protocol in ("shared", "paper"):
         if fed.is_coordinator and protocol == "paper":
             continue
+        # product_bits=32: the shared run's products at the precision that lets it match the centralised run
+        # closely (the default's Z_2^20 / Z_2^16 products are tested in test_fdskl_bounded.py).
         est = FDSKLClassifier(fed, protocol=protocol, mask_seed="seed" if protocol == "paper" else "random",
-                              sigma_grid=GRID, **SMALL)
+                              sigma_grid=GRID, product_bits=32, **SMALL)
         select = fed.meter.totals(["fdskl/select"])
         if data is None:
             est.fit(None)
@@ -111,14 +113,9 @@ def test_federated_selection_equals_centralised(monkeypatch):
         assert got["sigma"] == pytest.approx(ref.sigma_, rel=1e-6)
         for mine, theirs in zip(got["scores"], ref.sigma_scores_):
             assert mine["multiplier"] == theirs["multiplier"]
-            # Within three of the 85-91 held-out rows (the shared protocol's Z_2^20 / Z_2^16 training products
-            # differ from the centralised run by about 3% of alpha).
-            assert abs(mine["accuracy"] - theirs["accuracy"]) <= 3 / 85 + 1e-9
-            assert mine["loss"] == pytest.approx(theirs["loss"], abs=0.03)
-        # Paper: to the 16-bit angles; shared: to training's Z_2^20 / Z_2^16 products (about 3% of alpha, the
-        # precision documented in docs/fdskl.md), hence 10% of the largest coefficient.
-        tol = 2e-3 if protocol == "paper" else 0.1 * float(ref.alpha_.abs().max())
-        torch.testing.assert_close(got["alpha"].double(), ref.alpha_.double(), rtol=0, atol=tol)
+            assert abs(mine["accuracy"] - theirs["accuracy"]) <= 2 / 91 + 1e-9    # 91 held-out rows
+            assert mine["loss"] == pytest.approx(theirs["loss"], abs=0.02)
+        torch.testing.assert_close(got["alpha"].double(), ref.alpha_.double(), rtol=0, atol=2e-3)
         f = torch.as_tensor(got["f"]).double().numpy()
         f_ref = torch.as_tensor(ref.decision_function(data.X_test)).double().numpy()
         assert np.mean(np.sign(f) == np.sign(f_ref)) > 0.97

@@ -375,7 +375,7 @@ def test_predict_without_dataset_reads_the_saved_models_dataset(tmp_path):
 
     args = type("Args", (), {"dataset": None, "model": tmp_path / "csv", "label_column": None})()
     _resolve(args)
-    assert args.dataset == str(path) and args.dataset_from_model and args.label_column == "y"
+    assert args.dataset == str(path) and args.label_column == "y"
     manifest = tmp_path / "csv" / "party-0" / "manifest.json"
     saved = json.loads(manifest.read_text())
     saved["data"]["party_files"] = True

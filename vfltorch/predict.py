@@ -100,7 +100,6 @@ def _resolve(args) -> None:
     """``--dataset`` left out: the dataset the model was trained on (each party reads its own shard's manifest:
     across organisations each machine holds only its own). A model trained from ``--party-files`` has no dataset
     to fall back on; ``_check`` then asks for the files."""
-    args.dataset_from_model = args.dataset is None
     if args.dataset is not None:
         return
     try:

@@ -30,7 +30,7 @@ from .base import FederatedPCABase
 from .exchange import check_topology, merge_round
 from .kernels import center_kernel, check_kernel, kernel_matrix
 from .merge import check_merge
-from .linalg import matrix_operator, power_iteration, shared_start, top_eigenpairs
+from .linalg import float_work, matrix_operator, power_iteration, shared_start, top_eigenpairs
 
 
 class VFedAKPCA(FederatedPCABase):
@@ -82,10 +82,10 @@ class VFedAKPCA(FederatedPCABase):
         k, client = self.n_components, fed.rank in parties
         self.gamma_ = self._kernel_gamma(fed, parties, X)
         v = lam = None
-        # The local n x n eigensolve (about n^3 float operations at BLAS speed, a tenth of a ring product's time
-        # each) runs while the server waits: announced, so that waits follow the work (Federation.expect_work).
-        ops = n ** 3 / 10 if self.local_iters is None else n * n * k * self.local_iters / 10
-        with fed.expect_work(ops, "the local kernel eigensolve"):
+        # The local n x n eigensolve (about n^3 float operations) runs while the server waits: announced, so that
+        # waits follow the work (Federation.expect_work).
+        flops = n ** 3 if self.local_iters is None else n * n * k * self.local_iters
+        with fed.expect_work(float_work(flops), "the local kernel eigensolve"):
             if client:
                 K = center_kernel(kernel_matrix(X, self.kernel, gamma=self.gamma_, degree=self.degree, coef0=self.coef0))
                 reference = shared_start(n, k, self.seed, 1, device=self._device)

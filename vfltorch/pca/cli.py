@@ -220,12 +220,14 @@ def _run(fed, data, args, log):
         with fed.phase("pca/transform"):
             total = allreduce(fed, part, "tree", parties=fed.parties)
         test_ratio = float((scores ** 2).sum() / total) if total > 0 else 0.0
-    # --evaluate's oracle (the pooled PCA, at the active party: an n^3 / 10 eigensolve for kernels) runs while the
-    # others wait: announced (Federation.expect_work), and every rank meets at a barrier inside the allowance.
+    # --evaluate's oracle (the pooled PCA at the active party: an n^3 eigensolve for kernels) runs while the others
+    # wait: announced (Federation.expect_work), and every rank meets at a barrier inside the allowance.
     eval_metrics, evaluation = {}, None
     if evaluate:
+        from .linalg import float_work
+
         n, d = est.n_samples_, est.n_features_total_
-        with fed.expect_work((n * d * d if est.linear else n ** 3) / 10, "the pooled reference (--evaluate)"):
+        with fed.expect_work(float_work(n * d * d if est.linear else n ** 3), "the pooled reference (--evaluate)"):
             if fed.is_active:
                 evaluation = _evaluate(fed, est, args, log, finals, eval_metrics)
             fed.barrier()

@@ -45,7 +45,7 @@ from ..data import VFLInputError
 from .base import FederatedPCABase, as_tensor
 from .exact import SUM_TOPOLOGIES
 from .kernels import center_kernel, check_kernel, kernel_from_gram
-from .linalg import shared_start, top_eigenpairs
+from .linalg import float_work, shared_start, top_eigenpairs
 
 
 class ExactFederatedKernelPCA(FederatedPCABase):
@@ -92,9 +92,9 @@ class ExactFederatedKernelPCA(FederatedPCABase):
         self.gamma_ = self._kernel_gamma(fed, parties, X)
         holder = parties[0]
         G_part = X @ X.T
-        # The holder's n x n eigensolve (about n^3 float operations, a tenth of a ring product's time each) runs while
-        # the others wait for its broadcast: announced, so that their waits follow the work (Federation.expect_work).
-        with fed.phase(f"pca/{self.method}"), fed.expect_work(n ** 3 / 10, "the kernel eigensolve"):
+        # The holder's n x n eigensolve (about n^3 float operations) runs while the others wait for its broadcast:
+        # announced, so that their waits follow the work (Federation.expect_work).
+        with fed.phase(f"pca/{self.method}"), fed.expect_work(float_work(n ** 3), "the kernel eigensolve"):
             if len(parties) == 1:
                 G = G_part
             elif self.secure:

@@ -96,6 +96,12 @@ def power_iteration(apply_A: Operator, start: torch.Tensor, iters: int) -> tuple
 DENSE_LIMIT = 1500   # up to this size a full symmetric eigensolver is cheap enough
 
 
+def float_work(flops: float) -> float:
+    """Dense float work (eigensolves, products) in the units of ``Federation.expect_work``, whose rate is measured
+    on ring products: LAPACK / BLAS run about ten float operations in the time of one ring product here."""
+    return flops / 10
+
+
 def top_eigenpairs(A: torch.Tensor, k: int, reference: torch.Tensor | None = None, *,
                    tol: float = 1e-11, max_iters: int = 500) -> tuple[torch.Tensor, torch.Tensor]:
     """The k leading eigenpairs of a symmetric matrix, eigenvalues descending.
