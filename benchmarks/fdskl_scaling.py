@@ -24,7 +24,8 @@ paper's growing model (5 epochs, 5,152 features), under ``--protocols`` paper
 and shared, with the test accuracy.
 
     python -m benchmarks.fdskl_scaling --sizes 10000 100000 1000000 --protocols shared paper --output-dir results/fdskl_scaling
-    python -m benchmarks.fdskl_scaling --sizes --protocols shared paper --a9a-predict --compress-to 432 --output-dir results/fdskl_predict
+    python -m benchmarks.fdskl_scaling --sizes --protocols shared --a9a-predict --n-components 1536 --a9a-epochs 4 \
+        --compress-to 496 --predict-bits 32 24 20 --output-dir results/fdskl_predict
 
 writes ``fdskl_scaling.json`` and ``fdskl_scaling.md`` to ``--output-dir``.
 Timings on the shared 2-core machine are noisy; bytes are exact.
@@ -105,48 +106,67 @@ def run_scaling(n: int, parties: int, protocol: str, n_components, epochs: float
             "batch_loss": a["batch_loss"]}
 
 
-def a9a_job(fed, kwargs):
+def a9a_job(fed, kwargs, bits_list):
     from vfltorch.data import DataConfig, load_party_data
     from vfltorch.kernels import FDSKLClassifier
     from vfltorch.kernels.trainer import phase_totals
 
     warnings.simplefilter("ignore")
     est = FDSKLClassifier(fed, **kwargs)
+    data = None
     if fed.is_coordinator:
         est.fit(None)
+    else:
+        data = load_party_data(fed, DataConfig(dataset="a9a", scale="minmax", seed=0))
+        est.fit(data.X_train, data.y_train, columns=data.columns)
+    out = {"refit_bytes": (getattr(est, "compress_", None) or {}).get("refit_bytes_sent", 0), "predict": {}}
+    for bits in bits_list:            # the same model scored at each prediction ring width (shared protocol)
+        if bits is not None:
+            est.set_params(predict_bits=bits)
         before = phase_totals(fed, "fdskl/predict")["bytes_sent"]
-        est.decision_function()
-        return {"predict_bytes": phase_totals(fed, "fdskl/predict")["bytes_sent"] - before,
-                "refit_bytes": (getattr(est, "compress_", None) or {}).get("refit_bytes_sent", 0)}
-    data = load_party_data(fed, DataConfig(dataset="a9a", scale="minmax", seed=0))
-    est.fit(data.X_train, data.y_train, columns=data.columns)
-    before = phase_totals(fed, "fdskl/predict")["bytes_sent"]
-    f = est.decision_function(data.X_test)
-    out = {"predict_bytes": phase_totals(fed, "fdskl/predict")["bytes_sent"] - before,
-           "refit_bytes": (getattr(est, "compress_", None) or {}).get("refit_bytes_sent", 0)}
+        f = est.decision_function(None if data is None else data.X_test)
+        rec = {"predict_bytes": phase_totals(fed, "fdskl/predict")["bytes_sent"] - before}
+        if fed.is_active:
+            rec["f"] = torch.as_tensor(f).double()
+            rec["accuracy"] = float(((rec["f"] >= 0).double() * 2 - 1 == data.y_test.double()).double().mean())
+        out["predict"][str(bits)] = rec
     if fed.is_active:
         support = getattr(est, "support_", None)
         out.update(rows=int(data.X_test.shape[0]), features=est.n_random_features_,
                    predict_features=est.n_random_features_ if support is None else int(len(support)),
-                   compress=getattr(est, "compress_", None),
-                   accuracy=float(((torch.as_tensor(f) >= 0).float() * 2 - 1 == data.y_test).float().mean()),
-                   train_seconds=est.train_seconds_)
+                   compress=getattr(est, "compress_", None), train_seconds=est.train_seconds_)
     return out
 
 
-def run_a9a(protocol: str, n_components, parties: int, epochs: float, compress_to=None) -> dict:
+def run_a9a(protocol: str, n_components, parties: int, epochs: float, compress_to=None, *,
+            compress_support: str = "public", bits_list=(None,)) -> list[dict]:
+    """One federated fit, then the test rows scored at each prediction ring width in ``bits_list`` (None: the
+    estimator's default; only the shared protocol has a ring); one record per width."""
     from vfltorch.comm import launch
 
     kwargs = dict(protocol=protocol, n_components=n_components, epochs=epochs, random_state=0,
-                  compress_to=compress_to)
-    out = launch(a9a_job, parties, args=(kwargs,), coordinator=protocol == "shared", timeout=3600)
+                  compress_to=compress_to, compress_support=compress_support)
+    bits_list = list(bits_list) if protocol == "shared" else [None]
+    started = time.perf_counter()
+    out = launch(a9a_job, parties, args=(kwargs, bits_list), coordinator=protocol == "shared", timeout=3600)
+    wall = time.perf_counter() - started
     a = out[0]
     if a["compress"]:
         a["compress"]["refit_bytes_total"] = sum(o["refit_bytes"] for o in out)
-    return {"protocol": protocol, "n_components": n_components, "features": a["features"], "rows": a["rows"],
-            "compress_to": compress_to, "predict_features": a["predict_features"], "compress": a["compress"],
-            "predict_bytes": sum(o["predict_bytes"] for o in out), "test_accuracy": a["accuracy"],
-            "train_seconds": a["train_seconds"], "epochs": epochs}
+    reference = a["predict"][str(bits_list[0])]["f"]
+    recs = []
+    for bits in bits_list:
+        got = a["predict"][str(bits)]
+        err = (got["f"] - reference).abs()
+        recs.append({"protocol": protocol, "n_components": n_components, "features": a["features"], "rows": a["rows"],
+                     "compress_to": compress_to, "compress_support": compress_support if compress_to else None,
+                     "predict_features": a["predict_features"], "compress": a["compress"], "predict_bits": bits,
+                     "predict_bytes": sum(o["predict"][str(bits)]["predict_bytes"] for o in out),
+                     "test_accuracy": got["accuracy"], "train_seconds": a["train_seconds"], "epochs": epochs,
+                     "f_max_error_vs_first": float(err.max()) / float(reference.abs().max()),
+                     "sign_changes_vs_first": float(((got["f"] >= 0) != (reference >= 0)).double().mean()),
+                     "wall_seconds": wall, "load_average": os.getloadavg()})
+    return recs
 
 
 def main(argv=None) -> int:
@@ -164,8 +184,14 @@ def main(argv=None) -> int:
     p.add_argument("--a9a-epochs", type=float, default=5.0, help="training epochs before the a9a prediction")
     p.add_argument("--a9a-growing-shared", action="store_true", help="also the growing model under shared (slow)")
     p.add_argument("--a9a-growing", action="store_true", help="also the growing model under paper")
-    p.add_argument("--compress-to", type=int, nargs="*", default=[432],
+    p.add_argument("--compress-to", type=int, nargs="*", default=[496],
                    help="a9a: also the bounded model compressed to these D' (compress.py) besides uncompressed")
+    p.add_argument("--compress-support", choices=["public", "alpha"], default="public",
+                   help="a9a: which D' features the compressed models keep (compress.py)")
+    p.add_argument("--predict-bits", type=int, nargs="+", default=[24],
+                   help="a9a, shared: score the test rows at each of these ring widths (the first is the reference "
+                        "of the f error columns)")
+    p.add_argument("--a9a-only-compressed", action="store_true", help="a9a: skip the uncompressed bounded model")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output-dir", type=Path, default=Path("results/fdskl_scaling"))
     args = p.parse_args(argv)
@@ -184,12 +210,14 @@ def main(argv=None) -> int:
     if args.a9a_predict:
         for protocol in args.protocols:
             grow = args.a9a_growing_shared if protocol == "shared" else args.a9a_growing
-            specs = ([(None, None)] if grow else []) + [(args.n_components, None)] + \
+            specs = ([(None, None)] if grow else []) + \
+                ([] if args.a9a_only_compressed else [(args.n_components, None)]) + \
                 [(args.n_components, c) for c in args.compress_to]
             for D, c in specs:
-                rec = run_a9a(protocol, D, args.parties, args.a9a_epochs, c)
-                predict.append(rec)
-                print(json.dumps(rec), flush=True)
+                for rec in run_a9a(protocol, D, args.parties, args.a9a_epochs, c,
+                                   compress_support=args.compress_support, bits_list=args.predict_bits):
+                    predict.append(rec)
+                    print(json.dumps(rec), flush=True)
     (args.output_dir / "fdskl_scaling.json").write_text(json.dumps({"scaling": rows, "a9a_predict": predict},
                                                                    indent=2))
     lines = ["| n | protocol | model | epochs measured | iterations | s / epoch | bytes / epoch | peak RSS MB "
@@ -205,7 +233,10 @@ def main(argv=None) -> int:
         for r in predict:
             model = f"D = {r['n_components']}" if r["n_components"] else "growing"
             if r["compress_to"]:
-                model += f", compressed to {r['compress_to']}"
+                model += f", compressed to {r['compress_to']} ({r['compress_support']} support)"
+            if r["predict_bits"]:
+                model += f", f in Z_2^{r['predict_bits']} (max |f - f_first| / max |f| " \
+                         f"{r['f_max_error_vs_first']:.1e}, {100 * r['sign_changes_vs_first']:.3f}% signs)"
             c = r["compress"]
             refit = f"{c['refit_iterations']}, {c['refit_seconds']:.1f} s, {c['refit_bytes_total'] / 1e6:,.1f} MB" \
                 if c else "-"

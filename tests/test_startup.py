@@ -65,6 +65,8 @@ def test_parser_choices_equal_the_library():
     from vfltorch.privacy import accountant, cli as dcli, glm, solver, vertical
 
     assert kcli.KERNELS == random_features.KERNELS and sorted(kcli.LOSSES) == sorted(losses.LOSSES)
+    from vfltorch.kernels import compress as kcompress, shared as kshared
+    assert (kcli.SUPPORTS, kcli.PREDICT_RINGS) == (kcompress.SUPPORTS, kshared.PREDICT_RINGS)
     assert (lcli.PROTOCOLS, lcli.OPTIMIZERS, lcli.PRECOMPUTE) == (lest.PROTOCOLS, lest.OPTIMIZERS, lest.PRECOMPUTE)
     assert (lcli.DEFAULT_LR, lcli.DEFAULT_DECAY) == (lest.DEFAULT_LR, lest.DEFAULT_DECAY)
     assert (pcli.TOPOLOGIES, pcli.MERGES, pcli.KERNELS) == (exchange.TOPOLOGIES, sys.modules[

@@ -48,7 +48,15 @@ def check_hyperparameters(est) -> None:
     if not (compress_to is None or (isinstance(compress_to, str) and compress_to == "auto")
             or (isinstance(compress_to, (int, np.integer)) and not isinstance(compress_to, bool) and compress_to >= 1)):
         raise VFLInputError(f"compress_to (the random features D' kept for prediction) must be a positive integer, "
-                            f"'auto' (432 from 2 D training rows on) or None (predict with all D); got {compress_to!r}")
+                            f"'auto' (544, 496 or 432 at predict_bits 20, 24 or 32, from 2 D training rows on) or None (predict with all D); got {compress_to!r}")
+    if getattr(est, "compress_support", "public") not in ("public", "alpha"):
+        raise VFLInputError(f"compress_support must be 'public' (the kept features drawn from the public seed: "
+                            f"label-independent, the default) or 'alpha' (the largest |alpha_j|: every party learns "
+                            f"which); got {est.compress_support!r}")
+    predict_bits = getattr(est, "predict_bits", 24)
+    if predict_bits not in (20, 24, 32) or isinstance(predict_bits, bool):
+        raise VFLInputError(f"predict_bits (the shared protocol's ring for f at prediction) must be 20, 24 or 32; "
+                            f"got {predict_bits!r}")
     compress_epochs = getattr(est, "compress_epochs", 1.0)
     if not (isinstance(compress_epochs, (int, float, np.integer, np.floating)) and not isinstance(compress_epochs, bool)
             and compress_epochs >= 0):

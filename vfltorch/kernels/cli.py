@@ -23,6 +23,8 @@ from ..cli import Command
 # tests/test_startup.py checks that they equal the library's (random_features.KERNELS, losses.LOSSES).
 KERNELS = ("rbf", "laplace")
 LOSSES = ("logistic", "smooth_hinge", "square")
+SUPPORTS = ("public", "alpha")          # compress.SUPPORTS
+PREDICT_RINGS = (20, 24, 32)            # shared.PREDICT_RINGS
 
 
 def _sigma(text: str):
@@ -83,11 +85,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="random features D of the bounded model (default 1536): O(n D) per epoch, O(m D) to "
                         "score m rows; 'none': the paper's model, which grows by r features per iteration")
     g.add_argument("--compress-to", type=_compress_to, default=None, metavar="D'",
-                   help="bounded model with adam: after training keep the D' features of largest |alpha| and "
-                        "distil the model into them (--compress-epochs passes, default 1), so that scoring m rows "
-                        "costs O(m D') ('auto': 432 from 2 D training rows on, a9a's test rows under 100 MB at "
-                        "Q = 4). Opt-in: every party learns which D' features are kept (a label-dependent fact "
-                        "about the model) and hard data loses about 0.4 point; default: predict with all D")
+                   help="bounded model with adam: after training keep D' of the D features (see "
+                        "--compress-support) and distil the model into them (--compress-epochs passes, default 1), "
+                        "so that scoring m rows costs O(m D') ('auto': 496 at --predict-bits 24 (544 at 20, 432 "
+                        "at 32) from 2 D training rows on: a9a's test rows under 100 MB at Q = 4). Opt-in: the "
+                        "distilled model loses accuracy on hard data (docs/fdskl.md); default: predict with all D")
+    g.add_argument("--compress-support", choices=SUPPORTS, default="public",
+                   help="which D' features --compress-to keeps: 'public' (default): a random subset drawn from "
+                        "the public seed, independent of the data and labels; 'alpha': the largest |alpha_j| "
+                        "(more accurate, but every party and the dealer learn which features the labels made "
+                        "important: a label-dependent leak)")
+    g.add_argument("--predict-bits", type=int, choices=PREDICT_RINGS, default=24,
+                   help="shared protocol: ring width of f's product at prediction (bytes per row and feature at "
+                        "Q = 4: 11, 12 (default) or 14; f within about 1e-3 of its scale at 24 bits, docs/fdskl.md)")
     g.add_argument("--product-bits", type=int, choices=[20, 32], default=20,
                    help="shared protocol, bounded model: ring width of training's two products. 20 (default): f in "
                         "Z_2^20 and the gradient sums in Z_2^16, packed (at most 3x the paper's bytes at every Q; "
@@ -163,7 +173,8 @@ def _estimator(fed, args, task: str):
                      prefetch=args.prefetch, protocol=args.protocol, device=args.device,
                      n_components=args.n_components, solver=args.solver,
                      sigma_grid=tuple(getattr(args, "sigma_grid", None) or (1.0,)), compress_to=args.compress_to,
-                     compress_epochs=args.compress_epochs, product_bits=args.product_bits)
+                     compress_epochs=args.compress_epochs, product_bits=args.product_bits,
+                     compress_support=args.compress_support, predict_bits=args.predict_bits)
 
 
 def check(args, info: dict) -> None:

@@ -31,6 +31,11 @@ Kernel width: ``sigma='median'`` (default) with ``sigma_grid=(1.0, 2.0)``: on n 
 multiplier of the median width is tried on a held-out split of the training rows (``selection.py``)
 and the best one trains the model (``sigma_multiplier_``, ``sigma_scores_``, ``selection_seconds_``);
 ``sigma_grid=(1.0,)`` or a numeric ``sigma`` skips it.
+Prediction: ``compress_to`` (default None) distils the trained model into D' of its features after training
+(``compress.py``): ``compress_support='public'`` (default) draws them from the public seed (label-independent),
+``'alpha'`` keeps the largest |alpha_j| (every party learns which: a ``LeakWarning``). ``predict_bits`` (default
+24): the shared protocol's ring for f at prediction (20, 24 or 32 bits; 11, 12 or 14 bytes per row and feature at
+Q = 4).
 
 Privacy. ``protocol='shared'`` (the default with Q > 1; the federation needs
 a coordinator, which deals masks and triples): the active party learns f on
@@ -81,8 +86,8 @@ from .checks import agree, check_hyperparameters, check_shared, label_problem, s
 from .circle import Circle
 from .losses import get_loss
 from .protocol import FederatedFeatureMap
-from .compress import AUTO_COMPRESS, compress_budget
-from .shared import share_table, shared_decision_values, train_shared
+from .compress import AUTO_COMPRESS, SUPPORT_LEAK, compress_budget
+from .shared import PREDICT_BITS, share_table, shared_decision_values, train_shared
 from .random_features import FourierSampler, derive_key
 from .trainer import DSGConfig, held_out_metrics, train_dsg
 from .budget import train_budget
@@ -116,7 +121,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
                  prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1536,
                  solver: str = "adam", sigma_grid=SIGMA_GRID, compress_to=None, compress_epochs: float = 1.0,
-                 product_bits: int = 20):
+                 product_bits: int = 20, compress_support: str = "public", predict_bits: int = PREDICT_BITS):
         self.fed = fed
         self.kernel = kernel
         self.sigma = sigma
@@ -143,6 +148,8 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         self.compress_to = compress_to
         self.compress_epochs = compress_epochs
         self.product_bits = product_bits
+        self.compress_support = compress_support
+        self.predict_bits = predict_bits
 
     # ------------------------------------------------------------ helpers
     def _loss(self):
@@ -385,23 +392,28 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         return self._finish(fed, result)
 
     def _compress(self, fed: Federation, X, cfg, result, *, dealer, table):
-        """Bounded model: prune to ``compress_to`` features and distil (``compress.py``); ``support_`` is then the
+        """Bounded model: keep ``compress_to`` of the D features and distil (``compress.py``); ``support_`` is then the
         kept features' indices at every rank (None: all D), and prediction evaluates only those. ``None`` (the
-        default): no compression, since the support tells every party which features matter (a label-dependent fact
-        about the model) and costs accuracy on hard data. ``"auto"``: 432 features when the training set has at
-        least 2 D rows (on fewer the model is far from determined, the pruned support noisy, and distilling costs
-        more than training), else no compression."""
+        default): no compression (the public-support student loses accuracy on hard data, docs/fdskl.md). ``"auto"``:
+        ``AUTO_COMPRESS[predict_bits]`` features (a9a's test rows under 100 MB at Q = 4) when the training set has at
+        least 2 D rows (on fewer the model is far from determined and distilling costs more than training), else no
+        compression. ``compress_support``: ``"public"`` (a seeded random subset, label-independent) or ``"alpha"``
+        (the largest |alpha_j|: every party learns which, ``SUPPORT_LEAK``)."""
         self.support_ = None
         self.compress_ = None
         D = self.feature_map_.n_features
         keep = self.compress_to
-        if isinstance(keep, str):          # "auto": D' = 432 once there are at least 2 D training rows
-            keep = AUTO_COMPRESS if X.shape[0] >= 2 * D else None
+        if isinstance(keep, str):          # "auto": D' per ring width once there are at least 2 D training rows
+            keep = AUTO_COMPRESS[int(self.predict_bits)] if X.shape[0] >= 2 * D else None
         if keep is None or int(keep) >= D or self.solver != "adam":
             return result
+        if self.compress_support == "alpha" and fed.num_parties > 1 and fed.is_active:
+            warnings.warn(SUPPORT_LEAK, LeakWarning, stacklevel=3)
         support, alpha, refit = compress_budget(fed, self.feature_map_, X, cfg, result.alpha,
                                                 keep=int(keep), epochs=float(self.compress_epochs),
-                                                trained=result.iterations, dealer=dealer, table=table)
+                                                trained=result.iterations, dealer=dealer, table=table,
+                                                support=self.compress_support,
+                                                support_seed=derive_key(self.random_state, 0xC0DE5))
         self.support_ = support
         self.compress_ = {"features": int(len(support)), "refit_iterations": refit.iterations,
                           "refit_seconds": refit.train_seconds, "refit_bytes_sent": refit.bytes_sent}
@@ -495,7 +507,8 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
                     X = torch.zeros(verdict["rows"], 0, dtype=torch.float64)
                 f = shared_decision_values(fed, self.feature_map_, X, self.alpha_, dealer=fed.coordinator,
                                            table=self.table_, max_elements=self.max_elements, classes=classes,
-                                           support=getattr(self, "support_", None))
+                                           support=getattr(self, "support_", None),
+                                           bits=int(getattr(self, "predict_bits", 32)))
                 if f is not None:
                     f = f.to(device=self.feature_map_.device, dtype=self.feature_map_.dtype)
             else:
@@ -719,14 +732,16 @@ class FDSKLRegressor(RegressorMixin, _FDSKLBase):
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
                  prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1536,
                  solver: str = "adam", sigma_grid=SIGMA_GRID, compress_to=None, compress_epochs: float = 1.0,
-                 product_bits: int = 20, normalize_y: bool = True):
+                 product_bits: int = 20, compress_support: str = "public", predict_bits: int = PREDICT_BITS,
+                 normalize_y: bool = True):
         super().__init__(fed, kernel=kernel, sigma=sigma, loss=loss, lam=lam, gamma=gamma, batch_size=batch_size,
                          features_per_step=features_per_step, epochs=epochs, max_time=max_time, schedule=schedule,
                          random_state=random_state, mask_seed=mask_seed, angle_bits=angle_bits,
                          median_pairs=median_pairs, log_every=log_every, max_elements=max_elements,
                          prefetch=prefetch, device=device, protocol=protocol, n_components=n_components,
                          solver=solver, sigma_grid=sigma_grid, compress_to=compress_to,
-                         compress_epochs=compress_epochs, product_bits=product_bits)
+                         compress_epochs=compress_epochs, product_bits=product_bits,
+                         compress_support=compress_support, predict_bits=predict_bits)
         self.normalize_y = normalize_y
 
     def _prepare_targets(self, y: torch.Tensor) -> torch.Tensor:

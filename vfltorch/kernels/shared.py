@@ -57,7 +57,7 @@ iteration (or per chunk of rows) for all D features, drawn from the public seed;
 travel as a star into A (``star_phases``: one message per passive party, masked by dealt
 masks, instead of the masked sum's two trees); and both products (f on the batch, then the
 gradient sums) run in a narrow ring (``StarProducts``: training's f in Z_2^20 and gradient sums
-in Z_2^16, prediction's f in Z_2^32, packed on the wire; A's operand scaled per row so that the
+in Z_2^16, prediction's f in Z_2^24 (``predict_bits``: 20, 24 or 32), packed on the wire; A's operand scaled per row so that the
 opened value cannot wrap, the keeper's cosines with the fractional bits that balance the two
 roundings). What each role learns is unchanged; A colluding with that
 iteration's keeper (who knows every passive party's mask) recovers each passive party's partial
@@ -263,7 +263,9 @@ def _beta_for_round(fed: Federation, ph: DealtPhases, m: int, width: int) -> tor
 
 
 # ------------------------------------------------------------------------ one keeper, a star, Z_2^32
-PRODUCT_BITS = 32                # prediction's products and openings: shares mod 2**32 (sharing.py)
+PRODUCT_BITS = 32                # products and openings in Z_2^32 (sharing.py): --product-bits 32, the distillation
+PREDICT_BITS = 24                # prediction's f (predict_bits): Z_2^24, 3 bytes per word on the wire
+PREDICT_RINGS = (20, 24, 32)
 # Training's two products (issue 11, cost at Q = 2): f on the batch in Z_2^20 (a row dot of 2D terms), the
 # gradient sums in Z_2^16 (row dots of 2B terms, B <= 256 at the defaults), packed on the wire. At Q = 2
 # that is 2 + 2.5 x 2 + 2 x 2 = 11 bytes per (row, feature) against the paper's 4 (two 16-bit angles).
@@ -777,15 +779,20 @@ class _SharedMonitor:
 # ----------------------------------------------------------------------------------------- prediction
 def shared_decision_values(fed: Federation, fmap, X: torch.Tensor, alpha, *, dealer: int, table,
                            max_elements: int, classes: int | None = None,
-                           support: torch.Tensor | None = None) -> torch.Tensor | None:
+                           support: torch.Tensor | None = None, bits: int = PRODUCT_BITS) -> torch.Tensor | None:
     """Algorithm 2 under the shared protocol: f on the rows of X, opened to the active party only.
 
     Per chunk of rows: the phases in one star (``star_phases``, one keeper drawn from the public seed per
-    chunk) and one product of 32-bit words. ``classes`` (known to every rank): ``alpha`` is D x classes
+    chunk) and one product of ``bits``-bit words (``PREDICT_RINGS``; A's per-row scale keeps the opened
+    value from wrapping, ``StarProducts``): 2 (Q - 1) + 2 bits / 8 bytes per row and feature, 11, 12 or 14
+    at Q = 4. The estimator's ``decision_function`` passes its ``predict_bits`` (default ``PREDICT_BITS``);
+    the training-side openings (monitor rows, width selection) keep the default, Z_2^32. ``classes`` (known to every rank): ``alpha`` is D x classes
     (one-vs-rest) and the phases serve every class at once; f is rows x classes. ``support`` (public,
     every rank): evaluate only these features (a compressed model, ``compress.py``; the others have
     coefficient 0), so the bytes are those of D = len(support).
     """
+    if bits not in PREDICT_RINGS:
+        raise ValueError(f"prediction ring width must be one of {PREDICT_RINGS}, got {bits!r}")
     m = X.shape[0]
     f = None
     if fed.is_active:
@@ -801,7 +808,7 @@ def shared_decision_values(fed: Federation, fmap, X: torch.Tensor, alpha, *, dea
             ph = star_phases(fmap, X[rows], range(fmap.n_blocks), dealer, fmap.keeper_of(chunk))
         else:
             ph = star_phases(fmap, X[rows], None, dealer, fmap.keeper_of(chunk), features=support)
-        prod = StarProducts(fed, ph, table, dealer, rows.stop - rows.start, classes=classes)
+        prod = StarProducts(fed, ph, table, dealer, rows.stop - rows.start, classes=classes, bits=(bits, bits))
         part = prod.forward(coef)
         if fed.is_active:
             f[rows] = part
