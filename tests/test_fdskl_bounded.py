@@ -317,8 +317,9 @@ def test_bounded_hyperparameters_are_checked():
     assert FDSKLClassifier(epochs=0.2).fit(data.X_train, data.y_train).support_ is None
 
 
-def test_compressed_model_survives_save_and_load(tmp_path):
-    est, data = centralised(**dict(COMPRESSED, epochs=0.5, compress_epochs=0.1))
+@pytest.mark.parametrize("support", ["alpha", "public"])
+def test_compressed_model_survives_save_and_load(tmp_path, support):
+    est, data = centralised(**dict(COMPRESSED, epochs=0.5, compress_epochs=0.1, compress_support=support))
     est.save(tmp_path / "m")
     loaded = FDSKLClassifier.load(tmp_path / "m")
     torch.testing.assert_close(loaded.support_, est.support_)

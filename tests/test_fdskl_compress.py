@@ -159,6 +159,22 @@ def test_the_public_support_does_not_depend_on_the_labels():
         assert int(np.argmax(overlaps)) == observed
 
 
+def test_one_vs_rest_classes_share_the_public_support():
+    """Every class's model keeps the same public features, so prediction evaluates D' features for all classes
+    (with the |alpha| support, the union of the classes' supports: here more than D')."""
+    from test_fdskl_bounded import WINE, wine
+
+    Xtr, ytr, Xte, yte = wine()
+    kw = dict(WINE, compress_to=32, compress_epochs=0.5)
+    public = FDSKLClassifier(**kw).fit(Xtr, ytr)
+    assert len(public.estimators_) == 3 and public.support_.shape == (32,)
+    for e in public.estimators_:
+        torch.testing.assert_close(e.support_, public.support_)
+    assert public.score(Xte, yte) > 0.85
+    alpha = FDSKLClassifier(compress_support="alpha", **kw).fit(Xtr, ytr)
+    assert len(alpha.support_) > 32
+
+
 def test_alpha_support_warns_in_a_federation(runs):
     """compress_support='alpha' (kept selectable) warns at the active party, naming the leak; the public one does not."""
     assert runs[0]["alpha_warned"] is True and runs[0]["public_warned"] is False
