@@ -399,13 +399,16 @@ def _finite(v: torch.Tensor) -> torch.Tensor:
 
 
 class StarProducts:
-    """Row-wise products of A's operands with the keeper's [cos beta, sin beta], opened to A, in Z_2^32.
+    """Row-wise products of A's operands with the keeper's [cos beta, sin beta], opened to A, in Z_2^w.
+
+    ``bits``: (w of ``forward``, w of ``gradient``), each in ``sharing.WIRE_BITS`` (default both 32; training
+    passes ``TRAIN_BITS``, prediction its ``predict_bits``).
 
     ``forward``: f_i = sum_j c_j phi_j(x_i) for A's coefficients c (D, or D x classes).
     ``gradient``: g_j = sum_i w_i phi_j(x_i) for A's row weights w, over the features ``grad_cols``.
     The dealer's material for both travels in one message to A before any data message
     (``deal_dealt``; K's seed came with its phase seeds, ``star_phases``); each product is then one message
-    A -> K (e, 32-bit words) and one K -> A (K's share, 32-bit words).
+    A -> K (e, w-bit words) and one K -> A (K's share, w-bit words).
     """
 
     def __init__(self, fed: Federation, ph: DealtPhases, table, dealer: int, m: int, *, classes: int | None = None,
