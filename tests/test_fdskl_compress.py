@@ -176,7 +176,7 @@ def test_one_vs_rest_classes_share_the_public_support():
 
 
 def test_alpha_support_warns_in_a_federation(runs):
-    """compress_support='alpha' (kept selectable) warns at the active party, naming the leak; the public one does not."""
+    """compress_support='alpha' (kept selectable) warns at the active party, naming the leak; 'public' does not."""
     assert runs[0]["alpha_warned"] is True and runs[0]["public_warned"] is False
     assert runs[1]["alpha_warned"] is False        # passive parties: nothing to warn about (they are the observers)
 

@@ -48,7 +48,8 @@ def check_hyperparameters(est) -> None:
     if not (compress_to is None or (isinstance(compress_to, str) and compress_to == "auto")
             or (isinstance(compress_to, (int, np.integer)) and not isinstance(compress_to, bool) and compress_to >= 1)):
         raise VFLInputError(f"compress_to (the random features D' kept for prediction) must be a positive integer, "
-                            f"'auto' (544, 496 or 432 at predict_bits 20, 24 or 32, from 2 D training rows on) or None (predict with all D); got {compress_to!r}")
+                            f"'auto' (544, 496 or 432 at predict_bits 20, 24 or 32, from 2 D training rows on) or "
+                            f"None (predict with all D); got {compress_to!r}")
     if getattr(est, "compress_support", "public") not in ("public", "alpha"):
         raise VFLInputError(f"compress_support must be 'public' (the kept features drawn from the public seed: "
                             f"label-independent, the default) or 'alpha' (the largest |alpha_j|: every party learns "

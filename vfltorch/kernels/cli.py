@@ -97,7 +97,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "important: a label-dependent leak)")
     g.add_argument("--predict-bits", type=int, choices=PREDICT_RINGS, default=24,
                    help="shared protocol: ring width of f's product at prediction (bytes per row and feature at "
-                        "Q = 4: 11, 12 (default) or 14; at 24 bits the rms error of f is 1-2e-3 of max |f|, docs/fdskl.md)")
+                        "Q = 4: 11, 12 (default) or 14; at 24 bits the rms error of f is 1-2e-3 of max |f|, "
+                        "docs/fdskl.md)")
     g.add_argument("--product-bits", type=int, choices=[20, 32], default=20,
                    help="shared protocol, bounded model: ring width of training's two products. 20 (default): f in "
                         "Z_2^20 and the gradient sums in Z_2^16, packed (at most 3x the paper's bytes at every Q; "

@@ -57,8 +57,8 @@ iteration (or per chunk of rows) for all D features, drawn from the public seed;
 travel as a star into A (``star_phases``: one message per passive party, masked by dealt
 masks, instead of the masked sum's two trees); and both products (f on the batch, then the
 gradient sums) run in a narrow ring (``StarProducts``: training's f in Z_2^20 and gradient sums
-in Z_2^16, prediction's f in Z_2^24 (``predict_bits``: 20, 24 or 32), packed on the wire; A's operand scaled per row so that the
-opened value cannot wrap, the keeper's cosines with the fractional bits that balance the two
+in Z_2^16, prediction's f in Z_2^24 (``predict_bits``: 20, 24 or 32), packed on the wire; A's
+operand scaled per row so that the opened value cannot wrap, the keeper's cosines with the fractional bits that balance the two
 roundings). What each role learns is unchanged; A colluding with that
 iteration's keeper (who knows every passive party's mask) recovers each passive party's partial
 phases, as before the phases of the iteration's features.
@@ -789,7 +789,8 @@ def shared_decision_values(fed: Federation, fmap, X: torch.Tensor, alpha, *, dea
     chunk) and one product of ``bits``-bit words (``PREDICT_RINGS``; A's per-row scale keeps the opened
     value from wrapping, ``StarProducts``): 2 (Q - 1) + 2 bits / 8 bytes per row and feature, 11, 12 or 14
     at Q = 4. The estimator's ``decision_function`` passes its ``predict_bits`` (default ``PREDICT_BITS``);
-    the training-side openings (monitor rows, width selection) keep the default, Z_2^32. ``classes`` (known to every rank): ``alpha`` is D x classes
+    the training-side openings (monitor rows, width selection) keep the default, Z_2^32.
+    ``classes`` (known to every rank): ``alpha`` is D x classes
     (one-vs-rest) and the phases serve every class at once; f is rows x classes. ``support`` (public,
     every rank): evaluate only these features (a compressed model, ``compress.py``; the others have
     coefficient 0), so the bytes are those of D = len(support).
