@@ -58,8 +58,8 @@ travel as a star into A (``star_phases``: one message per passive party, masked 
 masks, instead of the masked sum's two trees); and both products (f on the batch, then the
 gradient sums) run in a narrow ring (``StarProducts``: training's f in Z_2^20 and gradient sums
 in Z_2^16, prediction's f in Z_2^24 (``predict_bits``: 20, 24 or 32), packed on the wire; A's
-operand scaled per row so that the opened value cannot wrap, the keeper's cosines with the fractional bits that balance the two
-roundings). What each role learns is unchanged; A colluding with that
+operand scaled per row so that the opened value cannot wrap, the keeper's cosines with the
+fractional bits that balance the two roundings). What each role learns is unchanged; A colluding with that
 iteration's keeper (who knows every passive party's mask) recovers each passive party's partial
 phases, as before the phases of the iteration's features.
 
