@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.fdskl_accuracy import DATASETS, load
+from benchmarks.fdskl_accuracy import DATASETS, REGRESSION, load
 
 SVC = {"hard": 96.47, "a9a": 85.06, "phishing": 95.88, "credit_default": 81.56, "give_me_some_credit": 93.32}
 LOGISTIC = {"hard": 89.94, "a9a": 84.95, "phishing": 94.28, "credit_default": 80.81, "give_me_some_credit": 93.31}
@@ -85,40 +85,60 @@ def acc(f, y) -> float:
     return 100.0 * float(np.mean(np.where(np.asarray(f) >= 0, 1.0, -1.0) == np.asarray(y)))
 
 
+def r2(f, y) -> float:
+    f, y = np.asarray(f, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    return float(1.0 - np.mean((f - y) ** 2) / np.var(y))
+
+
 def run(name: str, variants, bits_list, seed: int, least_squares_fit: bool = False) -> dict:
     from vfltorch.comm import Federation
-    from vfltorch.kernels import FDSKLClassifier
-    from vfltorch.kernels.compress import compress_budget
+    from vfltorch.kernels import FDSKLClassifier, FDSKLRegressor
+    from vfltorch.kernels.compress import compress_budget, compress_rows, faithful
     from vfltorch.kernels.random_features import derive_key
 
     torch.set_num_threads(1)
+    regression = name in REGRESSION
     Xtr, ytr, Xte, yte = load(name)
     Xtr, Xte = torch.as_tensor(Xtr, dtype=torch.float32), torch.as_tensor(Xte, dtype=torch.float32)
     started = time.perf_counter()
-    est = FDSKLClassifier(random_state=seed).fit(Xtr, ytr)
+    # The teacher: every default but compression (compress_to=None), then each student distilled from it.
+    est = (FDSKLRegressor if regression else FDSKLClassifier)(random_state=seed, compress_to=None).fit(Xtr, ytr)
     fit_s = time.perf_counter() - started
     fmap, D = est.feature_map_, est.feature_map_.n_features
     teacher_f = torch.as_tensor(est.decision_function(Xte))
-    rec = {"dataset": name, "train_rows": int(Xtr.shape[0]), "test_rows": int(Xte.shape[0]), "D": D,
-           "sigma_multiplier": est.sigma_multiplier_, "teacher_accuracy": acc(teacher_f, yte), "fit_seconds": fit_s,
+    score = r2 if regression else acc
+    rec = {"dataset": name, "task": "regression" if regression else "binary", "train_rows": int(Xtr.shape[0]),
+           "test_rows": int(Xte.shape[0]), "D": D, "sigma_multiplier": est.sigma_multiplier_,
+           "teacher_accuracy": score(teacher_f, yte), "fit_seconds": fit_s,
            "svc": SVC.get(name), "logistic": LOGISTIC.get(name), "students": [], "rings": [],
            "load_average": os.getloadavg()}
     print(json.dumps({k: rec[k] for k in ("dataset", "teacher_accuracy", "fit_seconds", "sigma_multiplier")}),
           flush=True)
     cfg = est._config(est._loss(), Xtr.shape[0])
+    # The targets as the model is trained on them (the regressor's normalised y; the classifier's -1 / +1).
+    y_fit = (est._prepare_targets(torch.as_tensor(np.asarray(ytr), dtype=torch.float64)) if regression
+             else torch.as_tensor(est._encode_targets(ytr, len(ytr)), dtype=torch.float64))
     models = [("teacher", torch.arange(D), est.alpha_)]
     for spec in variants:
         parts = spec.split(":")
         rule, keep = parts[0], int(parts[1])
         epochs = float(parts[2]) if len(parts) > 2 else 1.0
+        distil = int(parts[3]) if len(parts) > 3 else None
+        check, rows = compress_rows(Xtr.shape[0], derive_key(seed, 0xC4EC), distil)
         started = time.perf_counter()
-        support, alpha, refit = compress_budget(Federation.local(), fmap, Xtr, cfg, est.alpha_, keep=keep,
-                                                epochs=epochs, trained=est.n_iter_, support=rule,
-                                                support_seed=derive_key(seed, 0xC0DE5))
+        support, alpha, refit = compress_budget(Federation.local(), fmap, Xtr if rows is None else Xtr[rows], cfg,
+                                                est.alpha_, keep=keep, epochs=epochs, trained=est.n_iter_,
+                                                support=rule, support_seed=derive_key(seed, 0xC0DE5),
+                                                n_total=Xtr.shape[0])
+        refit_s = time.perf_counter() - started
         f = fmap.decision_values(Xte, alpha, support=support)
-        s = {"variant": spec, "support": rule, "features": keep, "epochs": epochs, "accuracy": acc(f, yte),
-             "refit_iterations": refit.iterations, "refit_seconds": time.perf_counter() - started,
-             "agree_with_teacher": float(np.mean(np.sign(np.asarray(f)) == np.sign(np.asarray(teacher_f))))}
+        f_out = est._untransform(f)
+        decision = faithful(fmap.decision_values(Xtr[check], est.alpha_), fmap.decision_values(Xtr[check], alpha),
+                            y_fit[check], est._loss(), rec["task"])
+        s = {"variant": spec, "support": rule, "features": keep, "epochs": epochs, "distil_rows": distil,
+             "accuracy": score(f_out, yte), "refit_iterations": refit.iterations, "refit_seconds": refit_s,
+             "agree_with_teacher": float(np.mean(np.sign(np.asarray(f)) == np.sign(np.asarray(teacher_f)))),
+             "check": decision}
         if least_squares_fit:
             coef = least_squares(fmap, Xtr, est.alpha_, support)
             full = torch.zeros(D, dtype=torch.float64)
@@ -144,9 +164,10 @@ def run(name: str, variants, bits_list, seed: int, least_squares_fit: bool = Fal
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--datasets", nargs="*", default=DATASETS)
-    p.add_argument("--variants", nargs="*", default=["public:496", "public:544", "public:496:3", "alpha:496"],
-                   help="SUPPORT:D'[:EPOCHS] students of the default teacher")
+    p.add_argument("--datasets", nargs="*", default=DATASETS + REGRESSION)
+    p.add_argument("--variants", nargs="*", default=["public:496", "public:496:1:8000", "alpha:496"],
+                   help="SUPPORT:D'[:EPOCHS[:ROWS]] students of the default teacher (ROWS: distil on that many "
+                        "training rows drawn from the public seed, compress.compress_rows)")
     p.add_argument("--bits", type=int, nargs="*", default=[32, 24, 20])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--least-squares", action="store_true",
@@ -162,11 +183,22 @@ def main(argv=None) -> int:
     lines = ["| dataset | teacher (D = 1536) | " + " | ".join(s["variant"] for s in recs[0]["students"])
              + " | SVC - 0.5 | logistic |", "|---" * (4 + len(recs[0]["students"])) + "|"]
     for r in recs:
-        lines.append(f"| {r['dataset']} | {r['teacher_accuracy']:.2f} | "
-                     + " | ".join(f"{s['accuracy']:.2f}" + (f" (LS {s['least_squares_accuracy']:.2f})"
+        lines.append(f"| {r['dataset']} | {r['teacher_accuracy']:.4g} | "
+                     + " | ".join(f"{s['accuracy']:.4g}" + (f" (LS {s['least_squares_accuracy']:.2f})"
                                                              if "least_squares_accuracy" in s else "")
+                                  + f" ({s['refit_seconds']:.1f} s)"
                                   for s in r["students"])
-                     + f" | {r['svc'] - 0.5:.2f} | {r['logistic']:.2f} |")
+                     + (f" | {r['svc'] - 0.5:.2f} | {r['logistic']:.2f} |" if r["svc"] else " | | |"))
+    lines += ["", "Check rows (training rows from the public seed): teacher vs student, the decision "
+              "(compress.faithful)", "", "| dataset | variant | accuracy or MSE | loss | keep (the default's test score) |", "|---|---|---|---|---|"]
+    for r in recs:
+        for s in r["students"]:
+            c = s["check"]
+            key = "accuracy" if r["task"] == "binary" else "mse"
+            lines.append(f"| {r['dataset']} | {s['variant']} | {c['teacher_' + key]:.4f} -> {c['student_' + key]:.4f} "
+                         f"| {c['teacher_loss']:.5f} -> {c['student_loss']:.5f} "
+                         f"({100 * (c['student_loss'] / c['teacher_loss'] - 1):+.2f}%) | {c['keep']} "
+                         f"(test: {s['accuracy'] if c['keep'] else r['teacher_accuracy']:.4g}) |")
     lines += ["", "| dataset | model | bits | max err / max|f| | rms err / max|f| | sign flips | accuracy (float) |",
               "|---|---|---|---|---|---|---|"]
     for r in recs:

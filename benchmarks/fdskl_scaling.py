@@ -26,6 +26,8 @@ and shared, with the test accuracy.
     python -m benchmarks.fdskl_scaling --sizes 10000 100000 1000000 --protocols shared paper --output-dir results/fdskl_scaling
     python -m benchmarks.fdskl_scaling --sizes --protocols shared --a9a-predict --n-components 1536 --a9a-epochs 4 \
         --compress-to 496 --predict-bits 32 24 20 --output-dir results/fdskl_predict
+    python -m benchmarks.fdskl_scaling --sizes --protocols shared --a9a-predict --n-components 1536 --a9a-epochs 4 \
+        --compress-to if-faithful --a9a-only-compressed --output-dir results/fdskl_predict_default   # the defaults
 
 writes ``fdskl_scaling.json`` and ``fdskl_scaling.md`` to ``--output-dir``.
 Timings on the shared 2-core machine are noisy; bytes are exact.
@@ -169,6 +171,10 @@ def run_a9a(protocol: str, n_components, parties: int, epochs: float, compress_t
     return recs
 
 
+def _compress_to(text: str):
+    return int(text) if text.isdigit() else text
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000])
@@ -184,8 +190,10 @@ def main(argv=None) -> int:
     p.add_argument("--a9a-epochs", type=float, default=5.0, help="training epochs before the a9a prediction")
     p.add_argument("--a9a-growing-shared", action="store_true", help="also the growing model under shared (slow)")
     p.add_argument("--a9a-growing", action="store_true", help="also the growing model under paper")
-    p.add_argument("--compress-to", type=int, nargs="*", default=[496],
-                   help="a9a: also the bounded model compressed to these D' (compress.py) besides uncompressed")
+    p.add_argument("--compress-to", type=_compress_to, nargs="*", default=[496],
+                   help="a9a: also the bounded model compressed to these D' (compress.py) besides uncompressed; "
+                        "'if-faithful' (the estimator's default: D' = 496 kept only if the check rows allow it), "
+                        "'auto'")
     p.add_argument("--compress-support", choices=["public", "alpha"], default="public",
                    help="a9a: which D' features the compressed models keep (compress.py)")
     p.add_argument("--predict-bits", type=int, nargs="+", default=[24],
@@ -233,7 +241,8 @@ def main(argv=None) -> int:
         for r in predict:
             model = f"D = {r['n_components']}" if r["n_components"] else "growing"
             if r["compress_to"]:
-                model += f", compressed to {r['compress_to']} ({r['compress_support']} support)"
+                model += f", compressed to {r['compress_to']} ({r['compress_support']} support" + \
+                    (f", decision: {r['compress']['decision']})" if r["compress"] else ")")
             if r["predict_bits"]:
                 model += f", f in Z_2^{r['predict_bits']} (max |f - f_first| / max |f| " \
                          f"{r['f_max_error_vs_first']:.1e}, {100 * r['sign_changes_vs_first']:.3f}% signs)"

@@ -303,7 +303,7 @@ def test_bounded_hyperparameters_are_checked():
         FDSKLClassifier(n_components=0).fit(data.X_train, data.y_train)
     with pytest.raises(VFLInputError, match="solver must be"):
         FDSKLClassifier(solver="lbfgs").fit(data.X_train, data.y_train)
-    for bad in (0, "all", 1.5, True):
+    for bad in (0, "all", 1.5, True, "if-faithful:0", "if-faithful:x", "if-faithful:"):
         with pytest.raises(VFLInputError, match="compress_to"):
             FDSKLClassifier(compress_to=bad).fit(data.X_train, data.y_train)
     with pytest.raises(VFLInputError, match="compress_epochs"):

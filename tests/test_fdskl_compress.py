@@ -9,7 +9,11 @@
 * prediction bytes equal the formula at each ring width (20, 24, 32 bits), and f at each width is the
   32-bit f to its rounding;
 * a compressed model saved by ``vfl fdskl --save-model`` scores the same in fresh processes with
-  ``vfl predict``.
+  ``vfl predict``;
+* ``compress_to='if-faithful'`` (the default; ``'if-faithful:N'`` here, as the data are small): the active party's
+  keep-or-not decision on the check rows equals the centralised twin's, its one bit reaches every rank (the dealer
+  too), a student of 96 of 128 features is kept and one of 8 is not (the teacher predicts); both outcomes survive
+  ``vfl fdskl --save-model`` / ``vfl predict``.
 """
 
 import json
@@ -22,7 +26,7 @@ import torch
 from vfltorch.comm import Federation, launch
 from vfltorch.data import DataConfig, load_party_data
 from vfltorch.kernels import FDSKLClassifier
-from vfltorch.kernels.compress import public_support
+from vfltorch.kernels.compress import CHECK_ROWS, compress_rows, public_support
 from vfltorch.kernels.estimator import LeakWarning
 from vfltorch.kernels.random_features import derive_key
 from vfltorch.kernels.trainer import phase_totals
@@ -31,6 +35,9 @@ from vfltorch.kernels.trainer import phase_totals
 PUBLIC = dict(batch_size=32, epochs=2, random_state=3, n_components=128, features_per_step=16, compress_to=48,
               product_bits=32)
 WIDTHS = (32, 24, 20)
+# compress_to='if-faithful:N': a faithful student (96 of 128 features) and an unfaithful one (8 features).
+FAITHFUL = dict(PUBLIC, compress_to=None)
+OUTCOMES = {"if-faithful:96": "student", "if-faithful:8": "teacher"}
 
 
 def bc(fed):
@@ -53,6 +60,11 @@ def job(fed):
         warnings.simplefilter("always")
         _public_runs(fed, data, out)
     out["public_warned"] = _support_leaks(caught)
+    for value in OUTCOMES:                     # the checked default, shared protocol
+        est = FDSKLClassifier(fed, **dict(FAITHFUL, compress_to=value))
+        est.fit(None) if data is None else est.fit(data.X_train, data.y_train, columns=data.columns)
+        out[value] = {"support": est.support_, "alpha": est.alpha_, "info": est.compress_,
+                      "f": est.decision_function(None if data is None else data.X_test)}
     # The |alpha| support under the paper's protocol (the dealer sits it out): the LeakWarning at the active party.
     if data is not None:
         with warnings.catch_warnings(record=True) as caught:
@@ -112,6 +124,47 @@ def test_public_support_student_equals_its_centralised_twin(runs, twin):
         scale = float(ref.alpha_.abs().max())
         torch.testing.assert_close(got["alpha"].double(), ref.alpha_.double(), rtol=0, atol=5e-3 * scale)
         np.testing.assert_allclose(arr(got[32]["f"]), f_ref, rtol=0, atol=1e-2 * np.abs(f_ref).max())
+
+
+@pytest.fixture(scope="module")
+def faithful_twins():
+    data = bc(Federation.local())
+    return {value: FDSKLClassifier(**dict(FAITHFUL, compress_to=value)).fit(data.X_train, data.y_train)
+            for value in OUTCOMES}, data
+
+
+def test_if_faithful_decision_equals_its_centralised_twin_and_reaches_every_rank(runs, faithful_twins):
+    """Q = 3 + the dealer, shared protocol: the same decision as centralised, held by every rank (the dealer
+    too); the kept student predicts on its public support, the rejected one leaves the teacher's D features."""
+    twins, data = faithful_twins
+    n = data.X_train.shape[0]
+    check, _ = compress_rows(n, derive_key(FAITHFUL["random_state"], 0xC4EC))
+    assert len(check) == min(n, CHECK_ROWS)
+    for value, outcome in OUTCOMES.items():
+        ref = twins[value]
+        assert ref.compress_["decision"] == outcome, (value, ref.compress_)
+        keep = int(value.split(":")[1])
+        support = public_support(128, keep, derive_key(FAITHFUL["random_state"], 0xC0DE5))
+        for r in runs:                                   # both parties, the dealer: the one bit and its consequence
+            assert r[value]["info"]["decision"] == outcome
+            assert r[value]["info"]["features"] == (keep if outcome == "student" else 128)
+            if outcome == "student":
+                torch.testing.assert_close(r[value]["support"], support)
+            else:
+                assert r[value]["support"] is None
+        assert all("check" not in r[value]["info"] for r in runs[1:])        # the figures stay at the active party
+        got = runs[0][value]
+        mine, theirs = got["info"]["check"], ref.compress_["check"]
+        assert mine["rows"] == theirs["rows"] == len(check)
+        assert abs(mine["student_accuracy"] - theirs["student_accuracy"]) <= 100.0 / n + 1e-9
+        assert abs(mine["student_loss"] / theirs["student_loss"] - 1) < 0.02
+        scale = float(ref.alpha_.abs().max())
+        torch.testing.assert_close(got["alpha"].double(), ref.alpha_.double(), rtol=0, atol=5e-3 * scale)
+        f_ref = arr(ref.decision_function(data.X_test))
+        np.testing.assert_allclose(arr(got["f"]), f_ref, rtol=0, atol=1e-2 * np.abs(f_ref).max())
+    # The decision is the check's: the 8-feature student is clearly worse on the check rows, the 96-feature one not.
+    bad, good = twins["if-faithful:8"].compress_["check"], twins["if-faithful:96"].compress_["check"]
+    assert bad["student_loss"] > 1.1 * bad["teacher_loss"] and good["student_loss"] <= 1.1 * good["teacher_loss"]
 
 
 def test_prediction_bytes_follow_the_formula_at_each_ring_width(runs):
@@ -183,21 +236,29 @@ def test_alpha_support_warns_in_a_federation(runs):
     assert runs[1]["alpha_warned"] is False        # passive parties: nothing to warn about (they are the observers)
 
 
-def test_compressed_model_round_trips_through_vfl_predict(tmp_path):
-    """`vfl fdskl --compress-to` (public support) with --save-model, then `vfl predict` in fresh processes."""
+@pytest.mark.parametrize("compress_to,outcome", [("if-faithful:112", "student"), ("if-faithful:8", "teacher")])
+def test_compressed_model_round_trips_through_vfl_predict(tmp_path, compress_to, outcome):
+    """`vfl fdskl --compress-to` (public support; the checked default's two outcomes: at one epoch the 112-feature
+    student is within the tolerances on the check rows, the 8-feature one not) with --save-model, then
+    `vfl predict` in fresh processes."""
     from test_model_store import _round_trip
     from vfltorch.model_store import read_shard
 
     model, lines = _round_trip(tmp_path, "compressed",
                                ["fdskl", "--parties", "2", "--epochs", "1", "--n-components", "128",
-                                "--features-per-step", "16", "--compress-to", "48", "--product-bits", "32"], [])
-    expected = public_support(128, 48, derive_key(0, 0xC0DE5)).tolist()
+                                "--features-per-step", "16", "--compress-to", compress_to, "--product-bits", "32"],
+                               [])
+    keep = int(compress_to.split(":")[-1])
+    expected = public_support(128, keep, derive_key(0, 0xC0DE5)).tolist() if outcome == "student" else None
     for rank in range(3):                                 # both parties and the dealer
         manifest = read_shard(model, rank)[0]
-        assert manifest["state"]["support"] == expected
+        assert manifest["state"].get("support") == expected
         assert manifest["hyperparameters"]["compress_support"] == "public"
+        assert manifest["hyperparameters"]["compress_to"] == (int(compress_to) if compress_to.isdigit() else compress_to)
         assert manifest["hyperparameters"]["predict_bits"] == 24
-    trained = json.loads((tmp_path / "compressed.json").read_text())["metrics"]
+    record = json.loads((tmp_path / "compressed.json").read_text())
+    assert record["fdskl"]["compress"]["decision"] == outcome
+    trained = record["metrics"]
     scored = json.loads((tmp_path / "compressed-predict.json").read_text())["metrics"]
     assert trained["test_accuracy"] > 0.9
     # The default Z_2^24 ring: two scorings with fresh masks agree to its rounding (about 1e-3 of max |f|), so

@@ -67,6 +67,10 @@ def test_parser_choices_equal_the_library():
     assert kcli.KERNELS == random_features.KERNELS and sorted(kcli.LOSSES) == sorted(losses.LOSSES)
     from vfltorch.kernels import compress as kcompress, shared as kshared
     assert (kcli.SUPPORTS, kcli.PREDICT_RINGS) == (kcompress.SUPPORTS, kshared.PREDICT_RINGS)
+    import inspect
+    from vfltorch.kernels import FDSKLClassifier, FDSKLRegressor
+    for cls in (FDSKLClassifier, FDSKLRegressor):     # the checked compression is the default of both
+        assert inspect.signature(cls).parameters["compress_to"].default == kcli.IF_FAITHFUL == kcompress.IF_FAITHFUL
     assert (lcli.PROTOCOLS, lcli.OPTIMIZERS, lcli.PRECOMPUTE) == (lest.PROTOCOLS, lest.OPTIMIZERS, lest.PRECOMPUTE)
     assert (lcli.DEFAULT_LR, lcli.DEFAULT_DECAY) == (lest.DEFAULT_LR, lest.DEFAULT_DECAY)
     assert (pcli.TOPOLOGIES, pcli.MERGES, pcli.KERNELS) == (exchange.TOPOLOGIES, sys.modules[

@@ -45,11 +45,13 @@ def check_hyperparameters(est) -> None:
                             f"positive integer, or None for the paper's model that grows by r features per "
                             f"iteration; got {n_components!r}")
     compress_to = getattr(est, "compress_to", None)
-    if not (compress_to is None or (isinstance(compress_to, str) and compress_to == "auto")
+    if not (compress_to is None or (isinstance(compress_to, str) and _compress_word(compress_to))
             or (isinstance(compress_to, (int, np.integer)) and not isinstance(compress_to, bool) and compress_to >= 1)):
-        raise VFLInputError(f"compress_to (the random features D' kept for prediction) must be a positive integer, "
-                            f"'auto' (544, 496 or 432 at predict_bits 20, 24 or 32, from 2 D training rows on) or "
-                            f"None (predict with all D); got {compress_to!r}")
+        raise VFLInputError(f"compress_to (the random features D' kept for prediction) must be 'if-faithful' (the "
+                            f"default: 'auto''s D', kept only if as good as the full model on check rows; "
+                            f"'if-faithful:N': N features, checked), 'auto' "
+                            f"(544, 496 or 432 at predict_bits 20, 24 or 32, from 2 D training rows on), a positive "
+                            f"integer or None (predict with all D); got {compress_to!r}")
     if getattr(est, "compress_support", "public") not in ("public", "alpha"):
         raise VFLInputError(f"compress_support must be 'public' (the kept features drawn from the public seed: "
                             f"label-independent, the default) or 'alpha' (the largest |alpha_j|: every party learns "
@@ -248,3 +250,11 @@ def _verdict(fed: Federation, reports: list[dict]) -> dict:
 def warn_scaling(text: str | None) -> None:
     if text:
         warnings.warn(text, ScalingWarning, stacklevel=3)
+
+
+def _compress_word(text: str) -> bool:
+    """'auto', 'if-faithful' or 'if-faithful:N' (N >= 1): compress_to's string values (compress.parse_compress_to)."""
+    if text in ("auto", "if-faithful"):
+        return True
+    head, _, tail = text.partition(":")
+    return head == "if-faithful" and tail.isdigit() and int(tail) >= 1

@@ -24,6 +24,7 @@ from ..cli import Command
 KERNELS = ("rbf", "laplace")
 LOSSES = ("logistic", "smooth_hinge", "square")
 SUPPORTS = ("public", "alpha")          # compress.SUPPORTS
+IF_FAITHFUL = "if-faithful"            # compress.IF_FAITHFUL, the estimator's default compress_to
 PREDICT_RINGS = (20, 24, 32)            # shared.PREDICT_RINGS
 
 
@@ -55,9 +56,14 @@ def _n_components(text: str):
 
 
 def _compress_to(text: str):
-    if text.lower() == "auto":
-        return "auto"
-    return _n_components(text)
+    low = text.lower()
+    if low in ("auto", IF_FAITHFUL) or (low.startswith(IF_FAITHFUL + ":") and low[12:].isdigit()):   # compress.py
+        return low
+    try:
+        return _n_components(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"--compress-to takes 'if-faithful', 'auto', a positive integer or 'none', "
+                                         f"got {text!r}") from None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -84,12 +90,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--n-components", type=_n_components, default=1536, metavar="D",
                    help="random features D of the bounded model (default 1536): O(n D) per epoch, O(m D) to "
                         "score m rows; 'none': the paper's model, which grows by r features per iteration")
-    g.add_argument("--compress-to", type=_compress_to, default=None, metavar="D'",
+    g.add_argument("--compress-to", type=_compress_to, default=IF_FAITHFUL, metavar="D'",
                    help="bounded model with adam: after training keep D' of the D features (see "
                         "--compress-support) and distil the model into them (--compress-epochs passes, default 1), "
                         "so that scoring m rows costs O(m D') ('auto': 496 at --predict-bits 24 (544 at 20, 432 "
-                        "at 32) from 2 D training rows on: a9a's test rows under 100 MB at Q = 4). Opt-in: the "
-                        "distilled model loses accuracy on hard data (docs/fdskl.md); default: predict with all D")
+                        "at 32) from 2 D training rows on: a9a's test rows under 100 MB at Q = 4). Default "
+                        "'if-faithful': 'auto', then keep the distilled model only if it is as good as the full one "
+                        "on 3,000 training rows (the active party's decision, one label-dependent bit to every "
+                        "party and the dealer); 'if-faithful:N': N features, checked; 'none' or an integer avoids "
+                        "that bit")
     g.add_argument("--compress-support", choices=SUPPORTS, default="public",
                    help="which D' features --compress-to keeps: 'public' (default): a random subset drawn from "
                         "the public seed, independent of the data and labels; 'alpha': the largest |alpha_j| "
@@ -249,7 +258,10 @@ def run(fed, data, args, log):
                       "sigma_selection": getattr(est, "sigma_scores_", None),
                       "selection_seconds": getattr(est, "selection_seconds_", 0.0), "iterations": est.n_iter_,
                       "random_features": est.n_random_features_, "gamma": est._step_size(),
-                      "loss": est._loss().name, "train_comm": est.comm_, "history": est.history_},
+                      "loss": est._loss().name, "train_comm": est.comm_, "history": est.history_,
+                      # compression (compress.py): per class for one-vs-rest; "decision": student or teacher
+                      "compress": ([getattr(e, "compress_", None) for e in est.estimators_]
+                                   if getattr(est, "estimators_", None) else getattr(est, "compress_", None))},
             **({"model": {"dir": args.save_model, "model_id": model_id}} if model_id else {})}
 
 

@@ -31,8 +31,11 @@ Kernel width: ``sigma='median'`` (default) with ``sigma_grid=(1.0, 2.0)``: on n 
 multiplier of the median width is tried on a held-out split of the training rows (``selection.py``)
 and the best one trains the model (``sigma_multiplier_``, ``sigma_scores_``, ``selection_seconds_``);
 ``sigma_grid=(1.0,)`` or a numeric ``sigma`` skips it.
-Prediction: ``compress_to`` (default None) distils the trained model into D' of its features after training
-(``compress.py``): ``compress_support='public'`` (default) draws them from the public seed (label-independent),
+Prediction: ``compress_to`` distils the trained model into D' of its features after training (``compress.py``);
+the default ``'if-faithful'`` does it with D' = 496 (at ``predict_bits`` 24) from 2 D training rows on and keeps the
+student only if it is as good as the full model on 3,000 public check rows (the active party decides and tells every
+rank: one label-dependent bit; ``None`` or an integer avoids it); ``compress_support='public'`` (default) draws the
+kept features from the public seed (label-independent),
 ``'alpha'`` keeps the largest |alpha_j| (every party learns which: a ``LeakWarning``). ``predict_bits`` (default
 24): the shared protocol's ring for f at prediction (20, 24 or 32 bits; 11, 12 or 14 bytes per row and feature at
 Q = 4).
@@ -86,7 +89,8 @@ from .checks import agree, check_hyperparameters, check_shared, label_problem, s
 from .circle import Circle
 from .losses import get_loss
 from .protocol import FederatedFeatureMap
-from .compress import AUTO_COMPRESS, SUPPORT_LEAK, compress_budget
+from .compress import (IF_FAITHFUL, SUPPORT_LEAK, check_student, compress_budget, compress_rows,
+                       parse_compress_to, _sent as compress_sent)
 from .shared import PREDICT_BITS, share_table, shared_decision_values, train_shared
 from .random_features import FourierSampler, derive_key
 from .trainer import DSGConfig, held_out_metrics, train_dsg
@@ -120,7 +124,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
                  schedule: str = "cached", random_state: int = 0, mask_seed="random", angle_bits: int = 16,
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
                  prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1536,
-                 solver: str = "adam", sigma_grid=SIGMA_GRID, compress_to=None, compress_epochs: float = 1.0,
+                 solver: str = "adam", sigma_grid=SIGMA_GRID, compress_to=IF_FAITHFUL, compress_epochs: float = 1.0,
                  product_bits: int = 20, compress_support: str = "public", predict_bits: int = PREDICT_BITS):
         self.fed = fed
         self.kernel = kernel
@@ -311,7 +315,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
             result = train_budget(fed, self.feature_map_, X, y_fit, cfg, n_blocks=self._n_blocks(),
                                   dealer=fed.coordinator if shared else None, table=table, monitor=monitor,
                                   log=log, progress=progress and fed.is_active)
-            result = self._compress(fed, X, cfg, result, dealer=fed.coordinator if shared else None,
+            result = self._compress(fed, X, y_fit, cfg, result, dealer=fed.coordinator if shared else None,
                                     table=table)
         elif shared:
             self.table_ = table
@@ -385,39 +389,62 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         if self._bounded():
             result = train_budget(fed, self.feature_map_, empty, None, cfg, n_blocks=self._n_blocks(),
                                   dealer=fed.coordinator, table=self.table_, monitor=mon)
-            result = self._compress(fed, empty, cfg, result, dealer=fed.coordinator, table=self.table_)
+            result = self._compress(fed, empty, None, cfg, result, dealer=fed.coordinator, table=self.table_)
         else:
             result = train_shared(fed, self.feature_map_, empty, None, cfg, dealer=fed.coordinator,
                                   table=self.table_, monitor=mon, log=None)
         return self._finish(fed, result)
 
-    def _compress(self, fed: Federation, X, cfg, result, *, dealer, table):
+    def _compress(self, fed: Federation, X, y, cfg, result, *, dealer, table):
         """Bounded model: keep ``compress_to`` of the D features and distil (``compress.py``); ``support_`` is then the
-        kept features' indices at every rank (None: all D), and prediction evaluates only those. ``None`` (the
-        default): no compression (the public-support student loses accuracy on hard data, docs/fdskl.md). ``"auto"``:
-        ``AUTO_COMPRESS[predict_bits]`` features (a9a's test rows under 100 MB at Q = 4) when the training set has at
-        least 2 D rows (on fewer the model is far from determined and distilling costs more than training), else no
-        compression. ``compress_support``: ``"public"`` (a seeded random subset, label-independent) or ``"alpha"``
-        (the largest |alpha_j|: every party learns which, ``SUPPORT_LEAK``)."""
+        kept features' indices at every rank (None: all D), and prediction evaluates only those.
+        ``"if-faithful"`` (the default): distil into ``AUTO_COMPRESS[predict_bits]`` features when the training set
+        has at least 2 D rows, then keep that student only if it is as good as the teacher on ``CHECK_ROWS``
+        training rows from the public seed (``compress.check_student``: the active party decides and broadcasts one
+        bit); else predict with the teacher's D features. ``"auto"``: the same D' without the check (the student is
+        kept: it loses accuracy on hard data, docs/fdskl.md). ``"if-faithful:N"``: N features, checked. An integer:
+        that D', kept. ``None``: no compression.
+        Under 2 D training rows ``"auto"`` and ``"if-faithful"`` do not compress (the model is far from determined
+        and distilling costs more than training). ``compress_support``: ``"public"`` (a seeded random subset,
+        label-independent) or ``"alpha"`` (the largest |alpha_j|: every party learns which, ``SUPPORT_LEAK``).
+        ``compress_``: the kept features, the refit's iterations, seconds and bytes of this party (the check's
+        included), ``decision`` ("student" / "teacher") and, at the active party under ``"if-faithful"``,
+        ``check`` (both models' check-set figures)."""
         self.support_ = None
         self.compress_ = None
         D = self.feature_map_.n_features
-        keep = self.compress_to
-        if isinstance(keep, str):          # "auto": D' per ring width once there are at least 2 D training rows
-            keep = AUTO_COMPRESS[int(self.predict_bits)] if X.shape[0] >= 2 * D else None
+        keep, checked = parse_compress_to(self.compress_to, int(self.predict_bits))
+        if self.compress_to in ("auto", IF_FAITHFUL) and X.shape[0] < 2 * D:   # D' per ring width from 2 D rows on
+            keep = None
         if keep is None or int(keep) >= D or self.solver != "adam":
             return result
         if self.compress_support == "alpha" and fed.num_parties > 1 and fed.is_active:
             warnings.warn(SUPPORT_LEAK, LeakWarning, stacklevel=3)
+        n = X.shape[0]
+        check, _ = compress_rows(n, derive_key(self.random_state, 0xC4EC))
+        started = time.perf_counter()
+        before = compress_sent(fed)
         support, alpha, refit = compress_budget(fed, self.feature_map_, X, cfg, result.alpha,
                                                 keep=int(keep), epochs=float(self.compress_epochs),
                                                 trained=result.iterations, dealer=dealer, table=table,
                                                 support=self.compress_support,
-                                                support_seed=derive_key(self.random_state, 0xC0DE5))
-        self.support_ = support
-        self.compress_ = {"features": int(len(support)), "refit_iterations": refit.iterations,
-                          "refit_seconds": refit.train_seconds, "refit_bytes_sent": refit.bytes_sent}
-        result.alpha = alpha
+                                                support_seed=derive_key(self.random_state, 0xC0DE5),
+                                                opened=2 * len(check) if checked else 0)
+        verdict = {"keep": True}
+        if checked:
+            verdict = check_student(fed, self.feature_map_, X[check.to(X.device)],
+                                    None if y is None else y[check], result.alpha, alpha, support, dealer=dealer,
+                                    table=table, loss=cfg.loss, task=self._task, max_elements=int(self.max_elements))
+        sent = compress_sent(fed)
+        self.compress_ = {"features": int(len(support)) if verdict["keep"] else D,
+                          "decision": "student" if verdict["keep"] else "teacher",
+                          "refit_iterations": refit.iterations, "refit_seconds": time.perf_counter() - started,
+                          "refit_bytes_sent": sent[0] - before[0]}
+        if checked and fed.is_active:
+            self.compress_["check"] = {k: v for k, v in verdict.items() if k != "keep"}
+        if verdict["keep"]:
+            self.support_ = support
+            result.alpha = alpha
         return result
 
     def _finish(self, fed: Federation, result):
@@ -731,7 +758,7 @@ class FDSKLRegressor(RegressorMixin, _FDSKLBase):
                  schedule: str = "cached", random_state: int = 0, mask_seed="random", angle_bits: int = 16,
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
                  prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1536,
-                 solver: str = "adam", sigma_grid=SIGMA_GRID, compress_to=None, compress_epochs: float = 1.0,
+                 solver: str = "adam", sigma_grid=SIGMA_GRID, compress_to=IF_FAITHFUL, compress_epochs: float = 1.0,
                  product_bits: int = 20, compress_support: str = "public", predict_bits: int = PREDICT_BITS,
                  normalize_y: bool = True):
         super().__init__(fed, kernel=kernel, sigma=sigma, loss=loss, lam=lam, gamma=gamma, batch_size=batch_size,
