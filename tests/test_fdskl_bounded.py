@@ -295,6 +295,15 @@ def test_leak_limit_counts_equations_against_unknowns():
     assert leak_limit(50_000, 1024, 256, 1024) == 20_000          # 100 epochs of 195 iterations at the defaults
 
 
+def test_distillation_and_the_check_rows_count_against_the_leak_limit():
+    from vfltorch.kernels.compress import refit_limit
+
+    # 1000 rows x 128 features: 64,000 equations allowed; training took 300 x (32 + 128), the check 2 x 1000.
+    assert refit_limit(1000, 128, 300, 32, 128, 48) == (64_000 - 48_000) // 80
+    assert refit_limit(1000, 128, 300, 32, 128, 48, opened=2000) == (64_000 - 48_000 - 2000) // 80
+    assert refit_limit(1000, 128, 400, 32, 128, 48) == 0                     # training used the whole budget
+
+
 def test_bounded_hyperparameters_are_checked():
     from vfltorch.data import VFLInputError
 

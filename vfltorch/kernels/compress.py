@@ -99,6 +99,12 @@ FAITHFUL_LOSS = 0.10         # relative increase of the check-set training loss 
 FAITHFUL_MSE = 0.01          # regression: relative increase of the check-set squared error
 
 
+def refit_limit(n: int, D: int, trained: int, batch: int, grad: int, keep: int, opened: int = 0) -> int:
+    """Distillation steps allowed under ``shared``: training's ``trained`` (B + grad) equations, ``opened`` more
+    (the check rows' f values) and B + D' per step stay below half the n D unknowns (``budget.leak_limit``)."""
+    return max(0, (n * D // 2 - trained * (batch + grad) - opened) // (batch + keep))
+
+
 def public_support(D: int, keep: int, seed: int) -> torch.Tensor:
     """``keep`` of the D features (indices ascending), a seeded random subset: a function of (seed, D, keep) only."""
     g = torch.Generator().manual_seed(int(seed) & (2 ** 63 - 1))
@@ -228,7 +234,7 @@ def compress_budget(fed: Federation, fmap, X: torch.Tensor, cfg, alpha, *, keep:
             # The equations the active party holds after training: trained (B + G); each refit step adds
             # B + D' (the residual on the batch rows, the D' gradient sums); all below n D / 2.
             G = D if cfg.solver == "adam" else fmap.block_size
-            iters = max(0, min(iters, (n * D // 2 - trained * (B + G) - opened) // (B + keep)))
+            iters = min(iters, refit_limit(n, D, trained, B, G, keep, opened))
         opt = None
         if fed.is_active:
             # The largest |alpha_j| are a near-copy of the teacher: go on at the rate where training's schedule
