@@ -1,13 +1,17 @@
 """FDSKL's compressed model (compress.py) against its teacher, and prediction's ring width, centralised.
 
-Per dataset (``benchmarks.fdskl_accuracy``'s five: ``hard`` and the shared binary sets), in this process:
+Per dataset (``benchmarks.fdskl_accuracy``'s five: ``hard`` and the shared binary sets, and its two
+regression sets), in this process:
 
-* the teacher: ``FDSKLClassifier()`` with every default (D = 1536, no compression), centralised (Q = 1;
-  the federated model is the same to the angle and product rounding, tested);
+* the teacher: ``FDSKLClassifier()`` / ``FDSKLRegressor()`` with every default but ``compress_to=None`` (D = 1536),
+  centralised (Q = 1; the federated model is the same to the angle and product rounding, tested);
 * students: the teacher distilled into D' of its features (``compress.compress_budget``, the code the
   estimator runs; with one party it is the same computation as federated, tested), per ``--variants``
-  ``SUPPORT:D'[:EPOCHS]`` (``public``: a seeded random subset of the D features, label-independent;
-  ``alpha``: the D' largest |alpha_j|, the label-dependent support);
+  ``SUPPORT:D'[:EPOCHS[:ROWS]]`` (``public``: a seeded random subset of the D features, label-independent;
+  ``alpha``: the D' largest |alpha_j|, the label-dependent support; ROWS: distil on that many training rows
+  drawn from the public seed instead of all);
+* each student's check: both models' f on the check rows of ``compress_to='if-faithful'`` (the default) and
+  the decision ``compress.faithful`` takes from them, with the test score of the model the default keeps;
 * prediction's ring: the shared protocol's product for f (``StarProducts`` in Z_2^bits) reproduced
   exactly (A's per-row scales and rounding, the keeper's rounded [cos beta, sin beta] for fresh uniform
   beta, the integer row sums; no message is needed to know what the two shares add up to) for each
