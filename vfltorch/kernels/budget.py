@@ -58,6 +58,7 @@ import warnings
 import torch
 
 from ..comm import Federation, pairwise_tree
+from ..comm.sharing import split_bytes, words_from_bytes
 from .shared import TRAIN_BITS, DealerWindow, DealtPhases, StarProducts, shared_decision_values, star_phases
 from .trainer import (MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, TrainResult, _stop, log_interval,
                       step_marks)
@@ -84,6 +85,8 @@ class _Optimizer:
         self.v = torch.zeros(D, dtype=torch.float64)
         self.mean = torch.zeros(D, dtype=torch.float64)
         self.averaged = 0
+        self.steps = 0                          # steps taken so far
+        self.before = self.alpha.clone()        # alpha before the last step (f_delay 1)
         self.average_from = (max_iter // 2 if max_iter is not None else math.ceil(per_epoch)) \
             if cfg.solver == "adam" else None
 
@@ -94,9 +97,20 @@ class _Optimizer:
         k = t % (self.D // self.r)
         return torch.arange(k * self.r, (k + 1) * self.r)
 
+    def coefficients(self, t: int, delay: int) -> torch.Tensor:
+        """The coefficients f on batch t is computed with: after steps 0 .. t - 1 - delay (module docstring)."""
+        want = max(0, t - delay)
+        if self.steps == want:
+            return self.alpha
+        if self.steps == want + 1:
+            return self.before
+        raise RuntimeError(f"FDSKL: iteration {t} needs the coefficients after {want} steps, {self.steps} were taken")
+
     def step(self, t: int, cols: torch.Tensor, sums: torch.Tensor, B: int) -> None:
         """sums[j] = sum_{i in I_t} L'_i phi_j(x_i) for j in cols."""
         cfg = self.cfg
+        self.steps += 1
+        self.before.copy_(self.alpha)
         if cfg.solver == "dsg":
             self.alpha *= 1.0 - cfg.gamma * cfg.lam                                  # line 9
             self.alpha[cols] -= cfg.gamma / (B * self.r) * sums                      # line 8, accumulated
@@ -127,6 +141,8 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     ``dealer`` None: the paper's protocol (or Q = 1); otherwise the shared
     protocol with that dealer and its cosine ``table``. ``X`` is this party's
     columns ((n x 0) at the dealer), ``y`` the labels at the active party.
+    ``cfg.f_delay`` 1: f on batch t is computed with the coefficients before step t - 1 (module
+    docstring, *Pipelined iteration*); under the shared protocol the iteration is then pipelined.
     """
     n = X.shape[0]
     r = fmap.block_size
@@ -137,9 +153,11 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     D = fmap.n_features
     blocks = range(fmap.n_blocks)
     sampler = BatchSampler(n, cfg.batch_size, cfg.seed)
+    batch_of = _Batches(sampler)
     B = sampler.batch_size
     max_iter = max(1, math.ceil(cfg.epochs * sampler.per_epoch - 1e-9)) if cfg.epochs is not None else None
     log_every = log_interval(cfg.log_every, max_iter)
+    delay = int(getattr(cfg, "f_delay", 0))
     opt = _Optimizer(cfg, D, r, sampler.per_epoch, max_iter) if active else None
     grad_per_step = D if cfg.solver == "adam" else r
     limit = leak_limit(n, D, B, grad_per_step) if shared else None
@@ -150,19 +168,17 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     mon = _BudgetMonitor(fed, fmap, monitor, dealer, table, cfg.max_elements) if monitor is not None else None
     loop = TrainingLoop(fed, max_iter, log=log, progress=progress)
     window = DealerWindow(fed, dealer) if shared else None
+    pipe = _Pipeline(fed, opt) if shared and delay == 1 else None
     buffered = 0
     window_size = 1         # iterations in the dealer's next window: 1 after each point where it waited, then doubling
-    pending = None          # (products, t, columns) of the step whose gradient sums the keeper's next message carries
+    pending = None          # f_delay 0: (products, t, columns) of the step whose gradient sums the keeper's next message carries
     stopped_by_leak = False
-    prepared = prod = None
+    rounds = {}             # t -> StarProducts of round t, made ahead (the pipeline; the dealer before a synchronisation)
+    bits = TRAIN_BITS if cfg.product_bits == 20 else (32, 32)
 
-    def shared_round(t_round, Xb):
-        carry = None
-        if pending is not None:     # last step's keeper appends its share of the gradient sums
-            carry = dict(carry_from=pending[0].keeper, carry_len=len(pending[0].grad_cols),
-                         carry=pending[0].carry if fed.rank == pending[0].keeper else None)
-        out = _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t_round, cfg.solver, r, D, window, carry,
-                            bits=TRAIN_BITS if cfg.product_bits == 20 else (32, 32))
+    def shared_round(t_round, carry=None):
+        out = _shared_round(fed, fmap, X[batch_of(t_round).to(X.device)], blocks, dealer, table, B, t_round,
+                            cfg.solver, r, D, window, carry, bits=bits)
         out.t = t_round
         return out
 
@@ -177,37 +193,54 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                 break
             if cfg.max_time is not None and _stop(fed, control_tree, loop.train_seconds >= cfg.max_time):
                 break
-            if prepared is not None:        # the dealer's round t, computed before the last synchronisation
-                batch, prod = prepared
-                prepared = None
-            else:
-                batch = sampler.next()
-            Xb = X[batch.to(X.device)]
+            batch = batch_of(t)
+            batch_of.forget(t)
             cols = opt.columns(t) if active else None
-            if shared:
-                if prod is None or prod.t != t:
-                    prod = shared_round(t, Xb)
+            final1, epoch_end1 = step_marks(t + 1, max_iter, sampler.per_epoch)
+            last = final1 or (limit is not None and t + 1 >= limit)     # no iteration t + 1
+            if pipe is not None:
+                # Round t + 1 rides on this iteration's messages when it certainly runs (not under a time budget,
+                # whose stop flag comes first); step t is taken within this iteration where the model must be
+                # complete next (the end, the epoch-end monitor) or a stop may follow.
+                ahead = not last and cfg.max_time is None
+                drain = last or epoch_end1 or cfg.max_time is not None
+                prod = rounds.pop(t, None) or shared_round(t)
+
+                def make_next(carry, t_next=t + 1):
+                    rounds[t_next] = shared_round(t_next, carry)
+                    return rounds[t_next]
+                f_batch = pipe.forward(t, prod, make_next if ahead else None)
+            elif shared:
+                prod = rounds.pop(t, None)
+                if prod is None:
+                    carry = None
+                    if pending is not None:     # last step's keeper appends its share of the gradient sums
+                        k_last = pending[0].keeper
+                        carry = (dict(carry_bytes={k_last: 2 * len(pending[0].grad_cols)}) if active else
+                                 dict(carry=pending[0].carry.view(torch.uint8)) if fed.rank == k_last else None)
+                    prod = shared_round(t, carry)
                 if pending is not None:
                     if active:
-                        last, t_last, cols_last = pending
-                        opt.step(t_last, cols_last, last.finish_gradient(prod.phases_carry), B)
+                        done, t_last, cols_last = pending
+                        words = words_from_bytes(prod.phases_carry[done.keeper], (len(done.grad_cols),), 16)
+                        opt.step(t_last, cols_last, done.finish_gradient(words), B)
                     pending = None
                 f_batch = prod.forward(opt.alpha if active else None)
             else:
-                phi = fmap.features(Xb, blocks)                     # Algorithm 3: B rows, all D features
-                f_batch = phi.to(torch.float64).cpu() @ opt.alpha if active else None
+                phi = fmap.features(X[batch.to(X.device)], blocks)  # Algorithm 3: B rows, all D features
+                f_batch = phi.to(torch.float64).cpu() @ opt.coefficients(t, delay) if active else None
             d_loss = None
             if active:
                 y_batch = y[batch]
                 d_loss = cfg.loss.derivative(f_batch, y_batch)
                 loop.add_loss(float(cfg.loss.value(f_batch, y_batch).mean()))
-            if shared:
+            if pipe is not None:
+                pipe.gradient(t, prod, cols, d_loss, B, drain)
+            elif shared:
                 # The keeper's share of the gradient sums rides on its next phase message (one message fewer
                 # per iteration); A takes the step then, before it needs alpha. Where no phase message
                 # follows (the end, a stop check, the epoch-end monitor) the share travels alone.
-                final, epoch_end = step_marks(t + 1, max_iter, sampler.per_epoch)
-                if (final or epoch_end or cfg.max_time is not None or (limit is not None and t + 1 >= limit)
-                        or prod.bits[1] != 16):
+                if (last or epoch_end1 or cfg.max_time is not None or prod.bits[1] != 16):
                     sums = prod.gradient(d_loss)
                     if active:
                         opt.step(t, cols, sums, B)
@@ -223,23 +256,21 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                 # step with the others (a log point or the monitor, the time-budget flag, a stop). After such a
                 # point the parties wait for its next window, so that window is one iteration, the next two,
                 # then four ... up to DEALER_WINDOW: the wait is one iteration of the dealer's work, not a window.
+                # In the pipeline its round t + 1 was made above and goes out in this flush.
                 buffered += 1
-                final, epoch_end = step_marks(t + 1, max_iter, sampler.per_epoch)
-                sync = ((t + 1) % log_every == 0 or final or epoch_end or cfg.max_time is not None
-                        or (limit is not None and t + 1 >= limit))
+                sync = (t + 1) % log_every == 0 or final1 or epoch_end1 or cfg.max_time is not None or last
                 if buffered >= window_size or sync:
                     with fed.phase(f"{fed.current_phase}/deal"):
                         window.flush()
                     buffered = 0
                     window_size = 1 if sync else min(2 * window_size, DEALER_WINDOW)
-                    if sync and fed.rank == dealer and not final and not (limit is not None and t + 1 >= limit):
+                    if sync and fed.rank == dealer and not last and t + 1 not in rounds:
                         # The dealer receives nothing during training: it computes round t + 1 now and sends it
                         # right after the synchronisation (a log point, the monitor, the time-budget flag), so
                         # the parties do not wait there for its work. Its messages keep their order: what it
                         # sends in between goes out first (the window is flushed above). If the time budget
                         # stops training instead, the round's seeds are never sent.
-                        b_next = sampler.next()
-                        prepared = (b_next, shared_round(t + 1, X[b_next.to(X.device)]))
+                        rounds[t + 1] = shared_round(t + 1)
         loop.tick(started)
         t += 1
         final, epoch_end = step_marks(t, max_iter, sampler.per_epoch)
@@ -258,6 +289,129 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                       f"n x D it could solve for. Raise n_components or the batch size, or train fewer epochs.",
                       RuntimeWarning, stacklevel=2)
     return loop.result(opt.model.to(X.dtype) if active else None, t)
+
+
+class _Batches:
+    """The public mini-batches by iteration, drawn in order from the sampler (a round can be made ahead)."""
+
+    def __init__(self, sampler: BatchSampler):
+        self.sampler, self.drawn, self.next_t = sampler, {}, 0
+
+    def __call__(self, t: int) -> torch.Tensor:
+        while self.next_t <= t:
+            self.drawn[self.next_t] = self.sampler.next()
+            self.next_t += 1
+        return self.drawn[t]
+
+    def forget(self, t: int) -> None:
+        for k in [k for k in self.drawn if k < t]:
+            del self.drawn[k]
+
+
+class _Pipeline:
+    """The shared iteration with f one step behind (``f_delay=1``): one message each way per iteration at Q = 2.
+
+    Iteration t: A sends the keeper K_t e_f of f_t (computed with the coefficients before step t - 1, so it
+    does not wait for g_{t-1}) together with the pending e_g of iteration t - 1 (to K_{t-1}: one message when
+    that is K_t); every passive party answers with one message that carries its phases of round t + 1 (the
+    star, ``star_phases``) and the shares it owes (K_{t-1}: of g_{t-1}, K_t: of f_t). A opens g_{t-1} (step
+    t - 1) and f_t, and builds e_g of iteration t, which waits for the next iteration's message. Where the
+    pipeline drains (``drain``: the end, the epoch-end monitor, a stop check) e_g and the keeper's share travel
+    alone and step t is taken at once; where round t + 1 may not run (``forward(ahead=None)``) the shares
+    travel without phases and the next iteration starts with a star of its own. The same values, bytes and
+    openings as ``f_delay=0``; only the order of the messages changes.
+    """
+
+    def __init__(self, fed: Federation, opt):
+        self.fed, self.opt = fed, opt
+        self.pending = None         # (products, t, columns, A's e_g bytes or None) of the step not yet taken
+
+    def _owed(self, prod) -> list:
+        """(products, k) whose operand each passive party receives from A this iteration, in message order."""
+        out = []
+        if self.pending is not None:
+            out.append((self.pending[0], 1))
+        out.append((prod, 0))
+        return out
+
+    def forward(self, t: int, prod, ahead):
+        """f_t at A (None elsewhere); takes step t - 1 at A. ``ahead(carry)`` makes round t + 1 with ``carry``."""
+        fed = self.fed
+        owed = self._owed(prod)
+        sends = []
+        with fed.phase(f"{fed.current_phase}/products"):
+            if fed.is_active:
+                e_f = prod.operand(0, self.opt.coefficients(t, 1))
+                parts = {}
+                for p, k in owed:
+                    parts.setdefault(p.keeper, []).append(self.pending[3] if k == 1 else e_f)
+                sends = [fed.send_nowait(torch.cat(v), q) for q, v in parts.items()]
+                expect = {}
+                for p, k in owed:
+                    expect[p.keeper] = expect.get(p.keeper, 0) + p.share_bytes(k)
+        mine = [(p, k) for p, k in owed if p.keeper == fed.rank]
+
+        def reply():
+            """At a passive party: its shares, from the operands A sent it (None when it is owed nothing)."""
+            if not mine:
+                return None
+            with fed.phase(f"{fed.current_phase}/products"):
+                lengths = [p.operand_bytes(k) for p, k in mine]
+                buf = fed.recv(fed.active, (sum(lengths),), torch.uint8, device="cpu")
+                return torch.cat([p.share(k, e) for (p, k), e in zip(mine, split_bytes(buf, lengths))])
+
+        got = None
+        if ahead is not None:           # the shares ride on round t + 1's phase messages
+            if fed.is_active:
+                got = ahead(dict(carry_bytes=expect)).phases_carry
+            else:
+                ahead(dict(carry=reply) if fed.rank in fed.parties else None)
+        else:
+            with fed.phase(f"{fed.current_phase}/products"):
+                if fed.is_active:
+                    got = {q: fed.recv(q, (expect[q],), torch.uint8, device="cpu")
+                           for q in fed.parties if q in expect}
+                elif fed.rank in fed.parties:
+                    out = reply()
+                    if out is not None:
+                        fed.send(out, fed.active)
+        if not fed.is_active:
+            self.pending = None
+            return None
+        return self._open(owed, sends, got)
+
+    def _open(self, owed, sends, got):
+        for s in sends:
+            s.wait()
+        at = {}
+        values = {}
+        for p, k in owed:
+            buf = got[p.keeper]
+            start = at.get(p.keeper, 0)
+            at[p.keeper] = start + p.share_bytes(k)
+            values[k] = p.open(k, buf[start:at[p.keeper]])
+        if self.pending is not None:
+            done, t_last, cols_last, _ = self.pending
+            self.opt.step(t_last, cols_last, values[1], done.m)
+            self.pending = None
+        return values[0]
+
+    def gradient(self, t: int, prod, cols, d_loss, B: int, drain: bool) -> None:
+        """Step t's gradient operand: sent now and the step taken (``drain``), or kept for the next message."""
+        fed = self.fed
+        e_g = prod.operand(1, d_loss) if fed.is_active else None
+        if not drain:
+            self.pending = (prod, t, cols, e_g)
+            return
+        with fed.phase(f"{fed.current_phase}/products"):
+            if fed.is_active:
+                fed.send(e_g, prod.keeper)
+                sums = prod.open(1, fed.recv(prod.keeper, (prod.share_bytes(1),), torch.uint8, device="cpu"))
+                self.opt.step(t, cols, sums, B)
+            elif fed.rank == prod.keeper:
+                e = fed.recv(fed.active, (prod.operand_bytes(1),), torch.uint8, device="cpu")
+                fed.send(prod.share(1, e), fed.active)
+        self.pending = None
 
 
 def _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D, window=None, carry=None,

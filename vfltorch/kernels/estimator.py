@@ -116,7 +116,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
                  prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1536,
                  solver: str = "adam", sigma_grid=SIGMA_GRID, compress_to=None, compress_epochs: float = 1.0,
-                 product_bits: int = 20):
+                 product_bits: int = 20, f_delay="auto"):
         self.fed = fed
         self.kernel = kernel
         self.sigma = sigma
@@ -143,6 +143,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         self.compress_to = compress_to
         self.compress_epochs = compress_epochs
         self.product_bits = product_bits
+        self.f_delay = f_delay
 
     # ------------------------------------------------------------ helpers
     def _loss(self):
@@ -342,7 +343,14 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
                          prefetch=int(self.prefetch), task=self._task,
                          y_offset=getattr(self, "y_offset_", 0.0), y_scale=getattr(self, "y_scale_", 1.0),
                          solver=self.solver, max_elements=int(self.max_elements),
-                         product_bits=int(self.product_bits))
+                         product_bits=int(self.product_bits), f_delay=self._f_delay())
+
+    def _f_delay(self) -> int:
+        """f on batch t from the coefficients before step t - 1 (1) or after it (0); 'auto': 1 under the shared
+        protocol's bounded model, at every Q (the federated run equals its centralised twin), else 0."""
+        if isinstance(self.f_delay, str):
+            return 1 if self.protocol == "shared" and self._bounded() else 0
+        return int(self.f_delay)
 
     def _fit_dealer(self, fed: Federation, monitor, log):
         """The dealer's side of fit: it follows the public schedule, deals masks and triples, holds no data."""
@@ -719,14 +727,14 @@ class FDSKLRegressor(RegressorMixin, _FDSKLBase):
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
                  prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1536,
                  solver: str = "adam", sigma_grid=SIGMA_GRID, compress_to=None, compress_epochs: float = 1.0,
-                 product_bits: int = 20, normalize_y: bool = True):
+                 product_bits: int = 20, f_delay="auto", normalize_y: bool = True):
         super().__init__(fed, kernel=kernel, sigma=sigma, loss=loss, lam=lam, gamma=gamma, batch_size=batch_size,
                          features_per_step=features_per_step, epochs=epochs, max_time=max_time, schedule=schedule,
                          random_state=random_state, mask_seed=mask_seed, angle_bits=angle_bits,
                          median_pairs=median_pairs, log_every=log_every, max_elements=max_elements,
                          prefetch=prefetch, device=device, protocol=protocol, n_components=n_components,
                          solver=solver, sigma_grid=sigma_grid, compress_to=compress_to,
-                         compress_epochs=compress_epochs, product_bits=product_bits)
+                         compress_epochs=compress_epochs, product_bits=product_bits, f_delay=f_delay)
         self.normalize_y = normalize_y
 
     def _prepare_targets(self, y: torch.Tensor) -> torch.Tensor:
