@@ -202,8 +202,9 @@ FDSKL_SHARED = ["fdskl", "--dataset", "phishing", "--parties", "2", "--epochs", 
 
 
 @needs_dataset("phishing")
-@pytest.mark.parametrize("role", ["active", "coordinator"])
+@pytest.mark.parametrize("role", ["active", "passive", "coordinator"])
 def test_a_killed_party_stops_fdskl_shared_training(role):
-    rank = {"active": 0, "coordinator": 2}[role]
+    # passive: the active party's operand messages to it leave without waiting (the pipelined iteration)
+    rank = {"active": 0, "passive": 1, "coordinator": 2}[role]
     code, err, elapsed, left = run_with_fault(FDSKL_SHARED, signal.SIGKILL, rank, settle=6.0)
     check_party_fault("fdskl", role, signal.SIGKILL, code, err, elapsed, left)
