@@ -175,6 +175,11 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     stopped_by_leak = False
     rounds = {}             # t -> StarProducts of round t, made ahead (the pipeline; the dealer before a synchronisation)
     bits = TRAIN_BITS if cfg.product_bits == 20 else (32, 32)
+    # The pipelined dealer's last round (None: it depends on the time budget) and the last round it has sent.
+    last_round = None
+    if max_iter is not None and cfg.max_time is None:
+        last_round = min(max_iter, limit if limit is not None else max_iter) - 1
+    sent_until = -1
 
     def shared_round(t_round, carry=None):
         out = _shared_round(fed, fmap, X[batch_of(t_round).to(X.device)], blocks, dealer, table, B, t_round,
@@ -207,7 +212,8 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                 prod = rounds.pop(t, None) or shared_round(t)
 
                 def make_next(carry, t_next=t + 1):
-                    rounds[t_next] = shared_round(t_next, carry)
+                    if t_next not in rounds:            # (the dealer may have made it already: below)
+                        rounds[t_next] = shared_round(t_next, carry)
                     return rounds[t_next]
                 f_batch = pipe.forward(t, prod, make_next if ahead else None)
             elif shared:
@@ -251,7 +257,22 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                 if active:
                     sums = phi[:, cols.to(phi.device)].to(torch.float64).cpu().T @ d_loss
                     opt.step(t, cols, sums, B)
-            if shared:
+            if pipe is not None and last_round is not None:
+                # The pipelined dealer: every round up to the last certainly runs (no time budget), and the parties
+                # take round t + 1 in iteration t. So it sends what it has made whenever round t + 1 has not gone
+                # out yet (a window then always starts at the round the parties take next, and every window sent
+                # before a synchronisation has been read before it), and makes rounds ahead up to DEALER_WINDOW
+                # (2, 4, 6 ... at the start) after each send, while the parties work: it waits for nothing but
+                # the synchronisations, and the parties wait for its work only at the start.
+                if fed.rank == dealer:
+                    if not last and sent_until < t + 1:
+                        with fed.phase(f"{fed.current_phase}/deal"):
+                            window.flush()
+                        sent_until = max(rounds)
+                    horizon = min(t + min(DEALER_WINDOW, t + 2), last_round)
+                    for t_ahead in range(max(rounds, default=t) + 1, horizon + 1):
+                        rounds[t_ahead] = shared_round(t_ahead)
+            elif shared:
                 # The dealer runs up to DEALER_WINDOW iterations ahead; it flushes before it next has to act in
                 # step with the others (a log point or the monitor, the time-budget flag, a stop). After such a
                 # point the parties wait for its next window, so that window is one iteration, the next two,
