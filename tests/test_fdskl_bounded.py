@@ -192,7 +192,7 @@ def test_bounded_model_federated_equals_centralised(runs):
     ref_delay1, data = centralised(**BOUNDED)          # the shared default's centralised twin: f_delay 1 at Q = 1 too
     ref_delay0, _ = centralised(f_delay=0, **BOUNDED)  # the paper's algorithm
     assert ref_delay1.alpha_.shape == (128,) and ref_delay1.n_random_features_ == 128
-    # The two delays are different models (so the twins below tell them apart): 52% of the norm apart here.
+    # The two delays are different models (so the twins below tell them apart): 51% of the norm apart here.
     assert float((ref_delay1.alpha_ - ref_delay0.alpha_).norm() / ref_delay0.alpha_.norm()) > 0.2
     for protocol in ("shared", "paper", "shared_delay0"):
         ref = ref_delay1 if protocol == "shared" else ref_delay0
@@ -299,9 +299,7 @@ def test_one_vs_rest_equals_its_centralised_twin(runs):
     np.testing.assert_allclose(f, f_ref, rtol=0, atol=5e-2)
     pred = got["classes"][np.argmax(f, axis=1)]
     assert np.mean(pred == ref.predict(Xte)) > 0.97
-    # 34 steps per class model: f one step behind (f_delay 1, the default) costs two of the 44 test rows here
-    # (measured: 88.6% against 93.2% with f_delay 0; 90.9% against 93.2% after 6 epochs).
-    assert ref.score(Xte, yte) > 0.85 and np.mean(pred == yte) > 0.85
+    assert ref.score(Xte, yte) > 0.9 and np.mean(pred == yte) > 0.9
 
 
 def test_leak_limit_counts_equations_against_unknowns():

@@ -86,7 +86,8 @@ class _Optimizer:
         self.mean = torch.zeros(D, dtype=torch.float64)
         self.averaged = 0
         self.steps = 0                          # steps taken so far
-        self.before = self.alpha.clone()        # alpha before the last step (f_delay 1)
+        self.before = self.alpha.clone()        # alpha before the last step (f_delay 1: a_{k-1} after k steps)
+        self.earlier = self.alpha.clone()       # and before the one before it (a_{k-2})
         self.average_from = (max_iter // 2 if max_iter is not None else math.ceil(per_epoch)) \
             if cfg.solver == "adam" else None
 
@@ -98,18 +99,31 @@ class _Optimizer:
         return torch.arange(k * self.r, (k + 1) * self.r)
 
     def coefficients(self, t: int, delay: int) -> torch.Tensor:
-        """The coefficients f on batch t is computed with: after steps 0 .. t - 1 - delay (module docstring)."""
+        """The coefficients f on batch t is computed with (module docstring, *Pipelined iteration*).
+
+        ``delay`` 0: alpha after steps 0 .. t - 1. ``delay`` 1: alpha after steps 0 .. t - 2, and with
+        ``adam`` moved on by the last of those steps (a_{t-1} + (a_{t-1} - a_{t-2})): Adam's momentum
+        makes consecutive steps nearly equal, so this predicts the missing step t - 1; without it the
+        stale f cost 0.7 point of test accuracy on phishing (each step moves f by about 2 on the logit
+        scale there). ``dsg`` steps one block at a time, so its delayed f is not extrapolated.
+        """
         want = max(0, t - delay)
         if self.steps == want:
-            return self.alpha
-        if self.steps == want + 1:
-            return self.before
-        raise RuntimeError(f"FDSKL: iteration {t} needs the coefficients after {want} steps, {self.steps} were taken")
+            now, last = self.alpha, self.before
+        elif self.steps == want + 1:
+            now, last = self.before, self.earlier
+        else:
+            raise RuntimeError(f"FDSKL: iteration {t} needs the coefficients after {want} steps, "
+                               f"{self.steps} were taken")
+        if delay and self.cfg.solver == "adam":
+            return 2 * now - last
+        return now
 
     def step(self, t: int, cols: torch.Tensor, sums: torch.Tensor, B: int) -> None:
         """sums[j] = sum_{i in I_t} L'_i phi_j(x_i) for j in cols."""
         cfg = self.cfg
         self.steps += 1
+        self.earlier, self.before = self.before, self.earlier          # (no copies: a swap, then one copy)
         self.before.copy_(self.alpha)
         if cfg.solver == "dsg":
             self.alpha *= 1.0 - cfg.gamma * cfg.lam                                  # line 9
