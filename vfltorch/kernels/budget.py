@@ -47,6 +47,35 @@ f on the monitor rows once per epoch. These are linear in the n D unknown
 feature values phi_j(x_i) with coefficients it knows (alpha, L'); training
 stops before the number of such equations reaches half the unknowns
 (``leak_limit``), so they never determine them.
+
+Pipelined iteration (``f_delay``, issue 11: time at Q = 2). Computed as written,
+iteration t is a chain of four sequential messages between A and the keeper K:
+the phases S_t (K -> A), e of f_t (A -> K: needs alpha after step t - 1), K's
+share of f_t (K -> A: A gets L'_t), e of the gradient (A -> K: needs L'_t), and
+every send here is a rendezvous. With ``f_delay=1`` f on batch t is computed from
+the coefficients before step t - 1: with ``adam`` moved on by the step before
+(a_{t-1} + (a_{t-1} - a_{t-2}), a prediction of the missing step: Adam's momentum
+makes consecutive steps nearly equal), with ``dsg`` as they are. Then A's e of
+f_t does not wait for g_{t-1}, and in steady state iteration t is
+
+    A -> K_t (and K_{t-1}):   [e_g of iteration t - 1, e_f of iteration t]
+    each passive party -> A:  [its phases of round t + 1, and the shares it owes:
+                               K_{t-1} of g_{t-1}, K_t of f_t]
+
+(``_Pipeline``; S of round t + 1 depends on no model, so it travels an iteration
+early): one message each way at Q = 2 against four, the same bytes, the same
+values opened to the same roles, and the keeper's and other parties' messages
+are those of ``star_phases`` with bytes appended. The pipeline drains (e_g and
+the keeper's share travel alone, step t is taken at once) where the model must
+be complete next or a stop may follow: the end, the epoch-end monitor, the leak
+limit, and under a time budget every iteration (its stop flag comes first, so
+round t + 1 is not sent ahead). The dealer sends the rounds it has made whenever
+the parties' next round has not gone out, and makes rounds ahead between, so that
+it waits only at the synchronisations. ``f_delay`` defaults to 1 under the shared
+protocol's bounded model at every Q, the centralised Q = 1 run included (one
+algorithm: the federated run equals its twin), and to 0 under ``paper`` (the
+paper's algorithm, unchanged); ``f_delay=0`` under ``shared`` keeps the four-message
+order (with the gradient share riding on the next phase message).
 """
 
 from __future__ import annotations
@@ -116,7 +145,7 @@ class _Optimizer:
             raise RuntimeError(f"FDSKL: iteration {t} needs the coefficients after {want} steps, "
                                f"{self.steps} were taken")
         if delay and self.cfg.solver == "adam":
-            return 2 * now - last
+            return 2 * now - last           # (1.5x or 2x the last step: no better, 4 seeds, phishing and credit_default)
         return now
 
     def step(self, t: int, cols: torch.Tensor, sums: torch.Tensor, B: int) -> None:

@@ -410,7 +410,9 @@ class StarProducts:
     ``gradient``: g_j = sum_i w_i phi_j(x_i) for A's row weights w, over the features ``grad_cols``.
     The dealer's material for both travels in one message to A before any data message
     (``deal_dealt``; K's seed came with its phase seeds, ``star_phases``); each product is then one message
-    A -> K (e, 32-bit words) and one K -> A (K's share, 32-bit words).
+    A -> K (e, 32-bit words) and one K -> A (K's share, 32-bit words). ``operand`` / ``share`` / ``open`` are
+    the same products in split form, for a caller that carries e and the share inside messages of its own
+    (the pipelined training iteration, ``budget._Pipeline``: the same values and bytes, fewer messages).
     """
 
     def __init__(self, fed: Federation, ph: DealtPhases, table, dealer: int, m: int, *, classes: int | None = None,
