@@ -334,7 +334,7 @@ def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, dealer_
     io = fed if dealer_io is None else dealer_io
     blocks = list(blocks) if features is None else []
     m = X.shape[0]
-    feats = _feature_index(fmap, blocks) if features is None else features.to(fmap.omega.device)
+    feats, W = _star_columns(fmap, blocks, features)
     shape = (m, len(feats))
     passive = [p for p in fed.parties if p != fed.active]
     others = [p for p in passive if p != keeper]
@@ -350,14 +350,14 @@ def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, dealer_
         elif fed.rank == keeper:
             msg = io.recv(dealer, (2 * (2 + len(others)),), torch.int64, device="cpu")
             beta, product_seed = _masks(msg[:2], shape), msg[-2:]
-            own_mask = beta + _phase_words(fmap, blocks, features)
+            own_mask = beta + _star_words(fmap, blocks, features)
             for k in range(len(others)):
                 own_mask = own_mask - _masks(msg[2 + 2 * k:4 + 2 * k], shape)
         elif fed.rank in others:
             own_mask = _masks(io.recv(dealer, (2,), torch.int64, device="cpu"), shape)
     S = got = None
     if fed.rank in fed.parties:
-        part = CIRCLE.encode(X @ fmap.omega[:, feats]).cpu()
+        part = CIRCLE.encode(X @ W).cpu()
         with fed.phase(f"{fed.current_phase}/star-sum"):
             if fed.is_active:
                 S, got = part, {}
@@ -381,6 +381,36 @@ def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, dealer_
     ph.carry = got
     ph.product_seed = product_seed      # keeper and dealer: the seed of the keeper's product shares (StarProducts)
     return ph
+
+
+def _star_key(fmap, blocks, features):
+    return None if features is not None else (tuple(blocks), fmap.n_features)
+
+
+def _star_columns(fmap, blocks, features):
+    """(feature indices, this party's columns of W for them): built once per set of blocks (training asks for
+    all D features every iteration: 0.5 ms at each party saved per iteration), the explicit ``features``
+    (a compressed model's) each time."""
+    key = _star_key(fmap, blocks, features)
+    cached = getattr(fmap, "_star_cache", None)
+    if key is not None and cached is not None and cached[0] == key:
+        return cached[1], cached[2]
+    feats = _feature_index(fmap, blocks) if features is None else features.to(fmap.omega.device)
+    W = fmap.omega[:, feats]
+    if key is not None:
+        fmap._star_cache = (key, feats, W, None)
+    return feats, W
+
+
+def _star_words(fmap, blocks, features) -> torch.Tensor:
+    """b_j of the star's features (``_phase_words``), kept with the columns of ``_star_columns``."""
+    key = _star_key(fmap, blocks, features)
+    cached = getattr(fmap, "_star_cache", None)
+    if key is None or cached is None or cached[0] != key:
+        return _phase_words(fmap, blocks, features)
+    if cached[3] is None:
+        fmap._star_cache = cached[:3] + (_phase_words(fmap, blocks, features),)
+    return fmap._star_cache[3]
 
 
 def _phase_words(fmap, blocks, features) -> torch.Tensor:
