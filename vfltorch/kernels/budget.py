@@ -344,6 +344,8 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             with fed.phase(MONITOR_PHASE):
                 f_mon = use_mon.values(opt.model if opt is not None else None) if use_mon is not None else None
             loop.log_point(t, D, f_mon, use_mon, cfg, log, control_tree)
+    if pipe is not None:
+        pipe.close()
     if window is not None:
         window.drain()                  # the dealer's last window sends (shared.DealerWindow)
     loop.close()
@@ -389,6 +391,13 @@ class _Pipeline:
     def __init__(self, fed: Federation, opt):
         self.fed, self.opt = fed, opt
         self.pending = None         # (products, t, columns, A's e_g bytes or None) of the step not yet taken
+        self.sent = None            # a passive party's last message to A, sent without waiting (close waits)
+
+    def close(self) -> None:
+        """Wait for this passive party's last message to A (a dead A raises ``PartyFailure`` here)."""
+        sent, self.sent = self.sent, None
+        if sent is not None:
+            sent.wait()
 
     def _owed(self, prod) -> list:
         """(products, k) whose operand each passive party receives from A this iteration, in message order."""
@@ -416,7 +425,11 @@ class _Pipeline:
         mine = [(p, k) for p, k in owed if p.keeper == fed.rank]
 
         def reply():
-            """At a passive party: its shares, from the operands A sent it (None when it is owed nothing)."""
+            """At a passive party: its shares, from the operands A sent it (None when it is owed nothing).
+
+            Called once its phases of round t + 1 are ready: its last message to A (sent without waiting, so
+            that it computed these phases meanwhile) is waited for first; at most one is in flight."""
+            self.close()
             if not mine:
                 return None
             with fed.phase(f"{fed.current_phase}/products"):
@@ -428,8 +441,10 @@ class _Pipeline:
         if ahead is not None:           # the shares ride on round t + 1's phase messages
             if fed.is_active:
                 got = ahead(dict(carry_bytes=expect)).phases_carry
+            elif fed.rank in fed.parties:
+                self.sent = ahead(dict(carry=reply, nowait=True)).phases_sent
             else:
-                ahead(dict(carry=reply) if fed.rank in fed.parties else None)
+                ahead(None)
         else:
             with fed.phase(f"{fed.current_phase}/products"):
                 if fed.is_active:
@@ -439,6 +454,7 @@ class _Pipeline:
                     out = reply()
                     if out is not None:
                         fed.send(out, fed.active)
+                    self.close()
         if not fed.is_active:
             self.pending = None
             return None
@@ -475,6 +491,7 @@ class _Pipeline:
             elif fed.rank == prod.keeper:
                 e = fed.recv(fed.active, (prod.operand_bytes(1),), torch.uint8, device="cpu")
                 fed.send(prod.share(1, e), fed.active)
+        self.close()            # A has had every message this party sent: before a monitor or the end
         self.pending = None
 
 
@@ -498,7 +515,7 @@ def _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D, wind
     else:
         ph = star_phases(fmap, Xb, blocks, dealer, keeper, dealer_io=window, **(carry or {}))  # beta at K / D
         prod = StarProducts(fed, ph, table, dealer, B, grad_cols=grad_cols, bits=bits, dealer_io=window)
-    prod.phases_carry = ph.carry
+    prod.phases_carry, prod.phases_sent = ph.carry, ph.sent
     return prod
 
 

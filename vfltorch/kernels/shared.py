@@ -309,7 +309,8 @@ REAL_PAIRS32 = REAL_PAIRS.to(torch.float32)      # A's [cos S, sin S]: 24 bits, 
 
 
 def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, dealer_io=None, carry=None,
-                carry_bytes: dict | None = None, *, features: torch.Tensor | None = None) -> DealtPhases:
+                carry_bytes: dict | None = None, nowait: bool = False, *,
+                features: torch.Tensor | None = None) -> DealtPhases:
     """Algorithm 3 with a dealt mask and one keeper K for all features of ``blocks``: a star into A.
 
     The dealer draws 128-bit seeds from the OS: one for beta (a fresh uniform
@@ -327,7 +328,9 @@ def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, dealer_
     them, called once its phases are ready (what it appends may wait on a message it receives first);
     ``carry_bytes`` (at A): {passive party: the length of what it appends}; A finds the bytes in
     ``ph.carry`` ({party: uint8}). Training uses it for product shares that ride on a phase message
-    (one message fewer each: ``budget.py``). ``features``: an explicit (public) list of feature indices instead
+    (one message fewer each: ``budget.py``). ``nowait`` (a passive party): its message leaves without
+    waiting for A (``Federation.send_nowait``); the handle is ``ph.sent``, to be waited by the caller.
+    ``features``: an explicit (public) list of feature indices instead
     of the features of ``blocks`` (a compressed model's kept features, ``compress.py``).
     """
     fed = fmap.fed
@@ -355,7 +358,7 @@ def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, dealer_
                 own_mask = own_mask - _masks(msg[2 + 2 * k:4 + 2 * k], shape)
         elif fed.rank in others:
             own_mask = _masks(io.recv(dealer, (2,), torch.int64, device="cpu"), shape)
-    S = got = None
+    S = got = sent = None
     if fed.rank in fed.parties:
         part = CIRCLE.encode(X @ W).cpu()
         with fed.phase(f"{fed.current_phase}/star-sum"):
@@ -374,11 +377,14 @@ def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, dealer_
                 masked = part + own_mask
                 extra = carry() if callable(carry) else carry
                 if extra is not None and extra.numel():
-                    fed.send(torch.cat([masked.reshape(-1).view(torch.uint8), extra.reshape(-1)]), fed.active)
+                    masked = torch.cat([masked.reshape(-1).view(torch.uint8), extra.reshape(-1)])
+                if nowait:
+                    sent = fed.send_nowait(masked, fed.active)
                 else:
                     fed.send(masked, fed.active)
     ph = DealtPhases(S, [(keeper, torch.arange(len(feats)), beta)])
     ph.carry = got
+    ph.sent = sent
     ph.product_seed = product_seed      # keeper and dealer: the seed of the keeper's product shares (StarProducts)
     return ph
 
