@@ -71,11 +71,12 @@ be complete next or a stop may follow: the end, the epoch-end monitor, the leak
 limit, and under a time budget every iteration (its stop flag comes first, so
 round t + 1 is not sent ahead). The dealer sends the rounds it has made whenever
 the parties' next round has not gone out, and makes rounds ahead between, so that
-it waits only at the synchronisations. ``f_delay`` defaults to 1 under the shared
-protocol's bounded model at every Q, the centralised Q = 1 run included (one
-algorithm: the federated run equals its twin), and to 0 under ``paper`` (the
-paper's algorithm, unchanged); ``f_delay=0`` under ``shared`` keeps the four-message
-order (with the gradient share riding on the next phase message).
+it waits only at the synchronisations. ``f_delay=1`` is the same algorithm at every
+Q, the centralised Q = 1 run included (the federated run equals its twin). It is
+opt-in (``estimator.SHARED_F_DELAY``): it costs accuracy (0.3-0.5 point on
+credit_default against the paper's algorithm; docs/fdskl.md). ``f_delay=0`` (the
+default, and always under ``paper``) keeps the four-message order, with the
+gradient share riding on the next phase message.
 """
 
 from __future__ import annotations

@@ -95,8 +95,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "bytes at Q = 2)")
     g.add_argument("--f-delay", choices=["auto", "0", "1"], default="auto",
                    help="bounded model: f on batch t from the coefficients before step t - 1 (1) or after it (0: "
-                        "the paper's algorithm). auto (default): 1 under the shared protocol, where it lets the "
-                        "iteration run as one message each way at Q = 2 (the same bytes and openings), 0 under paper")
+                        "the paper's algorithm; auto, the default). 1 under the shared protocol runs an iteration "
+                        "as one message each way at Q = 2 (the same bytes and openings, about 20%% less time) "
+                        "at a cost in accuracy (0.3-0.5 point on credit_default; docs/fdskl.md)")
     g.add_argument("--compress-epochs", type=float, default=1.0, help="passes of the distillation (default 1)")
     g.add_argument("--solver", choices=["adam", "dsg"], default="adam",
                    help="bounded model: 'adam' (default: Adam steps on all D coefficients, step decayed as "
