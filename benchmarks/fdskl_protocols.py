@@ -83,6 +83,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=1, help="pairs (paper, then shared) per dataset; medians reported")
     ap.add_argument("--same-features", action="store_true",
                     help="the paper run with --mask-seed seed: the same random features as the shared run")
+    ap.add_argument("--shared-f-delay", choices=["auto", "0", "1"], default=None,
+                    help="--f-delay for the shared run only (1: the pipelined iteration; the paper run keeps 0)")
     ap.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options passed to both runs of vfl fdskl")
     args = ap.parse_args(argv)
     extra = [a for a in args.extra if a != "--"]
@@ -92,6 +94,8 @@ def main(argv=None) -> int:
     for ds in [d for d in args.datasets for _ in range(args.repeats)]:
         for protocol in ("paper", "shared"):
             own = ["--mask-seed", "seed"] if protocol == "paper" and args.same_features else []
+            if protocol == "shared" and args.shared_f_delay is not None:
+                own = ["--f-delay", args.shared_f_delay]
             row = run_one(ds, protocol, args.parties, extra + own)
             rows.append(row)
             print(json.dumps(row), flush=True)

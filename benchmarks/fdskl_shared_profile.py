@@ -5,7 +5,8 @@ for a few iterations, with timers around each step of ``budget.train_budget`` at
 reports per rank: wall seconds per iteration in each step (the active party's wall time is the
 critical path), process CPU seconds per iteration, and bytes sent per iteration by sub-phase
 (``fdskl/train/deal``: the dealer's seeds and corrections; ``star-sum``: the phases;
-``forward`` / ``gradient``: the two products and their openings). ``--protocol paper`` profiles
+``forward`` / ``gradient``: the two products and their openings; ``products``: the same, pipelined, where
+they ride on one message each way: ``operand`` / ``share`` / ``open`` time their steps). ``--protocol paper`` profiles
 the paper's protocol the same way (phases and the active party's local products).
 
     python -m benchmarks.fdskl_shared_profile --dataset credit_default --parties 4 --iterations 20
@@ -46,7 +47,7 @@ def _waits(store, name, fn):
     return wrapper
 
 
-def job(fed, dataset, protocol, iterations):
+def job(fed, dataset, protocol, iterations, f_delay="auto"):
     from vfltorch.data import DataConfig, load_party_data
     from vfltorch.kernels import FDSKLClassifier
     from vfltorch.kernels import budget
@@ -61,6 +62,10 @@ def job(fed, dataset, protocol, iterations):
     P.__init__ = _timed(store, "deal", P.__init__)
     P.forward = _timed(store, "forward", P.forward)
     P.gradient = _timed(store, "gradient", P.gradient)
+    # The pipelined iteration (f_delay 1, the default) uses the split form of the two products.
+    P.operand = _timed(store, "operand", P.operand)
+    P.share = _timed(store, "share", P.share)
+    P.open = _timed(store, "open", P.open)
     budget._Optimizer.step = _timed(store, "adam step", budget._Optimizer.step)
     from vfltorch.comm import Federation
     Federation.send = _waits(store, "send", Federation.send)
@@ -69,7 +74,8 @@ def job(fed, dataset, protocol, iterations):
     n = data.X_train.shape[0] if data is not None else None
     n = fed.broadcast_json(n, fed.active)
     per_epoch = BatchSampler(n, min(256, max(32, n // 128)), 0).per_epoch
-    est = FDSKLClassifier(fed, protocol=protocol, epochs=iterations / per_epoch, compress_to=None)   # training only
+    est = FDSKLClassifier(fed, protocol=protocol, epochs=iterations / per_epoch, compress_to=None,   # training only
+                          f_delay=f_delay)
     wall, cpu = time.perf_counter(), time.process_time()
     if data is None:
         est.fit(None)
@@ -90,8 +96,11 @@ def main(argv=None) -> int:
     ap.add_argument("--parties", type=int, default=4)
     ap.add_argument("--protocol", default="shared", choices=["shared", "paper"])
     ap.add_argument("--iterations", type=int, default=20)
+    ap.add_argument("--f-delay", default="auto", choices=["auto", "0", "1"],
+                    help="f from the coefficients before the last step (1: the shared default, pipelined) or not")
     args = ap.parse_args(argv)
-    out = launch(job, args.parties, (args.dataset, args.protocol, args.iterations),
+    delay = args.f_delay if args.f_delay == "auto" else int(args.f_delay)
+    out = launch(job, args.parties, (args.dataset, args.protocol, args.iterations, delay),
                  coordinator=args.protocol == "shared")
     it = max(r["iterations"] for r in out)
     print(f"{args.dataset}, Q = {args.parties}, protocol {args.protocol}, {it} iterations; "

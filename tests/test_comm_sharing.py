@@ -268,14 +268,33 @@ def narrow_job(fed, bits):
                       kind="rowdot", shape_x=(6, 40), dealt=dealt[i] if fed.rank in holders else True, bits=bits[i])
         out.append(open_shares(fed, z, holders=holders, to=H0, shape=(6,), bits=bits[i]) if fed.rank in holders
                    else None)
-    return out, x, ys
+    # The split form (FDSKL's pipelined iteration): both products' e in one message h_0 -> h_1, both of h_1's
+    # shares in one message back, each part packed to its width (word_bytes), cut apart by known lengths.
+    from vfltorch.comm.sharing import (dealt_operand, dealt_share, from_ring, split_bytes, wire_bytes, word_bytes,
+                                       words_from_bytes)
+    dealt = deal_dealt(fed, ys if known else None, holders=holders, dealer=DEALER, kind="rowdot",
+                       shapes_x=[(6, 40)] * 2, shapes_y=[(6, 40)] * 2, bits=bits)
+    e_len = [wire_bytes(240, b) for b in bits]
+    z_len = [wire_bytes(6, b) for b in bits]
+    split = None
+    if fed.rank == H0:
+        fed.send(torch.cat([word_bytes(dealt_operand(x, dealt[i], bits[i]), bits[i]) for i in range(2)]), H1)
+        parts = split_bytes(fed.recv(H1, (sum(z_len),), torch.uint8, device="cpu"), z_len)
+        split = [from_ring(dealt[i][1].long() + words_from_bytes(parts[i], (6,), bits[i]).long(), bits[i])
+                 for i in range(2)]
+    elif fed.rank == H1:
+        es = split_bytes(fed.recv(H0, (sum(e_len),), torch.uint8, device="cpu"), e_len)
+        fed.send(torch.cat([word_bytes(dealt_share("rowdot", words_from_bytes(es[i], (6, 40), bits[i]), ys[i],
+                                                   dealt[i], bits[i]), bits[i]) for i in range(2)]), H0)
+    return out, x, ys, split
 
 
 def test_narrow_dealt_products_open_exactly():
     """Z_2^20 and Z_2^16 products as FDSKL's training runs them (one dealing, two products): exact while the
     row dots stay inside the ring (|value| <= 40 * 2**9 * 8 < 2**15)."""
     res = launch(narrow_job, 3, ((20, 16),), timeout=60)
-    out, x, ys = res[H0]
+    out, x, ys, split = res[H0]
     for i in range(2):
         assert torch.equal(out[i], (x.long() * ys[i].long()).sum(-1))
+        assert torch.equal(split[i], out[i])
     assert res[H1][0] == [None, None]

@@ -198,12 +198,13 @@ def test_fault_in_each_role_of_each_method(method, role, fault):
 # FDSKL's default (bounded model, shared protocol with a dealer) on a dataset big enough that training runs
 # well past the fault: the dealer sends its windows without waiting (kernels.shared.DealerWindow) and runs
 # ahead of the parties; a dead party or dealer must still stop everyone, naming the cause.
-FDSKL_SHARED = ["fdskl", "--dataset", "phishing", "--parties", "2", "--epochs", "1000", "--monitor-rows", "0"]
+FDSKL_SHARED = ["fdskl", "--dataset", "phishing", "--parties", "2", "--epochs", "1000", "--monitor-rows", "0",
+                "--f-delay", "1"]       # the pipelined iteration: messages to and from A leave without waiting
 
 
 @needs_dataset("phishing")
-@pytest.mark.parametrize("role", ["active", "coordinator"])
+@pytest.mark.parametrize("role", ["active", "passive", "coordinator"])
 def test_a_killed_party_stops_fdskl_shared_training(role):
-    rank = {"active": 0, "coordinator": 2}[role]
+    rank = {"active": 0, "passive": 1, "coordinator": 2}[role]
     code, err, elapsed, left = run_with_fault(FDSKL_SHARED, signal.SIGKILL, rank, settle=6.0)
     check_party_fault("fdskl", role, signal.SIGKILL, code, err, elapsed, left)

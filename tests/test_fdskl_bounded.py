@@ -126,6 +126,13 @@ def job(fed):
         out["shared_predict_bytes"] = phase_totals(fed, "fdskl/predict")["bytes_sent"] - before
         out["shared"] = {"alpha": est.alpha_, "f": f, "comm": est.comm_, "history": est.history_,
                          "n_iter": est.n_iter_}
+    # The shared protocol with f_delay=1: f from the coefficients before the last step, the iteration pipelined.
+    est = FDSKLClassifier(fed, f_delay=1, **BOUNDED)
+    if data is None:
+        est.fit(None)
+    else:
+        est.fit(data.X_train, data.y_train, columns=data.columns)
+        out["shared_delay1"] = {"alpha": est.alpha_, "comm": est.comm_, "n_iter": est.n_iter_}
     # The shared protocol with Z_2^32 training products (product_bits=32): the precise, larger option.
     est = FDSKLClassifier(fed, product_bits=32, **BOUNDED)
     if data is None:
@@ -184,9 +191,13 @@ def centralised(**kw):
 
 
 def test_bounded_model_federated_equals_centralised(runs):
-    ref, data = centralised(**BOUNDED)
-    assert ref.alpha_.shape == (128,) and ref.n_random_features_ == 128
-    for protocol in ("shared", "paper"):
+    ref_delay0, data = centralised(**BOUNDED)          # the default (f_delay 'auto': 0), the paper's algorithm
+    ref_delay1, _ = centralised(f_delay=1, **BOUNDED)  # the pipelined shared iteration's twin: f_delay 1 at Q = 1 too
+    assert ref_delay1.alpha_.shape == (128,) and ref_delay1.n_random_features_ == 128
+    # The two delays are different models (so the twins below tell them apart): 51% of the norm apart here.
+    assert float((ref_delay1.alpha_ - ref_delay0.alpha_).norm() / ref_delay0.alpha_.norm()) > 0.2
+    for protocol in ("shared", "paper", "shared_delay1"):
+        ref = ref_delay1 if protocol == "shared_delay1" else ref_delay0
         got = runs[0][protocol]
         assert got["alpha"].shape == (128,) and got["n_iter"] == ref.n_iter_ == math.ceil(2 * 427 / 32)
         # 16-bit angles against float features; under shared also the products' fixed point: training's in
@@ -200,6 +211,8 @@ def test_bounded_model_federated_equals_centralised(runs):
         else:
             assert float((a - a_ref).norm() / a_ref.norm()) < 0.04
             torch.testing.assert_close(a, a_ref, rtol=0, atol=0.1 * float(a_ref.abs().max()))
+        if "f" not in got:
+            continue
         f, f_ref = arr(got["f"]), arr(ref.decision_function(data.X_test))
         np.testing.assert_allclose(f, f_ref, rtol=0, atol=2e-2 if protocol == "paper" else 1e-2 * np.abs(f_ref).max())
         assert np.mean(np.sign(f) == np.sign(f_ref)) > 0.97
@@ -222,11 +235,14 @@ def test_bytes_are_linear_in_rows_and_prediction_costs_m_times_d(runs):
     # openings (B words of 2.5 bytes and G of 2, twice: 5 B + 4 G) and 128-bit seeds (32 Q - 16); the dealer's
     # messages of up to DEALER_WINDOW iterations travel together, each window with an 8-byte length to each of
     # its Q recipients (the keeper, the other passive party, the active party).
+    # The same bytes with f pipelined one step behind (f_delay 1) and without (f_delay 0, the default).
     assert TRAIN_BITS == (20, 16)
-    G, T = D, runs[0]["shared"]["n_iter"]
-    shared = runs[0]["shared"]["comm"]["bytes_per_iteration"]
-    windows = (shared - (2 * (Q - 1) * B * D + 5 * B * D + 4 * B * G + 5 * B + 4 * G + 32 * Q - 16)) * T / (8 * Q)
-    assert windows == round(windows) and math.ceil(T / DEALER_WINDOW) <= windows <= T, windows
+    for key in ("shared", "shared_delay1"):
+        G, T = D, runs[0][key]["n_iter"]
+        shared = runs[0][key]["comm"]["bytes_per_iteration"]
+        extra = round(shared * T) - T * (2 * (Q - 1) * B * D + 5 * B * D + 4 * B * G + 5 * B + 4 * G + 32 * Q - 16)
+        windows = extra // (8 * Q)
+        assert extra % (8 * Q) == 0 and math.ceil(T / DEALER_WINDOW) <= windows <= T, (key, extra)
     assert shared <= 3 * got["comm"]["bytes_per_iteration"]        # at most 3x the paper's (here 1.63x)
     # At Q = 2 (the paper: 4 B D) the same formula gives 11 B D + O(B + D): 2.76x at B = 64, D = 1024.
     assert (11 * 64 * 1024 + 5 * 64 + 4 * 1024 + 48) / (4 * 64 * 1024) < 2.8
@@ -256,6 +272,9 @@ def test_compressed_model_predicts_on_its_kept_features_only(runs):
     f_ref, f_full = arr(ref.decision_function(data.X_test)), arr(full.decision_function(data.X_test))
     assert np.mean(np.sign(f_ref) == np.sign(f_full)) > 0.95 and np.corrcoef(f_ref, f_full)[0, 1] > 0.95
     for protocol in ("shared", "paper"):
+        if protocol == "paper":         # its twin trains with f_delay 0 (the paper's algorithm)
+            ref, _ = centralised(**dict(COMPRESSED, f_delay=0))
+            f_ref = arr(ref.decision_function(data.X_test))
         ranks = runs if protocol == "shared" else runs[:3]
         got = runs[0][f"compressed_{protocol}"]
         for r in ranks:                               # one support at every rank, the dealer included
@@ -421,7 +440,7 @@ def _gradient_attack(n, epochs, noisy_labels):
 
     def spy_step(self, t, cols, sums, B):
         seen["sums"].append(sums.clone())
-        seen["alpha"].append(self.alpha.clone())
+        seen["alpha"].append(self.coefficients(t, self.cfg.f_delay).clone())     # the alpha f_t was computed with
         return step(self, t, cols, sums, B)
 
     budget.BatchSampler.next, budget._Optimizer.step = spy_next, spy_step
@@ -488,7 +507,7 @@ def test_paper_star_with_three_passive_parties():
     """Q = 4 (three passive parties exchange pairwise seeds, in an order that cannot deadlock): the
     distillation and the prediction star give the centralised model and send 2 (Q - 1) m D' + 16 * 3 bytes."""
     runs = launch(four_party_paper_job, 4)
-    ref, data = centralised(**FOUR)
+    ref, data = centralised(f_delay=0, **FOUR)              # the paper's algorithm: f after the last step
     got = runs[0]
     torch.testing.assert_close(got["support"], ref.support_)
     torch.testing.assert_close(got["alpha"].double(), ref.alpha_.double(), rtol=0, atol=2e-3)
@@ -510,5 +529,55 @@ def test_32_bit_training_products_match_the_centralised_model_closely_and_cost_t
     G, T = D, got["n_iter"]
     shared = got["comm"]["bytes_per_iteration"]
     assert shared > narrow["comm"]["bytes_per_iteration"]
-    windows = (shared - (2 * (Q - 1) * B * D + 8 * B * (D + G) + 12 * (B + G) + 32 * Q - 16)) * T / (8 * Q)
-    assert windows == round(windows) and math.ceil(T / DEALER_WINDOW) <= windows <= T, (shared, windows)
+    extra = round(shared * T) - T * (2 * (Q - 1) * B * D + 8 * B * (D + G) + 12 * (B + G) + 32 * Q - 16)
+    windows = extra // (8 * Q)
+    assert extra % (8 * Q) == 0 and math.ceil(T / DEALER_WINDOW) <= windows <= T, (shared, extra)
+
+
+PIPE = dict(BOUNDED, log_every=100)
+
+
+def two_party_job(fed):
+    """Q = 2 (the active party, one passive party that keeps every round, the dealer): each delay, and the
+    pipeline under a time budget (which drains it every iteration)."""
+    warnings.simplefilter("ignore")
+    data = bc(fed) if fed.is_data_party else None
+    out = {}
+    for name, kw in (("delay1", dict(f_delay=1)), ("delay0", {}), ("budget", dict(max_time=1e4, f_delay=1))):
+        est = FDSKLClassifier(fed, **dict(PIPE, **kw))
+        before = phase_totals(fed, "fdskl/train")
+        est.fit(None) if data is None else est.fit(data.X_train, data.y_train, columns=data.columns)
+        sent = phase_totals(fed, "fdskl/train")
+        out[name] = {"alpha": est.alpha_, "n_iter": est.n_iter_,
+                     "messages": sent["messages_sent"] - before["messages_sent"],
+                     "bytes": sent["bytes_sent"] - before["bytes_sent"]}
+    return out
+
+
+def test_pipelined_iteration_sends_one_message_each_way_at_two_parties():
+    """f_delay 1 (opt-in): in steady state the active party sends the keeper one message per iteration
+    ([e_g of t - 1, e_f of t]) and the keeper one back ([its shares, the phases of t + 1]); the pipeline drains
+    (one more message each way) at the epoch end and the end, and the keeper opens with a star of its own.
+    f_delay 0 (the default): two messages each way. The same bytes, and each federated model equals its centralised twin."""
+    from vfltorch.kernels.trainer import TRAIN_PHASE
+
+    assert TRAIN_PHASE == "fdskl/train"
+    runs = launch(two_party_job, 2, coordinator=True)
+    T = runs[0]["delay1"]["n_iter"]
+    assert T == math.ceil(2 * 427 / 32) == runs[0]["delay0"]["n_iter"] == runs[0]["budget"]["n_iter"]
+    drains = 2                                              # after the first epoch and at the end
+    assert runs[0]["delay1"]["messages"] == T + drains         # A -> K
+    assert runs[1]["delay1"]["messages"] == T + drains + 1     # K -> A, plus the first round's phases
+    assert runs[0]["delay0"]["messages"] == 2 * T
+    assert runs[1]["delay0"]["messages"] == 2 * T + drains
+    # Under a time budget (a stop flag each iteration) the pipeline drains every iteration.
+    assert runs[0]["budget"]["messages"] >= 2 * T
+    # Bytes: the parties' are the same under both delays (the dealer's differ by its windows' 8-byte lengths).
+    for rank in (0, 1):
+        assert runs[rank]["delay1"]["bytes"] == runs[rank]["delay0"]["bytes"]
+    data = bc(Federation.local())
+    for name, kw in (("delay1", dict(f_delay=1)), ("delay0", {}), ("budget", dict(f_delay=1))):
+        ref = FDSKLClassifier(**dict(PIPE, **kw)).fit(data.X_train, data.y_train)
+        a, a_ref = runs[0][name]["alpha"].double(), ref.alpha_.double()
+        assert float((a - a_ref).norm() / a_ref.norm()) < 0.04, name
+    assert runs[1]["delay1"]["alpha"] is None

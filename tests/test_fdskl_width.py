@@ -104,8 +104,10 @@ def job(fed):
 
 def test_federated_selection_equals_centralised(monkeypatch):
     runs = launch(job, 2, coordinator=True)
-    ref, data = _fit(monkeypatch, GRID)
+    refs = {"shared": _fit(monkeypatch, GRID),
+            "paper": _fit(monkeypatch, GRID, f_delay=0)}       # the paper's algorithm: f after the last step
     for protocol in ("shared", "paper"):
+        ref, data = refs[protocol]
         got = runs[0][protocol]
         # Every rank (the passive party and, under shared, the dealer) trains with the same width.
         assert [r[protocol]["multiplier"] for r in runs if protocol in r] == [ref.sigma_multiplier_] * (

@@ -190,6 +190,33 @@ def recv_words(fed: Federation, src: int, shape, bits: int = 64) -> torch.Tensor
     return unpack_words(fed.recv(src, (wire_bytes(count, bits),), torch.uint8, device="cpu"), shape, bits)
 
 
+def word_bytes(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """``pack_words`` as one flat uint8 tensor (``wire_bytes`` long): a part of a message that carries several."""
+    return pack_words(x.cpu(), bits).reshape(-1).view(torch.uint8)
+
+
+def words_from_bytes(buf: torch.Tensor, shape, bits: int) -> torch.Tensor:
+    """Inverse of ``word_bytes`` (a slice of a message at any byte offset): the words ``unpack_words`` returns."""
+    _check_bits(bits)
+    if bits in (64, 32):
+        if buf.storage_offset() % (bits // 8):
+            buf = buf.clone()
+        return buf.view(_wire_dtype(bits)).reshape(tuple(int(s) for s in shape))
+    return unpack_words(buf, shape, bits)
+
+
+def split_bytes(buf: torch.Tensor, lengths) -> list:
+    """A uint8 message cut into consecutive parts of the given byte lengths (all of it, exactly)."""
+    lengths = [int(n) for n in lengths]
+    if sum(lengths) != buf.numel():
+        raise ValueError(f"a message of {buf.numel()} bytes does not hold parts of {lengths} bytes")
+    parts, at = [], 0
+    for n in lengths:
+        parts.append(buf[at:at + n])
+        at += n
+    return parts
+
+
 def to_wire(x: torch.Tensor, bits: int = 64) -> torch.Tensor:
     """The ring words as they travel: int64, their low 32 bits as int32, or packed (``pack_words``)."""
     return pack_words(x, bits)
@@ -485,13 +512,10 @@ def mul_dealt(fed: Federation, x: torch.Tensor | None, y: torch.Tensor | None, *
     h0, h1 = holders
     if dealt is not None:
         if fed.rank == h0:
-            a, c0 = dealt
-            xe = fp.encode(x.cpu()) if fp is not None else x.cpu().to(_wire_dtype(bits))
-            send_words(fed, xe - a, h1, bits)
-            return c0
+            send_words(fed, dealt_operand(x, dealt, bits, fp), h1, bits)
+            return dealt[1]
         if fed.rank == h1:
-            e = recv_words(fed, h0, shape_x, bits)
-            return _op(kind)(e, _word(y, bits)) + dealt
+            return dealt_share(kind, recv_words(fed, h0, shape_x, bits), y, dealt, bits)
         return None                     # the dealer and other ranks
     if bits != 64:
         raise ValueError("mul_dealt: a narrow ring needs the material of deal_dealt(..., bits=...)")
@@ -524,6 +548,20 @@ def mul_dealt(fed: Federation, x: torch.Tensor | None, y: torch.Tensor | None, *
     c1 = _uniform(_stream_from(fed.recv(dealer, (_SEED_WORDS,), torch.int64, device="cpu")), out_shape)
     e = fed.recv(h0, shape_x, torch.int64, device="cpu")
     return op(e, y.cpu().to(torch.int64)) + c1
+
+
+def dealt_operand(x: torch.Tensor, dealt, bits: int = 64, fp: FixedPoint | None = None) -> torch.Tensor:
+    """h_0's message of a dealt product (``mul_dealt`` with ``dealt=(a, c_0)``): e = x - a, ring words.
+
+    For protocols that carry e inside a message of their own (``word_bytes``); h_0's share is c_0."""
+    a, _ = dealt
+    xe = fp.encode(x.cpu()) if fp is not None else x.cpu().to(_wire_dtype(bits))
+    return xe - a
+
+
+def dealt_share(kind: str, e: torch.Tensor, y: torch.Tensor, c1: torch.Tensor, bits: int = 64) -> torch.Tensor:
+    """h_1's share of a dealt product from h_0's e (``dealt_operand``): op(e, y) + c_1."""
+    return _op(kind)(e, _word(y, bits)) + c1
 
 
 def deal_dealt(fed: Federation, ys, *, holders, dealer: int, kind: str, shapes_x, shapes_y=None, bits=64,

@@ -47,6 +47,36 @@ f on the monitor rows once per epoch. These are linear in the n D unknown
 feature values phi_j(x_i) with coefficients it knows (alpha, L'); training
 stops before the number of such equations reaches half the unknowns
 (``leak_limit``), so they never determine them.
+
+Pipelined iteration (``f_delay``, issue 11: time at Q = 2). Computed as written,
+iteration t is a chain of four sequential messages between A and the keeper K:
+the phases S_t (K -> A), e of f_t (A -> K: needs alpha after step t - 1), K's
+share of f_t (K -> A: A gets L'_t), e of the gradient (A -> K: needs L'_t), and
+every send here is a rendezvous. With ``f_delay=1`` f on batch t is computed from
+the coefficients before step t - 1: with ``adam`` moved on by the step before
+(a_{t-1} + (a_{t-1} - a_{t-2}), a prediction of the missing step: Adam's momentum
+makes consecutive steps nearly equal), with ``dsg`` as they are. Then A's e of
+f_t does not wait for g_{t-1}, and in steady state iteration t is
+
+    A -> K_t (and K_{t-1}):   [e_g of iteration t - 1, e_f of iteration t]
+    each passive party -> A:  [its phases of round t + 1, and the shares it owes:
+                               K_{t-1} of g_{t-1}, K_t of f_t]
+
+(``_Pipeline``; S of round t + 1 depends on no model, so it travels an iteration
+early): one message each way at Q = 2 against four, the same bytes, the same
+values opened to the same roles, and the keeper's and other parties' messages
+are those of ``star_phases`` with bytes appended. The pipeline drains (e_g and
+the keeper's share travel alone, step t is taken at once) where the model must
+be complete next or a stop may follow: the end, the epoch-end monitor, the leak
+limit, and under a time budget every iteration (its stop flag comes first, so
+round t + 1 is not sent ahead). The dealer sends the rounds it has made whenever
+the parties' next round has not gone out, and makes rounds ahead between, so that
+it waits only at the synchronisations. ``f_delay=1`` is the same algorithm at every
+Q, the centralised Q = 1 run included (the federated run equals its twin). It is
+opt-in (``estimator.SHARED_F_DELAY``): it costs accuracy (0.3-0.5 point on
+credit_default against the paper's algorithm; docs/fdskl.md). ``f_delay=0`` (the
+default, and always under ``paper``) keeps the four-message order, with the
+gradient share riding on the next phase message.
 """
 
 from __future__ import annotations
@@ -58,6 +88,7 @@ import warnings
 import torch
 
 from ..comm import Federation, pairwise_tree
+from ..comm.sharing import split_bytes, words_from_bytes
 from .shared import TRAIN_BITS, DealerWindow, DealtPhases, StarProducts, shared_decision_values, star_phases
 from .trainer import (MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, TrainResult, _stop, log_interval,
                       step_marks)
@@ -84,6 +115,9 @@ class _Optimizer:
         self.v = torch.zeros(D, dtype=torch.float64)
         self.mean = torch.zeros(D, dtype=torch.float64)
         self.averaged = 0
+        self.steps = 0                          # steps taken so far
+        self.before = self.alpha.clone()        # alpha before the last step (f_delay 1: a_{k-1} after k steps)
+        self.earlier = self.alpha.clone()       # and before the one before it (a_{k-2})
         self.average_from = (max_iter // 2 if max_iter is not None else math.ceil(per_epoch)) \
             if cfg.solver == "adam" else None
 
@@ -94,9 +128,33 @@ class _Optimizer:
         k = t % (self.D // self.r)
         return torch.arange(k * self.r, (k + 1) * self.r)
 
+    def coefficients(self, t: int, delay: int) -> torch.Tensor:
+        """The coefficients f on batch t is computed with (module docstring, *Pipelined iteration*).
+
+        ``delay`` 0: alpha after steps 0 .. t - 1. ``delay`` 1: alpha after steps 0 .. t - 2, and with
+        ``adam`` moved on by the last of those steps (a_{t-1} + (a_{t-1} - a_{t-2})): Adam's momentum
+        makes consecutive steps nearly equal, so this predicts the missing step t - 1; without it the
+        stale f cost 0.7 point of test accuracy on phishing (each step moves f by about 2 on the logit
+        scale there). ``dsg`` steps one block at a time, so its delayed f is not extrapolated.
+        """
+        want = max(0, t - delay)
+        if self.steps == want:
+            now, last = self.alpha, self.before
+        elif self.steps == want + 1:
+            now, last = self.before, self.earlier
+        else:
+            raise RuntimeError(f"FDSKL: iteration {t} needs the coefficients after {want} steps, "
+                               f"{self.steps} were taken")
+        if delay and self.cfg.solver == "adam":
+            return 2 * now - last           # (1.5x or 2x the last step: no better, 4 seeds, phishing and credit_default)
+        return now
+
     def step(self, t: int, cols: torch.Tensor, sums: torch.Tensor, B: int) -> None:
         """sums[j] = sum_{i in I_t} L'_i phi_j(x_i) for j in cols."""
         cfg = self.cfg
+        self.steps += 1
+        self.earlier, self.before = self.before, self.earlier          # (no copies: a swap, then one copy)
+        self.before.copy_(self.alpha)
         if cfg.solver == "dsg":
             self.alpha *= 1.0 - cfg.gamma * cfg.lam                                  # line 9
             self.alpha[cols] -= cfg.gamma / (B * self.r) * sums                      # line 8, accumulated
@@ -127,6 +185,8 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     ``dealer`` None: the paper's protocol (or Q = 1); otherwise the shared
     protocol with that dealer and its cosine ``table``. ``X`` is this party's
     columns ((n x 0) at the dealer), ``y`` the labels at the active party.
+    ``cfg.f_delay`` 1: f on batch t is computed with the coefficients before step t - 1 (module
+    docstring, *Pipelined iteration*); under the shared protocol the iteration is then pipelined.
     """
     n = X.shape[0]
     r = fmap.block_size
@@ -137,9 +197,11 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     D = fmap.n_features
     blocks = range(fmap.n_blocks)
     sampler = BatchSampler(n, cfg.batch_size, cfg.seed)
+    batch_of = _Batches(sampler)
     B = sampler.batch_size
     max_iter = max(1, math.ceil(cfg.epochs * sampler.per_epoch - 1e-9)) if cfg.epochs is not None else None
     log_every = log_interval(cfg.log_every, max_iter)
+    delay = int(getattr(cfg, "f_delay", 0))
     opt = _Optimizer(cfg, D, r, sampler.per_epoch, max_iter) if active else None
     grad_per_step = D if cfg.solver == "adam" else r
     limit = leak_limit(n, D, B, grad_per_step) if shared else None
@@ -150,19 +212,22 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     mon = _BudgetMonitor(fed, fmap, monitor, dealer, table, cfg.max_elements) if monitor is not None else None
     loop = TrainingLoop(fed, max_iter, log=log, progress=progress)
     window = DealerWindow(fed, dealer) if shared else None
+    pipe = _Pipeline(fed, opt) if shared and delay == 1 else None
     buffered = 0
     window_size = 1         # iterations in the dealer's next window: 1 after each point where it waited, then doubling
-    pending = None          # (products, t, columns) of the step whose gradient sums the keeper's next message carries
+    pending = None          # f_delay 0: (products, t, columns) of the step whose gradient sums the keeper's next message carries
     stopped_by_leak = False
-    prepared = prod = None
+    rounds = {}             # t -> StarProducts of round t, made ahead (the pipeline; the dealer before a synchronisation)
+    bits = TRAIN_BITS if cfg.product_bits == 20 else (32, 32)
+    # The pipelined dealer's last round (None: it depends on the time budget) and the last round it has sent.
+    last_round = None
+    if max_iter is not None and cfg.max_time is None:
+        last_round = min(max_iter, limit if limit is not None else max_iter) - 1
+    sent_until = -1
 
-    def shared_round(t_round, Xb):
-        carry = None
-        if pending is not None:     # last step's keeper appends its share of the gradient sums
-            carry = dict(carry_from=pending[0].keeper, carry_len=len(pending[0].grad_cols),
-                         carry=pending[0].carry if fed.rank == pending[0].keeper else None)
-        out = _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t_round, cfg.solver, r, D, window, carry,
-                            bits=TRAIN_BITS if cfg.product_bits == 20 else (32, 32))
+    def shared_round(t_round, carry=None):
+        out = _shared_round(fed, fmap, X[batch_of(t_round).to(X.device)], blocks, dealer, table, B, t_round,
+                            cfg.solver, r, D, window, carry, bits=bits)
         out.t = t_round
         return out
 
@@ -177,37 +242,55 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                 break
             if cfg.max_time is not None and _stop(fed, control_tree, loop.train_seconds >= cfg.max_time):
                 break
-            if prepared is not None:        # the dealer's round t, computed before the last synchronisation
-                batch, prod = prepared
-                prepared = None
-            else:
-                batch = sampler.next()
-            Xb = X[batch.to(X.device)]
+            batch = batch_of(t)
+            batch_of.forget(t)
             cols = opt.columns(t) if active else None
-            if shared:
-                if prod is None or prod.t != t:
-                    prod = shared_round(t, Xb)
+            final1, epoch_end1 = step_marks(t + 1, max_iter, sampler.per_epoch)
+            last = final1 or (limit is not None and t + 1 >= limit)     # no iteration t + 1
+            if pipe is not None:
+                # Round t + 1 rides on this iteration's messages when it certainly runs (not under a time budget,
+                # whose stop flag comes first); step t is taken within this iteration where the model must be
+                # complete next (the end, the epoch-end monitor) or a stop may follow.
+                ahead = not last and cfg.max_time is None
+                drain = last or epoch_end1 or cfg.max_time is not None
+                prod = rounds.pop(t, None) or shared_round(t)
+
+                def make_next(carry, t_next=t + 1):
+                    if t_next not in rounds:            # (the dealer may have made it already: below)
+                        rounds[t_next] = shared_round(t_next, carry)
+                    return rounds[t_next]
+                f_batch = pipe.forward(t, prod, make_next if ahead else None)
+            elif shared:
+                prod = rounds.pop(t, None)
+                if prod is None:
+                    carry = None
+                    if pending is not None:     # last step's keeper appends its share of the gradient sums
+                        k_last = pending[0].keeper
+                        carry = (dict(carry_bytes={k_last: 2 * len(pending[0].grad_cols)}) if active else
+                                 dict(carry=pending[0].carry.view(torch.uint8)) if fed.rank == k_last else None)
+                    prod = shared_round(t, carry)
                 if pending is not None:
                     if active:
-                        last, t_last, cols_last = pending
-                        opt.step(t_last, cols_last, last.finish_gradient(prod.phases_carry), B)
+                        done, t_last, cols_last = pending
+                        words = words_from_bytes(prod.phases_carry[done.keeper], (len(done.grad_cols),), 16)
+                        opt.step(t_last, cols_last, done.finish_gradient(words), B)
                     pending = None
                 f_batch = prod.forward(opt.alpha if active else None)
             else:
-                phi = fmap.features(Xb, blocks)                     # Algorithm 3: B rows, all D features
-                f_batch = phi.to(torch.float64).cpu() @ opt.alpha if active else None
+                phi = fmap.features(X[batch.to(X.device)], blocks)  # Algorithm 3: B rows, all D features
+                f_batch = phi.to(torch.float64).cpu() @ opt.coefficients(t, delay) if active else None
             d_loss = None
             if active:
                 y_batch = y[batch]
                 d_loss = cfg.loss.derivative(f_batch, y_batch)
                 loop.add_loss(float(cfg.loss.value(f_batch, y_batch).mean()))
-            if shared:
+            if pipe is not None:
+                pipe.gradient(t, prod, cols, d_loss, B, drain)
+            elif shared:
                 # The keeper's share of the gradient sums rides on its next phase message (one message fewer
                 # per iteration); A takes the step then, before it needs alpha. Where no phase message
                 # follows (the end, a stop check, the epoch-end monitor) the share travels alone.
-                final, epoch_end = step_marks(t + 1, max_iter, sampler.per_epoch)
-                if (final or epoch_end or cfg.max_time is not None or (limit is not None and t + 1 >= limit)
-                        or prod.bits[1] != 16):
+                if (last or epoch_end1 or cfg.max_time is not None or prod.bits[1] != 16):
                     sums = prod.gradient(d_loss)
                     if active:
                         opt.step(t, cols, sums, B)
@@ -218,28 +301,41 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                 if active:
                     sums = phi[:, cols.to(phi.device)].to(torch.float64).cpu().T @ d_loss
                     opt.step(t, cols, sums, B)
-            if shared:
+            if pipe is not None and last_round is not None:
+                # The pipelined dealer: every round up to the last certainly runs (no time budget), and the parties
+                # take round t + 1 in iteration t. So it sends what it has made whenever round t + 1 has not gone
+                # out yet (a window then always starts at the round the parties take next, and every window sent
+                # before a synchronisation has been read before it), and makes rounds ahead up to DEALER_WINDOW
+                # (2, 4, 6 ... at the start) after each send, while the parties work: it waits for nothing but
+                # the synchronisations, and the parties wait for its work only at the start.
+                if fed.rank == dealer:
+                    if not last and sent_until < t + 1:
+                        with fed.phase(f"{fed.current_phase}/deal"):
+                            window.flush()
+                        sent_until = max(rounds)
+                    horizon = min(t + min(DEALER_WINDOW, t + 2), last_round)
+                    for t_ahead in range(max(rounds, default=t) + 1, horizon + 1):
+                        rounds[t_ahead] = shared_round(t_ahead)
+            elif shared:
                 # The dealer runs up to DEALER_WINDOW iterations ahead; it flushes before it next has to act in
                 # step with the others (a log point or the monitor, the time-budget flag, a stop). After such a
                 # point the parties wait for its next window, so that window is one iteration, the next two,
                 # then four ... up to DEALER_WINDOW: the wait is one iteration of the dealer's work, not a window.
+                # In the pipeline its round t + 1 was made above and goes out in this flush.
                 buffered += 1
-                final, epoch_end = step_marks(t + 1, max_iter, sampler.per_epoch)
-                sync = ((t + 1) % log_every == 0 or final or epoch_end or cfg.max_time is not None
-                        or (limit is not None and t + 1 >= limit))
+                sync = (t + 1) % log_every == 0 or final1 or epoch_end1 or cfg.max_time is not None or last
                 if buffered >= window_size or sync:
                     with fed.phase(f"{fed.current_phase}/deal"):
                         window.flush()
                     buffered = 0
                     window_size = 1 if sync else min(2 * window_size, DEALER_WINDOW)
-                    if sync and fed.rank == dealer and not final and not (limit is not None and t + 1 >= limit):
+                    if sync and fed.rank == dealer and not last and t + 1 not in rounds:
                         # The dealer receives nothing during training: it computes round t + 1 now and sends it
                         # right after the synchronisation (a log point, the monitor, the time-budget flag), so
                         # the parties do not wait there for its work. Its messages keep their order: what it
                         # sends in between goes out first (the window is flushed above). If the time budget
                         # stops training instead, the round's seeds are never sent.
-                        b_next = sampler.next()
-                        prepared = (b_next, shared_round(t + 1, X[b_next.to(X.device)]))
+                        rounds[t + 1] = shared_round(t + 1)
         loop.tick(started)
         t += 1
         final, epoch_end = step_marks(t, max_iter, sampler.per_epoch)
@@ -249,6 +345,8 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             with fed.phase(MONITOR_PHASE):
                 f_mon = use_mon.values(opt.model if opt is not None else None) if use_mon is not None else None
             loop.log_point(t, D, f_mon, use_mon, cfg, log, control_tree)
+    if pipe is not None:
+        pipe.close()
     if window is not None:
         window.drain()                  # the dealer's last window sends (shared.DealerWindow)
     loop.close()
@@ -258,6 +356,144 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                       f"n x D it could solve for. Raise n_components or the batch size, or train fewer epochs.",
                       RuntimeWarning, stacklevel=2)
     return loop.result(opt.model.to(X.dtype) if active else None, t)
+
+
+class _Batches:
+    """The public mini-batches by iteration, drawn in order from the sampler (a round can be made ahead)."""
+
+    def __init__(self, sampler: BatchSampler):
+        self.sampler, self.drawn, self.next_t = sampler, {}, 0
+
+    def __call__(self, t: int) -> torch.Tensor:
+        while self.next_t <= t:
+            self.drawn[self.next_t] = self.sampler.next()
+            self.next_t += 1
+        return self.drawn[t]
+
+    def forget(self, t: int) -> None:
+        for k in [k for k in self.drawn if k < t]:
+            del self.drawn[k]
+
+
+class _Pipeline:
+    """The shared iteration with f one step behind (``f_delay=1``): one message each way per iteration at Q = 2.
+
+    Iteration t: A sends the keeper K_t e_f of f_t (computed with the coefficients before step t - 1, so it
+    does not wait for g_{t-1}) together with the pending e_g of iteration t - 1 (to K_{t-1}: one message when
+    that is K_t); every passive party answers with one message that carries its phases of round t + 1 (the
+    star, ``star_phases``) and the shares it owes (K_{t-1}: of g_{t-1}, K_t: of f_t). A opens g_{t-1} (step
+    t - 1) and f_t, and builds e_g of iteration t, which waits for the next iteration's message. Where the
+    pipeline drains (``drain``: the end, the epoch-end monitor, a stop check) e_g and the keeper's share travel
+    alone and step t is taken at once; where round t + 1 may not run (``forward(ahead=None)``) the shares
+    travel without phases and the next iteration starts with a star of its own. The same values, bytes and
+    openings as ``f_delay=0``; only the order of the messages changes.
+    """
+
+    def __init__(self, fed: Federation, opt):
+        self.fed, self.opt = fed, opt
+        self.pending = None         # (products, t, columns, A's e_g bytes or None) of the step not yet taken
+        self.sent = None            # a passive party's last message to A, sent without waiting (close waits)
+
+    def close(self) -> None:
+        """Wait for this passive party's last message to A (a dead A raises ``PartyFailure`` here)."""
+        sent, self.sent = self.sent, None
+        if sent is not None:
+            sent.wait()
+
+    def _owed(self, prod) -> list:
+        """(products, k) whose operand each passive party receives from A this iteration, in message order."""
+        out = []
+        if self.pending is not None:
+            out.append((self.pending[0], 1))
+        out.append((prod, 0))
+        return out
+
+    def forward(self, t: int, prod, ahead):
+        """f_t at A (None elsewhere); takes step t - 1 at A. ``ahead(carry)`` makes round t + 1 with ``carry``."""
+        fed = self.fed
+        owed = self._owed(prod)
+        sends = []
+        with fed.phase(f"{fed.current_phase}/products"):
+            if fed.is_active:
+                e_f = prod.operand(0, self.opt.coefficients(t, 1))
+                parts = {}
+                for p, k in owed:
+                    parts.setdefault(p.keeper, []).append(self.pending[3] if k == 1 else e_f)
+                sends = [fed.send_nowait(torch.cat(v), q) for q, v in parts.items()]
+                expect = {}
+                for p, k in owed:
+                    expect[p.keeper] = expect.get(p.keeper, 0) + p.share_bytes(k)
+        mine = [(p, k) for p, k in owed if p.keeper == fed.rank]
+
+        def reply():
+            """At a passive party: its shares, from the operands A sent it (None when it is owed nothing).
+
+            Called once its phases of round t + 1 are ready: its last message to A (sent without waiting, so
+            that it computed these phases meanwhile) is waited for first; at most one is in flight."""
+            self.close()
+            if not mine:
+                return None
+            with fed.phase(f"{fed.current_phase}/products"):
+                lengths = [p.operand_bytes(k) for p, k in mine]
+                buf = fed.recv(fed.active, (sum(lengths),), torch.uint8, device="cpu")
+                return torch.cat([p.share(k, e) for (p, k), e in zip(mine, split_bytes(buf, lengths))])
+
+        got = None
+        if ahead is not None:           # the shares ride on round t + 1's phase messages
+            if fed.is_active:
+                got = ahead(dict(carry_bytes=expect)).phases_carry
+            elif fed.rank in fed.parties:
+                self.sent = ahead(dict(carry=reply, nowait=True)).phases_sent
+            else:
+                ahead(None)
+        else:
+            with fed.phase(f"{fed.current_phase}/products"):
+                if fed.is_active:
+                    got = {q: fed.recv(q, (expect[q],), torch.uint8, device="cpu")
+                           for q in fed.parties if q in expect}
+                elif fed.rank in fed.parties:
+                    out = reply()
+                    if out is not None:
+                        fed.send(out, fed.active)
+                    self.close()
+        if not fed.is_active:
+            self.pending = None
+            return None
+        return self._open(owed, sends, got)
+
+    def _open(self, owed, sends, got):
+        for s in sends:
+            s.wait()
+        at = {}
+        values = {}
+        for p, k in owed:
+            buf = got[p.keeper]
+            start = at.get(p.keeper, 0)
+            at[p.keeper] = start + p.share_bytes(k)
+            values[k] = p.open(k, buf[start:at[p.keeper]])
+        if self.pending is not None:
+            done, t_last, cols_last, _ = self.pending
+            self.opt.step(t_last, cols_last, values[1], done.m)
+            self.pending = None
+        return values[0]
+
+    def gradient(self, t: int, prod, cols, d_loss, B: int, drain: bool) -> None:
+        """Step t's gradient operand: sent now and the step taken (``drain``), or kept for the next message."""
+        fed = self.fed
+        e_g = prod.operand(1, d_loss) if fed.is_active else None
+        if not drain:
+            self.pending = (prod, t, cols, e_g)
+            return
+        with fed.phase(f"{fed.current_phase}/products"):
+            if fed.is_active:
+                fed.send(e_g, prod.keeper)
+                sums = prod.open(1, fed.recv(prod.keeper, (prod.share_bytes(1),), torch.uint8, device="cpu"))
+                self.opt.step(t, cols, sums, B)
+            elif fed.rank == prod.keeper:
+                e = fed.recv(fed.active, (prod.operand_bytes(1),), torch.uint8, device="cpu")
+                fed.send(prod.share(1, e), fed.active)
+        self.close()            # A has had every message this party sent: before a monitor or the end
+        self.pending = None
 
 
 def _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D, window=None, carry=None,
@@ -280,7 +516,7 @@ def _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D, wind
     else:
         ph = star_phases(fmap, Xb, blocks, dealer, keeper, dealer_io=window, **(carry or {}))  # beta at K / D
         prod = StarProducts(fed, ph, table, dealer, B, grad_cols=grad_cols, bits=bits, dealer_io=window)
-    prod.phases_carry = ph.carry
+    prod.phases_carry, prod.phases_sent = ph.carry, ph.sent
     return prod
 
 

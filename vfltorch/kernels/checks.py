@@ -38,6 +38,15 @@ def check_hyperparameters(est) -> None:
     if bits not in (20, 32) or isinstance(bits, bool):
         raise VFLInputError(f"product_bits must be 20 (f in Z_2^20 and the gradient sums in Z_2^16: fewer bytes, "
                             f"reproducible to about 3% of alpha) or 32 (both in Z_2^32: about 0.1%), got {bits!r}")
+    f_delay = getattr(est, "f_delay", "auto")
+    if not ((isinstance(f_delay, str) and f_delay == "auto")
+            or (isinstance(f_delay, (int, np.integer)) and not isinstance(f_delay, bool) and f_delay in (0, 1))):
+        raise VFLInputError(f"f_delay must be 'auto' (estimator.SHARED_F_DELAY under the shared protocol's bounded model, now 0), 0 (f from "
+                            f"the coefficients after the last step: the paper's algorithm) or 1 (before it: the "
+                            f"shared iteration is pipelined, one message each way at Q = 2); got {f_delay!r}")
+    if f_delay == 1 and getattr(est, "n_components", 1) is None:
+        raise VFLInputError("f_delay=1 applies to the bounded model; the growing model (n_components=None) has "
+                            "f_delay 0")
     n_components = getattr(est, "n_components", None)
     if n_components is not None and not (isinstance(n_components, (int, np.integer))
                                          and not isinstance(n_components, bool) and n_components >= 1):

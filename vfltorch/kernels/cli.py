@@ -113,6 +113,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "Z_2^20 and the gradient sums in Z_2^16, packed (at most 3x the paper's bytes at every Q; "
                         "two runs agree to about 3%% of alpha); 32: both in Z_2^32 (about 0.1%%; 4.5x the paper's "
                         "bytes at Q = 2)")
+    g.add_argument("--f-delay", choices=["auto", "0", "1"], default="auto",
+                   help="bounded model: f on batch t from the coefficients before step t - 1 (1) or after it (0: "
+                        "the paper's algorithm; auto, the default). 1 under the shared protocol runs an iteration "
+                        "as one message each way at Q = 2 (the same bytes and openings, about 20%% less time) "
+                        "at a cost in accuracy (0.3-0.5 point on credit_default; docs/fdskl.md)")
     g.add_argument("--compress-epochs", type=float, default=1.0, help="passes of the distillation (default 1)")
     g.add_argument("--solver", choices=["adam", "dsg"], default="adam",
                    help="bounded model: 'adam' (default: Adam steps on all D coefficients, step decayed as "
@@ -184,7 +189,8 @@ def _estimator(fed, args, task: str):
                      n_components=args.n_components, solver=args.solver,
                      sigma_grid=tuple(getattr(args, "sigma_grid", None) or (1.0,)), compress_to=args.compress_to,
                      compress_epochs=args.compress_epochs, product_bits=args.product_bits,
-                     compress_support=args.compress_support, predict_bits=args.predict_bits)
+                     compress_support=args.compress_support, predict_bits=args.predict_bits,
+                     f_delay=args.f_delay if args.f_delay == "auto" else int(args.f_delay))
 
 
 def check(args, info: dict) -> None:

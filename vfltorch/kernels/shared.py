@@ -77,7 +77,8 @@ import warnings
 import torch
 
 from ..comm import Federation, MaskStream, broadcast, masked_sum, pairwise_tree
-from ..comm.sharing import deal_dealt, fresh_seed, from_ring, mul_dealt, open_shares, rowdot_scales
+from ..comm.sharing import (deal_dealt, dealt_operand, dealt_share, fresh_seed, from_ring, mul_dealt, open_shares,
+                             rowdot_scales, split_bytes, wire_bytes, word_bytes, words_from_bytes)
 from .circle import Circle, KeptPhases
 from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, log_interval, step_marks
 
@@ -310,7 +311,7 @@ REAL_PAIRS32 = REAL_PAIRS.to(torch.float32)      # A's [cos S, sin S]: 24 bits, 
 
 
 def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, dealer_io=None, carry=None,
-                carry_from: int | None = None, carry_len: int = 0, *,
+                carry_bytes: dict | None = None, nowait: bool = False, *,
                 features: torch.Tensor | None = None) -> DealtPhases:
     """Algorithm 3 with a dealt mask and one keeper K for all features of ``blocks``: a star into A.
 
@@ -325,16 +326,20 @@ def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, dealer_
     already hides the total, so no second tree is needed.
     SPMD over the parties and the dealer (which passes an (m x 0) ``X``). ``dealer_io``: what
     carries the dealer's seeds (default the federation; training passes a ``DealerWindow``).
-    ``carry``: ``carry_len`` int16 words that passive party ``carry_from`` appends to its message
-    (training: the previous iteration's keeper's share of the gradient sums, one message fewer);
-    A finds them in ``ph.carry``. ``features``: an explicit (public) list of feature indices instead
+    ``carry`` (at a passive party): bytes (uint8) it appends to its message, or a callable that returns
+    them, called once its phases are ready (what it appends may wait on a message it receives first);
+    ``carry_bytes`` (at A): {passive party: the length of what it appends}; A finds the bytes in
+    ``ph.carry`` ({party: uint8}). Training uses it for product shares that ride on a phase message
+    (one message fewer each: ``budget.py``). ``nowait`` (a passive party): its message leaves without
+    waiting for A (``Federation.send_nowait``); the handle is ``ph.sent``, to be waited by the caller.
+    ``features``: an explicit (public) list of feature indices instead
     of the features of ``blocks`` (a compressed model's kept features, ``compress.py``).
     """
     fed = fmap.fed
     io = fed if dealer_io is None else dealer_io
     blocks = list(blocks) if features is None else []
     m = X.shape[0]
-    feats = _feature_index(fmap, blocks) if features is None else features.to(fmap.omega.device)
+    feats, W = _star_columns(fmap, blocks, features)
     shape = (m, len(feats))
     passive = [p for p in fed.parties if p != fed.active]
     others = [p for p in passive if p != keeper]
@@ -350,32 +355,70 @@ def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, dealer_
         elif fed.rank == keeper:
             msg = io.recv(dealer, (2 * (2 + len(others)),), torch.int64, device="cpu")
             beta, product_seed = _masks(msg[:2], shape), msg[-2:]
-            own_mask = beta + _phase_words(fmap, blocks, features)
+            own_mask = beta + _star_words(fmap, blocks, features)
             for k in range(len(others)):
                 own_mask = own_mask - _masks(msg[2 + 2 * k:4 + 2 * k], shape)
         elif fed.rank in others:
             own_mask = _masks(io.recv(dealer, (2,), torch.int64, device="cpu"), shape)
-    S = got = None
+    S = got = sent = None
     if fed.rank in fed.parties:
-        part = CIRCLE.encode(X @ fmap.omega[:, feats]).cpu()
+        part = CIRCLE.encode(X @ W).cpu()
         with fed.phase(f"{fed.current_phase}/star-sum"):
             if fed.is_active:
-                S = part
+                S, got = part, {}
+                words = shape[0] * shape[1]
                 for p in passive:
-                    if p == carry_from:
-                        msg = fed.recv(p, (shape[0] * shape[1] + carry_len,), CIRCLE.dtype, device="cpu")
-                        S = S + msg[:shape[0] * shape[1]].reshape(shape)
-                        got = msg[shape[0] * shape[1]:]
+                    extra = int((carry_bytes or {}).get(p, 0))
+                    if extra:
+                        msg = fed.recv(p, (words * part.element_size() + extra,), torch.uint8, device="cpu")
+                        phases, got[p] = split_bytes(msg, [words * part.element_size(), extra])
+                        S = S + phases.view(CIRCLE.dtype).reshape(shape)
                     else:
                         S = S + fed.recv(p, shape, CIRCLE.dtype, device="cpu")
-            elif fed.rank == carry_from:
-                fed.send(torch.cat([(part + own_mask).reshape(-1), carry.to(CIRCLE.dtype).reshape(-1)]), fed.active)
             else:
-                fed.send(part + own_mask, fed.active)
+                masked = part + own_mask
+                extra = carry() if callable(carry) else carry
+                if extra is not None and extra.numel():
+                    masked = torch.cat([masked.reshape(-1).view(torch.uint8), extra.reshape(-1)])
+                if nowait:
+                    sent = fed.send_nowait(masked, fed.active)
+                else:
+                    fed.send(masked, fed.active)
     ph = DealtPhases(S, [(keeper, torch.arange(len(feats)), beta)])
     ph.carry = got
+    ph.sent = sent
     ph.product_seed = product_seed      # keeper and dealer: the seed of the keeper's product shares (StarProducts)
     return ph
+
+
+def _star_key(fmap, blocks, features):
+    return None if features is not None else (tuple(blocks), fmap.n_features)
+
+
+def _star_columns(fmap, blocks, features):
+    """(feature indices, this party's columns of W for them): built once per set of blocks (training asks for
+    all D features every iteration: 0.5 ms at each party saved per iteration), the explicit ``features``
+    (a compressed model's) each time."""
+    key = _star_key(fmap, blocks, features)
+    cached = getattr(fmap, "_star_cache", None)
+    if key is not None and cached is not None and cached[0] == key:
+        return cached[1], cached[2]
+    feats = _feature_index(fmap, blocks) if features is None else features.to(fmap.omega.device)
+    W = fmap.omega[:, feats]
+    if key is not None:
+        fmap._star_cache = (key, feats, W, None)
+    return feats, W
+
+
+def _star_words(fmap, blocks, features) -> torch.Tensor:
+    """b_j of the star's features (``_phase_words``), kept with the columns of ``_star_columns``."""
+    key = _star_key(fmap, blocks, features)
+    cached = getattr(fmap, "_star_cache", None)
+    if key is None or cached is None or cached[0] != key:
+        return _phase_words(fmap, blocks, features)
+    if cached[3] is None:
+        fmap._star_cache = cached[:3] + (_phase_words(fmap, blocks, features),)
+    return fmap._star_cache[3]
 
 
 def _phase_words(fmap, blocks, features) -> torch.Tensor:
@@ -408,7 +451,9 @@ class StarProducts:
     ``gradient``: g_j = sum_i w_i phi_j(x_i) for A's row weights w, over the features ``grad_cols``.
     The dealer's material for both travels in one message to A before any data message
     (``deal_dealt``; K's seed came with its phase seeds, ``star_phases``); each product is then one message
-    A -> K (e, w-bit words) and one K -> A (K's share, w-bit words).
+    A -> K (e, w-bit words) and one K -> A (K's share, w-bit words). ``operand`` / ``share`` / ``open`` are
+    the same products in split form, for a caller that carries e and the share inside messages of its own
+    (the pipelined training iteration, ``budget._Pipeline``: the same values and bytes, fewer messages).
     """
 
     def __init__(self, fed: Federation, ph: DealtPhases, table, dealer: int, m: int, *, classes: int | None = None,
@@ -422,6 +467,7 @@ class StarProducts:
         self.S = ph.S
         self.pairs = None
         self.pending = None             # a deferred gradient opening: (this holder's share, A's row scales)
+        self.scales = {}                # A's row scales of the products whose operand went out (operand / open)
         lead = () if classes is None else (classes,)
         shapes = [lead + (m, 2 * self.D)]
         self.bits = [int(bits[0])] + ([int(bits[1])] if grad_cols is not None else [])
@@ -486,19 +532,63 @@ class StarProducts:
             v = open_shares(fed, z, holders=self.holders, to=fed.active, shape=out_shape, bits=self.bits[k])
         return None if v is None else self._decode(k, v, scales)
 
+    def _forward_x(self, coef: torch.Tensor) -> torch.Tensor:
+        """A's real operand of f: [c_j cos S_ij, c_j sin S_ij] interleaved per row (m x 2D, or classes x m x 2D)."""
+        c = _finite(SQRT2 * coef.to(torch.float32).cpu())
+        cs = self._cos_sin_S()
+        if self.classes is None:
+            return cs * c.repeat_interleave(2)
+        return cs.unsqueeze(0) * c.T.repeat_interleave(2, dim=1).unsqueeze(1)
+
+    def _gradient_x(self, weights: torch.Tensor) -> torch.Tensor:
+        """A's real operand of the gradient sums: x[j] = [w_i cos S_ij, w_i sin S_ij] over the rows i."""
+        w = _finite(SQRT2 * weights.to(torch.float32).cpu())
+        # the per-column layout of _pairs_by_column, written by the multiplication itself (no transposed copy)
+        cs = self._cos_sin_S().view(self.m, self.D, 2)
+        if not self._all(self.grad_cols):
+            cs = cs[:, self.grad_cols]
+        x = torch.empty(cs.shape[1], self.m, 2, dtype=cs.dtype)
+        torch.mul(cs.transpose(0, 1), w.view(1, self.m, 1), out=x)
+        return x.view(cs.shape[1], 2 * self.m)
+
     def forward(self, coef: torch.Tensor | None) -> torch.Tensor | None:
         """f at A: (m,) for coefficients (D,), (m x classes) for (D x classes); None elsewhere."""
-        x = None
-        if self.fed.is_active:
-            c = _finite(SQRT2 * coef.to(torch.float32).cpu())
-            cs = self._cos_sin_S()
-            if self.classes is None:
-                x = cs * c.repeat_interleave(2)
-            else:
-                x = cs.unsqueeze(0) * c.T.repeat_interleave(2, dim=1).unsqueeze(1)
+        x = self._forward_x(coef) if self.fed.is_active else None
         out_shape = (self.m,) if self.classes is None else (self.classes, self.m)
         f = self._product(0, x, out_shape)
         return f if f is None or self.classes is None else f.T
+
+    # Split form of the two products, for a caller that carries e and the keeper's share inside messages of its
+    # own (budget.py's pipelined iteration): the same values as forward / gradient, the same bytes.
+    def operand_bytes(self, k: int) -> int:
+        """Length of A's masked operand e of product k (0: f, 1: the gradient sums) on the wire."""
+        return wire_bytes(int(math.prod(self.shapes[k])), self.bits[k])
+
+    def share_bytes(self, k: int) -> int:
+        """Length of the keeper's share of product k on the wire."""
+        count = (self.m * (self.classes or 1)) if k == 0 else len(self.grad_cols)
+        return wire_bytes(count, self.bits[k])
+
+    def operand(self, k: int, value: torch.Tensor) -> torch.Tensor:
+        """At A: e = x - a of product k as bytes, for coefficients (k = 0) or row weights (k = 1) ``value``."""
+        x = self._forward_x(value) if k == 0 else self._gradient_x(value)
+        scales = rowdot_scales(x, self.bits[k], self.fbits[k])     # no wrap: the bound in _multiply
+        xe = x.mul_(scales.unsqueeze(-1).to(x.dtype)).round_().to(torch.int32)
+        self.scales[k] = scales
+        return word_bytes(dealt_operand(xe, self.dealt[k], self.bits[k]), self.bits[k])
+
+    def share(self, k: int, e: torch.Tensor) -> torch.Tensor:
+        """At the keeper: its share of product k, as bytes, from A's e (bytes)."""
+        e = words_from_bytes(e, self.shapes[k], self.bits[k])
+        z = dealt_share("rowdot", e, self.ys[k], self.dealt[k], self.bits[k])
+        return word_bytes(z, self.bits[k])
+
+    def open(self, k: int, share: torch.Tensor) -> torch.Tensor:
+        """At A: product k's values (f: (m,) or (m x classes); the gradient sums) from the keeper's share."""
+        shape = self.dealt[k][1].shape
+        total = self.dealt[k][1].to(torch.int64) + words_from_bytes(share, shape, self.bits[k]).to(torch.int64)
+        v = self._decode(k, from_ring(total, self.bits[k]), self.scales.pop(k))
+        return v if k == 1 or self.classes is None else v.T
 
     def gradient(self, weights: torch.Tensor | None, defer: bool = False) -> torch.Tensor | None:
         """g_j = sum_i weights_i phi_j(x_i) for j in ``grad_cols``, at A; None elsewhere.
@@ -507,17 +597,7 @@ class StarProducts:
         its next phase message, ``star_phases(carry=...)``) and A keeps its own; A then gets the sums
         from ``finish_gradient(words)``, or both call ``flush_gradient()`` (one message, as without defer).
         """
-        x = None
-        if self.fed.is_active:
-            w = _finite(SQRT2 * weights.to(torch.float32).cpu())
-            # x[j] = [w_i cos S_ij, w_i sin S_ij] over the rows i: the per-column layout of _pairs_by_column,
-            # written by the multiplication itself (no transposed copy first)
-            cs = self._cos_sin_S().view(self.m, self.D, 2)
-            if not self._all(self.grad_cols):
-                cs = cs[:, self.grad_cols]
-            x = torch.empty(cs.shape[1], self.m, 2, dtype=cs.dtype)
-            torch.mul(cs.transpose(0, 1), w.view(1, self.m, 1), out=x)
-            x = x.view(cs.shape[1], 2 * self.m)
+        x = self._gradient_x(weights) if self.fed.is_active else None
         if not defer:
             return self._product(1, x, (len(self.grad_cols),))
         if self.bits[1] != 16:

@@ -86,6 +86,9 @@ class DSGConfig:
     # Shared bounded model's training products (shared.TRAIN_BITS): 20 -> f in Z_2^20 and the gradient sums in
     # Z_2^16 (fewer bytes; reproducible to about 3% of alpha); 32 -> both in Z_2^32 (about 0.1%).
     product_bits: int = 20
+    # Bounded model: f on batch t from the coefficients after steps 0 .. t - 1 - f_delay (budget.py). 1 lets the
+    # shared protocol pipeline its iteration (one message each way at Q = 2); 0 is the paper's algorithm.
+    f_delay: int = 0
 
 
 @dataclass
