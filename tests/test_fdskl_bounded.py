@@ -33,7 +33,8 @@ BOUNDED = dict(batch_size=32, epochs=2, random_state=3, n_components=128, featur
 # Prune to the 48 of the 128 features with the largest |alpha| (the label-dependent support, kept selectable; the
 # default public support has tests/test_fdskl_compress.py) and refit by one epoch.
 COMPRESSED = dict(BOUNDED, compress_to=48, product_bits=32, compress_support="alpha")
-WINE = dict(batch_size=16, epochs=4, random_state=1, n_components=128, features_per_step=16, product_bits=32)
+WINE = dict(batch_size=16, epochs=4, random_state=1, n_components=128, features_per_step=16, product_bits=32,
+            predict_bits=32)   # the twin compares decision values: training and prediction both in Z_2^32
 WINE_COLUMNS = [range(0, 5), range(5, 9), range(9, 13)]
 
 
