@@ -82,7 +82,14 @@ def fdskl(Xtr, ytr, Xte, yte, **kw) -> dict:
     return {"accuracy": accuracy(est.decision_function(Xte.astype(np.float32)), yte), "seconds": seconds,
             "train_seconds": est.train_seconds_, "features": est.n_random_features_, "iterations": est.n_iter_,
             "sigma_multiplier": getattr(est, "sigma_multiplier_", 1.0),
-            "selection_seconds": getattr(est, "selection_seconds_", 0.0)}
+            "selection_seconds": getattr(est, "selection_seconds_", 0.0),
+            "compress": _compress_record(est)}
+
+
+def _compress_record(est) -> dict | None:
+    """The default compression's outcome (compress_to='if-faithful'): student or teacher, features, check figures."""
+    c = getattr(est, "compress_", None)
+    return None if c is None else {k: v for k, v in c.items() if k != "refit_bytes_sent"}
 
 
 def svc(Xtr, ytr, Xte, yte, max_rows: int, seed: int = 0) -> dict:
@@ -169,7 +176,7 @@ def federated_job(fed, name):
     return {"accuracy": accuracy(f, np.asarray(yte)), "fit_seconds": fit_seconds,
             "train_seconds": est.train_seconds_, "selection_seconds": est.selection_seconds_,
             "sigma_multiplier": est.sigma_multiplier_, "iterations": est.n_iter_,
-            "bytes": est.comm_["train_bytes_sent_total"]}
+            "bytes": est.comm_["train_bytes_sent_total"], "compress": _compress_record(est)}
 
 
 def main(argv=None) -> int:
