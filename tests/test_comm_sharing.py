@@ -298,3 +298,39 @@ def test_narrow_dealt_products_open_exactly():
         assert torch.equal(out[i], (x.long() * ys[i].long()).sum(-1))
         assert torch.equal(split[i], out[i])
     assert res[H1][0] == [None, None]
+
+
+def _reference_pack(x, bits):
+    # The word layout of pack_words as first written (issue 11): low 16 bits, then bytes / nibbles, by torch.cat.
+    x = x.reshape(-1).to(torch.int32)
+    low = x.to(torch.int16).view(torch.uint8)
+    if bits == 16:
+        return low
+    high = ((x >> 16) & ((1 << (bits - 16)) - 1)).to(torch.uint8)
+    if bits == 20:
+        half = (high.numel() + 1) // 2
+        top = high[half:]
+        high = high[:half].clone()
+        high[:top.numel()] |= top << 4
+    return torch.cat([low, high])
+
+
+def test_packing_in_place_is_bit_for_bit_the_wire_layout():
+    """pack_words / unpack_words / words_from_bytes write and read the same bytes as the reference layout, for
+    extreme words, odd counts and a message slice at an odd byte (the CPU round of issue 11 rewrote them)."""
+    from vfltorch.comm.sharing import pack_words, unpack_words, word_bytes, words_from_bytes
+
+    g = torch.Generator().manual_seed(1)
+    edge = torch.tensor([0, 1, -1, 2 ** 31 - 1, -2 ** 31, 0xFFFFF, 0x80000, 0x7FFFF, 0xFFFF, 0x10000], dtype=torch.int64)
+    for bits in (16, 20, 24):
+        for n in (0, 1, 2, 3, 9, 10, 1001, 4096):
+            x = torch.randint(-2 ** 62, 2 ** 62, (n,), generator=g, dtype=torch.int64)
+            x[:min(n, edge.numel())] = edge[:min(n, edge.numel())]
+            for src in (x, x.to(torch.int32)):
+                wire = pack_words(src, bits)
+                assert wire.dtype == torch.uint8 and torch.equal(wire, _reference_pack(src, bits))
+                back = unpack_words(wire, (n,), bits)
+                assert back.dtype == torch.int32
+                assert torch.equal(back.long(), x & ((1 << bits) - 1))          # the unsigned representative
+                msg = torch.cat([torch.tensor([7], dtype=torch.uint8), word_bytes(src, bits)])  # odd offset
+                assert torch.equal(words_from_bytes(msg[1:], (n,), bits), back)

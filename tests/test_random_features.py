@@ -120,3 +120,23 @@ def test_phase_words_are_uniform_and_depend_only_on_the_key_and_index():
         assert kstest(angles.numpy() / (2 * math.pi) + 0.5, "uniform").pvalue > 1e-3 or bits == 16
         counts = torch.bincount((angles / (2 * math.pi) * 16 + 8).floor().long().clamp(0, 15), minlength=16)
         assert (counts.double() / len(words) - 1 / 16).abs().max() < 0.005
+
+
+def test_narrow_circle_encoding_through_int32_keeps_the_int64_words():
+    """Circle.encode below 64 bits goes through int32 when the grid units fit (the CPU round of issue 11): the
+    same words as the int64 route, on both sides of 2**31 units, for float32 and float64 angles."""
+    g = torch.Generator().manual_seed(2)
+    for bits in (16, 32):
+        circle = Circle(bits)
+        unit = circle.scale / (2 * math.pi)
+        for dtype in (torch.float32, torch.float64):
+            for spread in (1.0, 50.0, 1e4, 2.0 ** 31 / unit * 0.999, 2.0 ** 31 / unit * 1.001, 1e9):
+                theta = (torch.rand(5000, generator=g, dtype=torch.float64) * 2 - 1).mul(spread).to(dtype)
+                theta[:2] = torch.tensor([spread, -spread], dtype=torch.float64).to(dtype)
+                k = torch.round(theta * (circle.scale / (2 * math.pi)))
+                if float(k.abs().max()) >= 2.0 ** 62:
+                    k = torch.remainder(k, circle.scale)
+                assert torch.equal(circle.encode(theta), k.to(torch.int64).to(circle.dtype)), (bits, dtype, spread)
+        assert torch.equal(circle.encode(torch.tensor([2.0 ** 31 / unit, -2.0 ** 31 / unit, (2.0 ** 31 - 1) / unit],
+                                                      dtype=torch.float64)),
+                           torch.tensor([2 ** 31, -2 ** 31, 2 ** 31 - 1]).to(circle.dtype))

@@ -143,16 +143,23 @@ def pack_words(x: torch.Tensor, bits: int) -> torch.Tensor:
     x = x.reshape(-1).cpu().to(torch.int32)              # the int64 -> int32 cast keeps the low bits
     if bits == 32:
         return x
-    low = x.to(torch.int16).view(torch.uint8)            # int32 -> int16 keeps the low 16 bits
+    # Written in place into the message (no torch.cat): integer narrowing casts keep the low bits.
+    n = x.numel()
+    out = torch.empty(wire_bytes(n, bits), dtype=torch.uint8)
+    out[:2 * n].view(torch.int16).copy_(x)              # int32 -> int16: the low 16 bits
     if bits == 16:
-        return low
-    high = ((x >> 16) & ((1 << (bits - 16)) - 1)).to(torch.uint8)
-    if bits == 20:                                       # word i's nibble with word i + ceil(n / 2)'s
-        half = (high.numel() + 1) // 2
-        top = high[half:]
-        high = high[:half].clone()
-        high[:top.numel()] |= top << 4
-    return torch.cat([low, high])
+        return out
+    high = out[2 * n:]
+    if bits == 24:
+        high.copy_(x >> 16)                              # int32 -> uint8: bits 16-23
+        return out
+    # 20: word i's nibble with word i + ceil(n / 2)'s
+    half = (n + 1) // 2
+    mid = (x >> 16).to(torch.uint8)                      # bits 16-23
+    torch.bitwise_and(mid[:half], 0xF, out=high)
+    top = mid[half:]
+    high[:top.numel()] |= top << 4                       # uint8 << 4 drops bits 20-23
+    return out
 
 
 def unpack_words(buf: torch.Tensor, shape, bits: int) -> torch.Tensor:
@@ -166,13 +173,23 @@ def unpack_words(buf: torch.Tensor, shape, bits: int) -> torch.Tensor:
     low = buf[:2 * count]
     if low.storage_offset() % 2:                         # a slice of a message at an odd byte
         low = low.clone()
-    x = low.view(torch.int16).to(torch.int32) & 0xFFFF
+    if _UINT16 is not None:                              # one pass: the low 16 bits read unsigned
+        x = torch.empty(count, dtype=torch.int32)
+        x.copy_(low.view(_UINT16))
+    else:
+        x = low.view(torch.int16).to(torch.int32) & 0xFFFF
     if bits > 16:
-        high = buf[2 * count:].to(torch.int32)
-        if bits == 20:
-            high = torch.cat([high & 0xF, (high >> 4)[:count // 2]])
-        x = x | (high << 16)
+        high = buf[2 * count:]
+        if bits == 20:                                   # in place, no concatenation: nibbles of both halves
+            half = (count + 1) // 2
+            x[:half] |= (high & 0xF).to(torch.int32) << 16
+            x[half:] |= (high[:count // 2] >> 4).to(torch.int32) << 16
+        else:
+            x |= high.to(torch.int32) << 16
     return x.reshape(shape)
+
+
+_UINT16 = getattr(torch, "uint16", None)                 # torch >= 2.3
 
 
 def send_words(fed: Federation, x: torch.Tensor, dst: int, bits: int = 64) -> None:
