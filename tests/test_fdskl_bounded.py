@@ -94,18 +94,20 @@ def spy_on_training(fed):
 def attack_fits(fed, data):
     """Train the bounded model once per protocol with the spy on; return the active party's pooled view."""
     out = {}
-    for protocol in ("paper", "shared"):
+    # shared_delay1: the pipelined iteration (f_delay=1), whose phase messages carry the keeper's shares too.
+    for name, protocol, extra in (("paper", "paper", {}), ("shared", "shared", {}),
+                                  ("shared_delay1", "shared", {"f_delay": 1})):
         if fed.is_coordinator and protocol == "paper":
             continue
         stop = spy_on_training(fed)
-        est = FDSKLClassifier(fed, protocol=protocol, **ATTACK)
+        est = FDSKLClassifier(fed, protocol=protocol, **extra, **ATTACK)
         if data is None:
             est.fit(None)
         else:
             est.fit(data.X_train, data.y_train, columns=data.columns)
         seen = stop()
         if fed.is_active:
-            out[protocol] = {"batches": seen, "omega": est.feature_map_.omega.clone(), "sigma": est.sigma_}
+            out[name] = {"batches": seen, "omega": est.feature_map_.omega.clone(), "sigma": est.sigma_}
     return out
 
 
@@ -390,7 +392,7 @@ def training_view(view, n, epochs=1):
     return keep, theta[torch.tensor([first[r] for r in keep.tolist()])]
 
 
-@pytest.mark.parametrize("protocol", ["paper", "shared"])
+@pytest.mark.parametrize("protocol", ["paper", "shared", "shared_delay1"])
 def test_active_party_attack_on_bounded_training(runs, protocol):
     from test_fdskl_attack import r2, unwrap_attack
 

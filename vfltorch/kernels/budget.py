@@ -321,7 +321,7 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                 # step with the others (a log point or the monitor, the time-budget flag, a stop). After such a
                 # point the parties wait for its next window, so that window is one iteration, the next two,
                 # then four ... up to DEALER_WINDOW: the wait is one iteration of the dealer's work, not a window.
-                # In the pipeline its round t + 1 was made above and goes out in this flush.
+                # (f_delay 0, and the pipeline under a time budget, where the rounds ahead are not certain to run.)
                 buffered += 1
                 sync = (t + 1) % log_every == 0 or final1 or epoch_end1 or cfg.max_time is not None or last
                 if buffered >= window_size or sync:

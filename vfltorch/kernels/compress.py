@@ -69,8 +69,8 @@ import torch
 
 from ..comm import Federation
 from .budget import _Optimizer
-from .shared import StarProducts, star_phases
-from .trainer import BatchSampler, TrainResult
+from .shared import StarProducts, shared_decision_values, star_phases
+from .trainer import BatchSampler, TrainResult, phase_totals
 
 COMPRESS_PHASE = "fdskl/compress"
 # compress_to="auto": the largest multiple of 16 for which scoring a9a's 16,281 test rows under shared at Q = 4 stays
@@ -171,8 +171,6 @@ def check_student(fed: Federation, fmap, X_check: torch.Tensor, y_check, teacher
     (``shared_decision_values`` with ``classes=2``, Z_2^32 like the epoch-end monitor): 2 |check| values at the
     active party. Returns ``{"keep": bool}`` at every rank, with the check-set figures at the active party.
     """
-    from .shared import shared_decision_values
-
     everyone = sorted(set(fed.parties) | ({dealer} if dealer is not None else set()))
     with fed.phase(COMPRESS_PHASE):
         if dealer is not None:
@@ -281,7 +279,5 @@ def compress_budget(fed: Federation, fmap, X: torch.Tensor, cfg, alpha, *, keep:
 
 
 def _sent(fed: Federation) -> tuple[int, int]:
-    from .trainer import phase_totals
-
     totals = phase_totals(fed, COMPRESS_PHASE)
     return int(totals["bytes_sent"]), int(totals.get("messages_sent", 0))

@@ -519,20 +519,26 @@ class StarProducts:
         scales = None
         xe = None
         if fed.is_active:
-            # x is A's bounded [cos S, sin S] (|.| <= 1) times its float32 coefficients or row weights, which
-            # forward / gradient checked (_finite): x is finite, and no pass over x is needed here.
-            # No wrap (the opened value is exact): with w = self.bits[k], F = self.fbits[k], |y| <= 2**F
-            # (rounded cosines) and x_enc = round(s_i x_i) for rowdot_scales' s_i, every row's integer
-            # |sum_k x_enc y| <= 2**F (s_i sum_k |x_ik| (1 + 2**-24) + k / 2) < 2**(w - 1), so the shares'
-            # sum mod 2**w, read signed (from_ring), is that integer. tests/test_comm_sharing.py checks the
-            # bound with |y| = 2**F and signs chosen against A's rounding.
-            scales = rowdot_scales(x, self.bits[k], self.fbits[k])
-            xe = x.mul_(scales.unsqueeze(-1).to(x.dtype)).round_().to(torch.int32)     # x is ours: in place
+            xe, scales = self._encode(k, x)
         y = self.ys[k] if self.ys is not None else None
         with fed.phase(f"{fed.current_phase}/{'forward' if k == 0 else 'gradient'}"):
             z = mul_dealt(fed, xe, y, holders=self.holders, dealer=self.dealer, kind="rowdot",
                           shape_x=self.shapes[k], dealt=self.dealt[k], bits=self.bits[k])
         return z, scales
+
+    def _encode(self, k: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A's operand of product k in fixed point (int32, scaled per row) and its row scales.
+
+        x is A's bounded [cos S, sin S] (|.| <= 1) times its float32 coefficients or row weights, which
+        forward / gradient / operand checked (_finite): x is finite, and no pass over x is needed here.
+        No wrap (the opened value is exact): with w = self.bits[k], F = self.fbits[k], |y| <= 2**F
+        (rounded cosines) and x_enc = round(s_i x_i) for rowdot_scales' s_i, every row's integer
+        |sum_k x_enc y| <= 2**F (s_i sum_k |x_ik| (1 + 2**-24) + k / 2) < 2**(w - 1), so the shares'
+        sum mod 2**w, read signed (from_ring), is that integer. tests/test_comm_sharing.py checks the
+        bound with |y| = 2**F and signs chosen against A's rounding.
+        """
+        scales = rowdot_scales(x, self.bits[k], self.fbits[k])
+        return x.mul_(scales.unsqueeze(-1).to(x.dtype)).round_().to(torch.int32), scales    # x is ours: in place
 
     def _decode(self, k: int, v: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
         return v.to(torch.float64) / (scales * 2.0 ** self.fbits[k])
@@ -586,9 +592,7 @@ class StarProducts:
     def operand(self, k: int, value: torch.Tensor) -> torch.Tensor:
         """At A: e = x - a of product k as bytes, for coefficients (k = 0) or row weights (k = 1) ``value``."""
         x = self._forward_x(value) if k == 0 else self._gradient_x(value)
-        scales = rowdot_scales(x, self.bits[k], self.fbits[k])     # no wrap: the bound in _multiply
-        xe = x.mul_(scales.unsqueeze(-1).to(x.dtype)).round_().to(torch.int32)
-        self.scales[k] = scales
+        xe, self.scales[k] = self._encode(k, x)
         return word_bytes(dealt_operand(xe, self.dealt[k], self.bits[k]), self.bits[k])
 
     def share(self, k: int, e: torch.Tensor) -> torch.Tensor:
