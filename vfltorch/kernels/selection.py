@@ -4,31 +4,47 @@ The median heuristic fixes the scale of the RBF kernel but not which scale
 suits the data: on the nearly linear a9a twice the median width gains about
 0.35 point of accuracy, on the synthetic ``hard`` set (a boundary made of
 many small clusters) it loses 3 points (docs/fdskl.md). So, with
-``sigma='median'`` and a ``sigma_grid`` of several multipliers c, the bounded
+``sigma='median'`` and a ``sigma_grid`` of K multipliers c_k, the bounded
 model (``budget.py``) first
 
 1. splits the training rows by the public seed into a held-out part H
    (n / 5 rows, at most 3,000) and a selection part S (at most 6,000 of the
    rest): every party knows the indices, as it knows the mini-batches;
-2. for each multiplier c trains the default model with width c * sigma and
-   half its random features (D / 2, Adam rate scaled by sqrt 2 as the default
-   rate is for D / 2) on S for ``SELECT_EPOCHS`` epochs (the same protocol,
-   the same messages as training; a fresh model per candidate);
-3. evaluates that model on H once (``shared``: f opened to the active party
-   only, the same one opening per model as the end of an epoch's monitor;
-   ``paper``/Q = 1: the active party's own product);
-4. the active party scores it (classification: held-out accuracy, ties broken
-   by the lower held-out loss; regression: held-out squared error) and
+2. trains one candidate per multiplier, each the default model with width
+   c_k sigma and half its random features (D / 2, Adam rate scaled by sqrt 2 as
+   the default rate is for D / 2), on S for ``SELECT_EPOCHS`` epochs, *in
+   lockstep* (``train_lockstep``): the K candidates' D / 2 features are stacked
+   into one feature map of K D / 2 features (candidate k's feature j is the
+   serial candidate's feature j: direction w_j / c_k, phase b_j), and every
+   iteration evaluates all of them on the same public batch in one protocol
+   round (one star of phases, one product for the K candidates' f on the batch
+   rows, one for their gradient sums, each feature's sums weighted by its own
+   candidate's L'); each candidate keeps its own coefficients and Adam state.
+   The same batches, features and steps as K serial runs (centralised: the same
+   numbers to the summation order), in 1 / K of their sequential rounds: at
+   K = 2 each round has the messages of one iteration of the final model
+   (D features), the f product carrying K columns;
+3. evaluates the K candidates on H once, in one opening (``shared``: f of each
+   candidate opened to the active party only, like one epoch-end monitor
+   opening per candidate; ``paper``/Q = 1: the active party's own product);
+4. the active party scores them (classification: held-out accuracy, ties
+   broken by the lower held-out loss; regression: held-out squared error) and
    broadcasts the index of the best multiplier to every rank (the dealer too).
 
 The final model is then trained from scratch on all rows with that width.
-What this adds to what each party learns: the active party, f on |H| rows per
-candidate and the selection runs' batch values and gradient sums (the same
-kinds of value as training's, within ``budget.leak_limit`` for S rows); the
-passive parties and the dealer, the index of the winning multiplier: a function
-of the labels of at most log2(len(grid)) bits (1 bit for the default grid), the
-only label-dependent value they receive. Pass ``sigma`` (a number) or
-``sigma_grid=(1.0,)`` to skip the selection (and that bit).
+What this adds to what each party learns (the same as K serial runs): the
+active party, per iteration K f values per batch row and K D / 2 gradient sums
+(the candidates' batch values and gradient sums, the same kinds of value as
+training's, within ``budget.leak_limit`` for |S| rows and K D / 2 unknown
+features per row), and f of each candidate on H once; the passive parties and
+the dealer, the index of the winning multiplier: a function of the labels of at
+most log2(K) bits (1 bit for the default grid), the only label-dependent value
+they receive (everything else: seeds and uniform values, as in training). Pass
+``sigma`` (a number) or ``sigma_grid=(1.0,)`` to skip the selection (and that
+bit).
+
+The selection always computes f on batch t after step t - 1 (``f_delay=0``, the
+paper's order), whatever ``f_delay`` the final model trains with.
 
 The selection runs are not counted in a time budget (``max_time``), and ``train_seconds_`` is the
 final training's clock; ``selection_seconds_`` holds the selection's.
@@ -46,14 +62,18 @@ import time
 import torch
 
 from ..comm import Federation
-from .budget import train_budget
-from .shared import shared_decision_values
+from .budget import DEALER_WINDOW, _Optimizer, leak_limit
+from .random_features import FourierSampler, counter_words
+from .shared import (SQRT2, TRAIN_BITS, DealtPhases, StarProducts, DealerWindow, _finite, shared_decision_values,
+                     star_phases)
+from .trainer import BatchSampler
 
 SELECT_MIN_ROWS = 5000
 SELECT_HELD_OUT = 3000
 SELECT_TRAIN = 6000
 SELECT_EPOCHS = 2.0
 SELECT_BLOCKS = 0.5              # the candidates have half the model's random features
+SELECT_PHASE = "fdskl/select"
 
 
 def selection_rows(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,46 +88,179 @@ def wants_selection(n: int, grid) -> bool:
     return len(grid) > 1 and n >= SELECT_MIN_ROWS
 
 
+class StackedSampler:
+    """The directions of K candidate feature maps side by side: feature k * half + j is the j-th feature of the
+    sampler of width c_k sigma (``FourierSampler(kernel, c_k sigma, seed)``), bit for bit."""
+
+    def __init__(self, base: FourierSampler, multipliers, half: int):
+        self.kernel, self.sigma, self.seed = base.kernel, base.sigma, base.seed
+        self.half = int(half)
+        self.samplers = [FourierSampler(base.kernel, base.sigma * float(c), base.seed) for c in multipliers]
+
+    def omega(self, columns, features, *, dtype=torch.float64, device="cpu") -> torch.Tensor:
+        features = torch.as_tensor(features, dtype=torch.int64).reshape(-1)
+        columns = torch.as_tensor(columns, dtype=torch.int64).reshape(-1)
+        out = torch.empty(len(columns), len(features), dtype=dtype, device=device)
+        which = features // self.half
+        for k, sampler in enumerate(self.samplers):
+            at = (which == k).nonzero().reshape(-1)
+            if len(at):
+                out[:, at.to(device)] = sampler.omega(columns, features[at] % self.half, dtype=dtype, device=device)
+        return out
+
+
+def stacked_map(fmap, multipliers, half_blocks: int):
+    """``fmap`` (a fresh ``FederatedFeatureMap`` of the median width) made into the K candidates' stacked map:
+    K x ``half_blocks`` blocks, candidate k's block k * half_blocks + s with the directions and phases b_j of the
+    serial candidate's block s (its keeper is drawn per stacked block, as any block's)."""
+    if fmap.n_blocks:
+        raise ValueError("stacked_map needs a feature map without blocks")
+    half = half_blocks * fmap.block_size
+    fmap.sampler = StackedSampler(fmap.sampler, multipliers, half)
+    for _ in range(len(multipliers) * half_blocks):
+        t = fmap.add_block()
+        if t in fmap.phase_words:               # b_j of the serial candidate's feature j (public under shared)
+            fmap.phase_words[t] = counter_words(fmap._phase_key, fmap.block_features(t) % half,
+                                                fmap.circle.bits).to(fmap.device)
+    return fmap
+
+
+class _LockstepProducts(StarProducts):
+    """``StarProducts`` for K stacked candidates: ``forward`` with the D x K coefficients (candidate k's alpha on its
+    features, 0 elsewhere) gives the K candidates' f on the batch rows; ``gradient`` takes the m x K row weights
+    (each candidate's L') and weights feature j's sum by the weights of its candidate (j // half). The same
+    operand layout, bytes and openings as one product of row weights: only A's operand differs."""
+
+    def __init__(self, *args, half: int, **kw):
+        super().__init__(*args, **kw)
+        self.half = half
+
+    def _gradient_x(self, weights: torch.Tensor) -> torch.Tensor:
+        w = _finite(SQRT2 * weights.to(torch.float32).cpu())                    # m x K
+        K = w.shape[1]
+        cs = self._cos_sin_S().view(self.m, K, self.half, 2)
+        x = torch.empty(K, self.half, self.m, 2, dtype=cs.dtype)
+        torch.mul(cs.permute(1, 2, 0, 3), w.T.reshape(K, 1, self.m, 1), out=x)
+        return x.view(K * self.half, 2 * self.m)
+
+
+def train_lockstep(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None, cfg, *, K: int,
+                   dealer: int | None = None, table=None) -> tuple[list | None, int]:
+    """Train K candidates stacked in ``fmap`` (``stacked_map``: K equal runs of features) on the same batches, in
+    one protocol pass (module docstring, step 2). Returns (the K coefficient vectors at the active party, None
+    elsewhere; iterations). SPMD over the parties and (``dealer``: the shared protocol) the dealer."""
+    n = X.shape[0]
+    D, r = fmap.n_features, fmap.block_size
+    half = D // K
+    shared = dealer is not None
+    active = fed.is_active
+    sampler = BatchSampler(n, cfg.batch_size, cfg.seed)
+    B = sampler.batch_size
+    max_iter = max(1, math.ceil(cfg.epochs * sampler.per_epoch - 1e-9))
+    if shared:                  # each candidate's equations (B + half per step) below half its n x half unknowns
+        max_iter = min(max_iter, leak_limit(n, half, B, half))
+    opts = [_Optimizer(cfg, half, r, sampler.per_epoch, max_iter) for _ in range(K)] if active else None
+    if active:
+        y = y.to(torch.float64).cpu()
+    blocks = range(fmap.n_blocks)
+    window = DealerWindow(fed, dealer) if shared else None
+    window_size, buffered = 1, 0
+    bits = TRAIN_BITS if cfg.product_bits == 20 else (32, 32)
+    every = torch.arange(D)
+    for t in range(max_iter):
+        batch = sampler.next()
+        Xb = X[batch.to(X.device)]
+        coef = None
+        if active:
+            coef = torch.zeros(D, K, dtype=torch.float64)
+            for k, opt in enumerate(opts):
+                coef[k * half:(k + 1) * half, k] = opt.alpha
+        with fed.phase(f"{SELECT_PHASE}/train"):
+            if shared:
+                keeper = fmap.keeper_of(t)
+                if active:              # A takes its product material first (as budget._shared_round)
+                    prod = _LockstepProducts(fed, DealtPhases(None, [(keeper, every, None)]), table, dealer, B,
+                                             classes=K, grad_cols=every, bits=bits, dealer_io=window, half=half)
+                    prod.S = star_phases(fmap, Xb, blocks, dealer, keeper, dealer_io=window).S
+                else:
+                    ph = star_phases(fmap, Xb, blocks, dealer, keeper, dealer_io=window)
+                    prod = _LockstepProducts(fed, ph, table, dealer, B, classes=K, grad_cols=every, bits=bits,
+                                             dealer_io=window, half=half)
+                f = prod.forward(coef)                                           # B x K at A
+                d_loss = cfg.loss.derivative(f, y[batch].unsqueeze(1)) if active else None
+                sums = prod.gradient(d_loss)
+                buffered += 1
+                if buffered >= window_size or t + 1 == max_iter:
+                    with fed.phase(f"{fed.current_phase}/deal"):
+                        window.flush()
+                    buffered, window_size = 0, min(2 * window_size, DEALER_WINDOW)
+            else:
+                phi = fmap.features(Xb, blocks)                                  # B x D at A
+                sums = None
+                if active:
+                    phi = phi.to(torch.float64).cpu()
+                    f = torch.stack([phi[:, k * half:(k + 1) * half] @ opt.alpha for k, opt in enumerate(opts)], 1)
+                    d_loss = cfg.loss.derivative(f, y[batch].unsqueeze(1))
+                    sums = torch.cat([phi[:, k * half:(k + 1) * half].T @ d_loss[:, k] for k in range(K)])
+        if active:
+            cols = torch.arange(half)
+            for k, opt in enumerate(opts):
+                opt.step(t, cols, sums[k * half:(k + 1) * half], B)
+    if window is not None:
+        window.drain()
+    return ([opt.model for opt in opts] if active else None), max_iter
+
+
 def select_width(fed: Federation, make_map, X: torch.Tensor, y: torch.Tensor | None, make_cfg, *, grid,
                  n_blocks: int, seed: int, dealer: int | None, table, task: str) -> tuple[int, list | None, float]:
-    """Train one short model per multiplier in ``grid`` and return (index of the best, the active party's
-    scores or None elsewhere, seconds). SPMD over the parties and (shared protocol) the dealer.
+    """Train the candidates of ``grid`` in lockstep and return (index of the best, the active party's scores or None
+    elsewhere, seconds). SPMD over the parties and (shared protocol) the dealer.
 
-    ``make_map(c)``: a fresh ``FederatedFeatureMap`` of width c * sigma; ``make_cfg(rows)``: the training
-    config for ``rows`` rows (its epochs are replaced by ``SELECT_EPOCHS``).
+    ``make_map(1.0)``: a fresh ``FederatedFeatureMap`` of the median width (stacked here, ``stacked_map``);
+    ``n_blocks``: blocks per candidate; ``make_cfg(rows)``: the training config for ``rows`` rows (its epochs are
+    replaced by ``SELECT_EPOCHS``).
     """
     started = time.perf_counter()
     rows, held = selection_rows(X.shape[0], seed)
     cfg = make_cfg(len(rows))
     cfg.epochs, cfg.max_time, cfg.log_every = SELECT_EPOCHS, None, None
     active = fed.is_active
-    scores = [] if active else None
-    for c in grid:
-        fmap = make_map(float(c))
-        result = train_budget(fed, fmap, X[rows.to(X.device)], y[rows] if active else None, cfg,
-                              n_blocks=n_blocks, dealer=dealer, table=table)
-        X_held = X[held.to(X.device)]
+    K = len(grid)
+    fmap = stacked_map(make_map(1.0), grid, n_blocks)
+    alphas, _ = train_lockstep(fed, fmap, X[rows.to(X.device)], y[rows] if active else None, cfg, K=K,
+                               dealer=dealer, table=table)
+    half = fmap.n_features // K
+    coef = None
+    if active:
+        coef = torch.zeros(fmap.n_features, K, dtype=torch.float64)
+        for k, a in enumerate(alphas):
+            coef[k * half:(k + 1) * half, k] = a
+    X_held = X[held.to(X.device)]
+    with fed.phase(f"{SELECT_PHASE}/held-out"):
         if dealer is not None:
-            f = shared_decision_values(fed, fmap, X_held, result.alpha, dealer=dealer, table=table,
-                                       max_elements=cfg.max_elements)
+            f = shared_decision_values(fed, fmap, X_held, coef, dealer=dealer, table=table,
+                                       max_elements=cfg.max_elements, classes=K)
         else:
-            f = fmap.decision_values(X_held, result.alpha)
-        if active:
-            f = f.to(torch.float64).cpu()
-            y_held = y[held].to(torch.float64).cpu()
-            loss = float(cfg.loss.value(f, y_held).mean())
+            phi = fmap.features(X_held, range(fmap.n_blocks))
+            f = None if phi is None else phi.to(torch.float64).cpu() @ coef
+    scores = None
+    pick = None
+    if active:
+        scores = []
+        y_held = y[held].to(torch.float64).cpu()
+        for k, c in enumerate(grid):
+            fk = f[:, k].to(torch.float64).cpu()
+            loss = float(cfg.loss.value(fk, y_held).mean())
             if not math.isfinite(loss):
                 loss = float("inf")
             if task == "binary":
-                acc = float(((f >= 0).to(torch.float64) * 2 - 1 == y_held).to(torch.float64).mean())
+                acc = float(((fk >= 0).to(torch.float64) * 2 - 1 == y_held).to(torch.float64).mean())
                 scores.append({"multiplier": float(c), "accuracy": acc, "loss": loss})
             else:
-                scores.append({"multiplier": float(c), "mse": float(((f - y_held) ** 2).mean()), "loss": loss})
-    pick = None
-    if active:
+                scores.append({"multiplier": float(c), "mse": float(((fk - y_held) ** 2).mean()), "loss": loss})
         key = (lambda s: (-s["accuracy"], s["loss"])) if task == "binary" else (lambda s: (s["mse"],))
         pick = {"index": min(range(len(scores)), key=lambda i: key(scores[i]))}
     ranks = fed.parties + ([dealer] if dealer is not None else [])
-    with fed.phase("fdskl/select"):
+    with fed.phase(SELECT_PHASE):
         pick = fed.broadcast_json(pick, fed.active, ranks=ranks)
     return int(pick["index"]), scores, time.perf_counter() - started
