@@ -1,10 +1,14 @@
 """FDSKL's kernel width chosen on a held-out split (issue 16, ``vfltorch/kernels/selection.py``).
 
 * the selection picks the better multiplier whatever the grid's order (a width 50x too small
-  memorises the selection rows and fails on the held-out ones);
+  memorises the selection rows and fails on the held-out ones; on a synthetic label sign(sin(6 pi x_0))
+  a width 4x the median cannot follow it, a quarter of it can);
+* the lockstep selection is the serial one: the stacked map's candidate k is the map of width c_k sigma
+  feature for feature, and the candidates' coefficients equal K separate ``train_budget`` runs;
 * the held-out and selection rows are disjoint, seeded, and the same at every party;
-* federated (Q = 2 + the dealer under ``shared``, and the paper's protocol) == centralised: the same
-  multiplier at every rank (the dealer included), the same held-out scores, the same model;
+* federated (Q = 3 + the dealer under ``shared``, and the paper's protocol) == centralised: the same
+  multiplier at every rank (the dealer included), the same held-out scores, the same model; the passive
+  parties and the dealer get one small JSON message (the winner's index) beyond training's messages;
 * small sets, a given sigma and a one-value grid skip the selection.
 """
 
@@ -14,11 +18,17 @@ import numpy as np
 import pytest
 import torch
 
-from vfltorch.comm import Federation, launch
+from vfltorch.comm import Federation, MaskStream, launch
 from vfltorch.data import DataConfig, load_party_data
 from vfltorch.data.validation import VFLInputError
 from vfltorch.kernels import FDSKLClassifier, FDSKLRegressor
 from vfltorch.kernels import selection
+from vfltorch.kernels.budget import train_budget
+from vfltorch.kernels.circle import Circle
+from vfltorch.kernels.losses import get_loss
+from vfltorch.kernels.protocol import FederatedFeatureMap
+from vfltorch.kernels.random_features import FourierSampler
+from vfltorch.kernels.trainer import DSGConfig
 
 SMALL = dict(batch_size=32, epochs=2, random_state=3, n_components=64, features_per_step=16)
 GRID = (1.0, 0.02)
@@ -57,6 +67,48 @@ def test_selection_picks_the_better_width_whatever_the_order(monkeypatch, grid):
     plain = FDSKLClassifier(sigma_grid=(1.0,), **SMALL).fit(data.X_train, data.y_train)
     assert plain.sigma_multiplier_ == 1.0 and plain.sigma_scores_ is None
     assert est.sigma_ == pytest.approx(plain.sigma_)
+
+
+def sine_data(n=1500, seed=0):
+    """Two uniform columns, y = sign(sin(6 pi x_0)): three periods along x_0, a width well under the median's."""
+    g = torch.Generator().manual_seed(seed)
+    X = torch.rand(n, 2, generator=g, dtype=torch.float64)
+    return X, torch.where(torch.sin(6 * torch.pi * X[:, 0]) >= 0, 1.0, -1.0).to(torch.float64)
+
+
+@pytest.mark.parametrize("grid", [(0.25, 4.0), (4.0, 0.25)])
+def test_selection_picks_the_narrow_width_a_fine_boundary_needs(monkeypatch, grid):
+    monkeypatch.setattr(selection, "SELECT_MIN_ROWS", 1000)
+    X, y = sine_data()
+    est = FDSKLClassifier(sigma_grid=grid, n_components=128, features_per_step=16, random_state=1).fit(X, y)
+    by = {s["multiplier"]: s for s in est.sigma_scores_}
+    assert est.sigma_multiplier_ == 0.25
+    assert by[0.25]["accuracy"] > 0.85 and by[4.0]["accuracy"] < 0.75
+    X_test, y_test = sine_data(1000, seed=1)
+    assert est.score(X_test, y_test) > 0.9
+
+
+def _map(fed, multiplier, columns):
+    return FederatedFeatureMap(fed, FourierSampler("rbf", 0.4 * multiplier, 5), columns, 16, seed=5, phase_key=77,
+                               masks=MaskStream(1, fed.rank), circle=Circle(16), public_phases=True)
+
+
+def test_lockstep_equals_the_serial_candidates():
+    fed = Federation.local()
+    X, y = sine_data(600)
+    grid, blocks = (1.0, 0.25, 3.0), 4
+    cfg = DSGConfig(loss=get_loss("logistic"), gamma=0.07, lam=1e-5, batch_size=32, epochs=1.5, seed=9, solver="adam")
+    stacked = selection.stacked_map(_map(fed, 1.0, [0, 1]), grid, blocks)
+    assert stacked.n_features == 3 * blocks * 16
+    alphas, iterations = selection.train_lockstep(fed, stacked, X, y, cfg, K=3)
+    assert iterations == 29                                   # ceil(1.5 x 600 / 32)
+    phi = stacked.features(X[:50], range(stacked.n_blocks))
+    for k, c in enumerate(grid):
+        serial = _map(fed, c, [0, 1])
+        ref = train_budget(fed, serial, X, y, cfg, n_blocks=blocks)
+        torch.testing.assert_close(phi[:, k * 64:(k + 1) * 64], serial.features(X[:50], range(blocks)),
+                                   rtol=0, atol=0)
+        torch.testing.assert_close(alphas[k], ref.alpha, rtol=0, atol=1e-10)
 
 
 def test_selection_is_skipped_when_there_is_nothing_to_choose(monkeypatch):
@@ -103,7 +155,7 @@ def job(fed):
 
 
 def test_federated_selection_equals_centralised(monkeypatch):
-    runs = launch(job, 2, coordinator=True)
+    runs = launch(job, 3, coordinator=True)
     refs = {"shared": _fit(monkeypatch, GRID),
             "paper": _fit(monkeypatch, GRID, f_delay=0)}       # the paper's algorithm: f after the last step
     for protocol in ("shared", "paper"):
@@ -111,7 +163,7 @@ def test_federated_selection_equals_centralised(monkeypatch):
         got = runs[0][protocol]
         # Every rank (the passive party and, under shared, the dealer) trains with the same width.
         assert [r[protocol]["multiplier"] for r in runs if protocol in r] == [ref.sigma_multiplier_] * (
-            3 if protocol == "shared" else 2)
+            4 if protocol == "shared" else 3)
         assert got["sigma"] == pytest.approx(ref.sigma_, rel=1e-6)
         for mine, theirs in zip(got["scores"], ref.sigma_scores_):
             assert mine["multiplier"] == theirs["multiplier"]
@@ -125,6 +177,6 @@ def test_federated_selection_equals_centralised(monkeypatch):
     # (uniform) training messages is one small JSON object (a tensor send: its header, then the bytes of
     # {"index": i}): the winner's index.
     assert runs[1]["shared"]["scores"] is None and runs[1]["shared"]["alpha"] is None
-    for rank, protocol in ((1, "shared"), (1, "paper"), (2, "shared")):
+    for rank, protocol in ((1, "shared"), (1, "paper"), (2, "shared"), (2, "paper"), (3, "shared")):
         messages, size = runs[rank][protocol]["select_received"]
         assert messages == 2 and 0 < size < 128          # 92 bytes with the transport's framing
