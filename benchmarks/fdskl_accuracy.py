@@ -26,6 +26,7 @@ the width selection and training), with its ratio to the SVC's fit seconds.
     python -m benchmarks.fdskl_accuracy --datasets hard a9a --federated --parties 4
     python -m benchmarks.fdskl_accuracy --federated hard a9a --regression abalone cal_housing
     python -m benchmarks.fdskl_accuracy --datasets --regression abalone cal_housing
+    python -m benchmarks.fdskl_accuracy --datasets a9a hard --federated a9a hard --skip-baselines   # fit time only
 
 writes ``fdskl_accuracy.json`` and ``fdskl_accuracy.md``.
 """

@@ -93,11 +93,13 @@ def _map(fed, multiplier, columns):
                                masks=MaskStream(1, fed.rank), circle=Circle(16), public_phases=True)
 
 
-def test_lockstep_equals_the_serial_candidates():
+@pytest.mark.parametrize("solver, gamma", [("adam", 0.07), ("dsg", 4.0)])
+def test_lockstep_equals_the_serial_candidates(solver, gamma):
     fed = Federation.local()
     X, y = sine_data(600)
     grid, blocks = (1.0, 0.25, 3.0), 4
-    cfg = DSGConfig(loss=get_loss("logistic"), gamma=0.07, lam=1e-5, batch_size=32, epochs=1.5, seed=9, solver="adam")
+    cfg = DSGConfig(loss=get_loss("logistic"), gamma=gamma, lam=1e-5, batch_size=32, epochs=1.5, seed=9,
+                    solver=solver)
     stacked = selection.stacked_map(_map(fed, 1.0, [0, 1]), grid, blocks)
     assert stacked.n_features == 3 * blocks * 16
     alphas, iterations = selection.train_lockstep(fed, stacked, X, y, cfg, K=3)

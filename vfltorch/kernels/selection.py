@@ -141,11 +141,22 @@ class _LockstepProducts(StarProducts):
 
     def _gradient_x(self, weights: torch.Tensor) -> torch.Tensor:
         w = _finite(SQRT2 * weights.to(torch.float32).cpu())                    # m x K
-        K = w.shape[1]
-        cs = self._cos_sin_S().view(self.m, K, self.half, 2)
-        x = torch.empty(K, self.half, self.m, 2, dtype=cs.dtype)
-        torch.mul(cs.permute(1, 2, 0, 3), w.T.reshape(K, 1, self.m, 1), out=x)
-        return x.view(K * self.half, 2 * self.m)
+        cols = self.grad_cols
+        cs = self._cos_sin_S().view(self.m, self.D, 2)
+        if not self._all(cols):
+            cs = cs[:, cols]
+        x = torch.empty(cs.shape[1], self.m, 2, dtype=cs.dtype)
+        torch.mul(cs.transpose(0, 1), w[:, cols // self.half].T.unsqueeze(2), out=x)
+        return x.view(cs.shape[1], 2 * self.m)
+
+
+def _columns(cfg, half: int, r: int, t: int) -> torch.Tensor:
+    """The features (within a candidate) whose gradient sums step t needs: all (adam) or block t mod nb (dsg),
+    as ``budget._Optimizer.columns``."""
+    if cfg.solver == "adam":
+        return torch.arange(half)
+    k = t % (half // r)
+    return torch.arange(k * r, (k + 1) * r)
 
 
 def train_lockstep(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None, cfg, *, K: int,
@@ -161,8 +172,9 @@ def train_lockstep(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | Non
     sampler = BatchSampler(n, cfg.batch_size, cfg.seed)
     B = sampler.batch_size
     max_iter = max(1, math.ceil(cfg.epochs * sampler.per_epoch - 1e-9))
-    if shared:                  # each candidate's equations (B + half per step) below half its n x half unknowns
-        max_iter = min(max_iter, leak_limit(n, half, B, half))
+    grad_per_step = half if cfg.solver == "adam" else r
+    if shared:                  # each candidate's equations (B + its sums per step) below half its n x half unknowns
+        max_iter = min(max_iter, leak_limit(n, half, B, grad_per_step))
     opts = [_Optimizer(cfg, half, r, sampler.per_epoch, max_iter) for _ in range(K)] if active else None
     if active:
         y = y.to(torch.float64).cpu()
@@ -174,6 +186,8 @@ def train_lockstep(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | Non
     for t in range(max_iter):
         batch = sampler.next()
         Xb = X[batch.to(X.device)]
+        cols = _columns(cfg, half, r, t)
+        grad_cols = torch.cat([k * half + cols for k in range(K)])
         coef = None
         if active:
             coef = torch.zeros(D, K, dtype=torch.float64)
@@ -184,15 +198,15 @@ def train_lockstep(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | Non
                 keeper = fmap.keeper_of(t)
                 if active:              # A takes its product material first (as budget._shared_round)
                     prod = _LockstepProducts(fed, DealtPhases(None, [(keeper, every, None)]), table, dealer, B,
-                                             classes=K, grad_cols=every, bits=bits, dealer_io=window, half=half)
+                                             classes=K, grad_cols=grad_cols, bits=bits, dealer_io=window, half=half)
                     prod.S = star_phases(fmap, Xb, blocks, dealer, keeper, dealer_io=window).S
                 else:
                     ph = star_phases(fmap, Xb, blocks, dealer, keeper, dealer_io=window)
-                    prod = _LockstepProducts(fed, ph, table, dealer, B, classes=K, grad_cols=every, bits=bits,
+                    prod = _LockstepProducts(fed, ph, table, dealer, B, classes=K, grad_cols=grad_cols, bits=bits,
                                              dealer_io=window, half=half)
                 f = prod.forward(coef)                                           # B x K at A
                 d_loss = cfg.loss.derivative(f, y[batch].unsqueeze(1)) if active else None
-                sums = prod.gradient(d_loss)
+                sums = prod.gradient(d_loss)                                     # K x len(cols), candidate-major
                 buffered += 1
                 if buffered >= window_size or t + 1 == max_iter:
                     with fed.phase(f"{fed.current_phase}/deal"):
@@ -205,11 +219,10 @@ def train_lockstep(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | Non
                     phi = phi.to(torch.float64).cpu()
                     f = torch.stack([phi[:, k * half:(k + 1) * half] @ opt.alpha for k, opt in enumerate(opts)], 1)
                     d_loss = cfg.loss.derivative(f, y[batch].unsqueeze(1))
-                    sums = torch.cat([phi[:, k * half:(k + 1) * half].T @ d_loss[:, k] for k in range(K)])
+                    sums = torch.cat([phi[:, k * half + cols].T @ d_loss[:, k] for k in range(K)])
         if active:
-            cols = torch.arange(half)
             for k, opt in enumerate(opts):
-                opt.step(t, cols, sums[k * half:(k + 1) * half], B)
+                opt.step(t, cols, sums[k * len(cols):(k + 1) * len(cols)], B)
     if window is not None:
         window.drain()
     return ([opt.model for opt in opts] if active else None), max_iter
