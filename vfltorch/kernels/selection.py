@@ -77,6 +77,10 @@ SELECT_TRAIN = 6000
 # give_me_some_credit by one held-out row in 3,000 (0.5 epoch: credit_default flipped). docs/fdskl.md, *Kernel width*.
 SELECT_EPOCHS = 1.5
 SELECT_BLOCKS = 0.5              # the candidates have half the model's random features
+# The candidates' batch: None, the model's rule for |S| rows (n / 128 in [32, 256]: 46 for 6,000 rows). Larger batches
+# (fewer rounds) flipped choices (docs/fdskl.md, *Issue 16: the fit time, second round*); benchmarks/fdskl_selection.py
+# sets it to measure that.
+SELECT_BATCH = None
 SELECT_PHASE = "fdskl/select"
 
 
@@ -241,6 +245,8 @@ def select_width(fed: Federation, make_map, X: torch.Tensor, y: torch.Tensor | N
     rows, held = selection_rows(X.shape[0], seed)
     cfg = make_cfg(len(rows))
     cfg.epochs, cfg.max_time, cfg.log_every = SELECT_EPOCHS, None, None
+    if SELECT_BATCH is not None:
+        cfg.batch_size = int(SELECT_BATCH)
     active = fed.is_active
     K = len(grid)
     fmap = stacked_map(make_map(1.0), grid, n_blocks)
