@@ -80,7 +80,8 @@ def sine_data(n=1500, seed=0):
 def test_selection_picks_the_narrow_width_a_fine_boundary_needs(monkeypatch, grid):
     monkeypatch.setattr(selection, "SELECT_MIN_ROWS", 1000)
     X, y = sine_data()
-    est = FDSKLClassifier(sigma_grid=grid, n_components=128, features_per_step=16, random_state=1).fit(X, y)
+    est = FDSKLClassifier(sigma_grid=grid, n_components=128, features_per_step=16, random_state=1, epochs=2,
+                          compress_to=None).fit(X, y)
     by = {s["multiplier"]: s for s in est.sigma_scores_}
     assert est.sigma_multiplier_ == 0.25
     assert by[0.25]["accuracy"] > 0.85 and by[4.0]["accuracy"] < 0.75
