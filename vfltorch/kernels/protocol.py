@@ -88,12 +88,12 @@ class FederatedFeatureMap:
     def block_features(self, t: int) -> torch.Tensor:
         return torch.arange(t * self.block_size, (t + 1) * self.block_size, dtype=torch.int64)
 
-    def _block_columns(self, blocks: list[int]):
+    def _block_columns(self, blocks):
         """The features of ``blocks`` (in order) as a slice of the feature axis when they are consecutive
         (arithmetic: no index tensor), else as an int64 index on this party's device."""
         r = self.block_size
         first = blocks[0]
-        if all(t == first + i for i, t in enumerate(blocks)):
+        if (isinstance(blocks, range) and blocks.step == 1) or all(t == first + i for i, t in enumerate(blocks)):
             return slice(first * r, (first + len(blocks)) * r)
         index = torch.tensor(blocks, dtype=torch.int64).mul_(r).unsqueeze(1) + torch.arange(r, dtype=torch.int64)
         return index.reshape(-1).to(self.device)
@@ -192,8 +192,9 @@ class FederatedFeatureMap:
         (``Circle.encode_index``: the same grid as the federated run, without the word tensor or the
         masked sum), in row chunks of at most ``max_elements`` values as ``phases`` would.
         """
-        blocks = list(blocks)
-        if self.fed.num_parties == 1 and self.fed.is_active and self.circle.has_table() and blocks:
+        if not isinstance(blocks, range):
+            blocks = list(blocks)
+        if self.fed.num_parties == 1 and self.fed.is_active and self.circle.has_table() and len(blocks):
             cols = self._block_columns(blocks)
             W = self._omega[:, cols]
             words = self._kept_word_vector()[cols]                 # Q = 1: this party keeps every block
