@@ -30,6 +30,13 @@ Q = 4 on two cores, training took 4.2 s with 16-bit angles and 7.5 s with
 32-bit ones (docs/fdskl.md). 32-bit angles are finer than a float32
 projection; 64-bit angles match float64 projections (Lemma 1 to 1e-9).
 
+Features from 16-bit angles are a lookup (``Circle.scaled_cos``): sqrt(2) cos(decode(k)) takes only
+65,536 values, so the table of all of them is built once per (dtype, device, scale) with the very ops of
+the computed path (decode, cos, scale) and gathered with int32 indices k mod 2**16 (``index_select``:
+0.5 ms for 256 x 1536 float64 features, against 0.6 ms for the float32 cosines alone, one core at load 9). A party that
+sends nothing (Q = 1) encodes straight into table indices (``encode_index``): the same grid units as
+``encode``, summed with the phase words in int32. 32- and 64-bit angles are computed as before.
+
 Masks come from ``vfltorch.comm.MaskStream`` (the one mask stream type):
 ``Circle.random`` packs raw 64-bit PCG64 words into 16- or 32-bit angles.
 ``Circle(64)`` is the same group as ``vfltorch.comm.RingGroup`` (Z / 2**64)
