@@ -8,11 +8,13 @@ Per dataset (``benchmarks.fdskl_accuracy.load``: ``hard`` is the synthetic set, 
 thread; prints the fit seconds (wall clock and the process's CPU time, steadier on a loaded machine;
 width selection + training + compression), the test accuracy and the load
 average before and after. ``--profile N`` runs the fit under cProfile and prints the N costliest functions
-(cumulative and own time); profiled seconds are inflated by the profiler, so time without it.
+(cumulative and own time, in this process's CPU seconds); profiled seconds are inflated by the profiler,
+so time without it.
 
 ``--features`` also times the feature path alone on a batch of the default shape (B = 256 rows,
-D = 1536 features, 16-bit angles): ``fmap.features`` against decode + cos + sqrt 2 of the same phases
-(the previous path), as a ratio measured in this process.
+D = 1536 features, 16-bit angles, Q = 1): ``fmap.features`` (phases straight to table indices, one
+lookup) against ``fmap.phases`` then decode + cos + sqrt 2 (the computed path, on this version's phases),
+as a ratio measured in this process; the two must be equal.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def fit_once(name: str, profile: int) -> dict:
     Xtr, ytr, Xte, yte = load(name)
     torch.set_num_threads(1)
     est = FDSKLClassifier()
-    prof = cProfile.Profile() if profile else None
+    prof = cProfile.Profile(time.process_time) if profile else None      # CPU seconds: steadier under load
     before = _load()
     started, cpu = time.perf_counter(), time.process_time()
     if prof is not None:
@@ -64,7 +66,7 @@ def fit_once(name: str, profile: int) -> dict:
 
 
 def feature_path(repeats: int = 20) -> None:
-    """fmap.features (the table) against decode + cos + sqrt 2 on the same phases, B = 256, D = 1536."""
+    """fmap.features (the table) against phases + decode + cos + sqrt 2, B = 256, D = 1536."""
     from vfltorch.comm import Federation, MaskStream
     from vfltorch.kernels.circle import Circle
     from vfltorch.kernels.protocol import SQRT2, FederatedFeatureMap
@@ -95,7 +97,7 @@ def feature_path(repeats: int = 20) -> None:
             times[label].append(time.perf_counter() - t0)
     med = {k: float(np.median(v)) for k, v in times.items()}
     print(f"feature path, B = {B}, D = {D}, 16-bit angles, float32 (median of {repeats}): "
-          f"decode+cos {1e3 * med['decode+cos']:.2f} ms, features {1e3 * med['features']:.2f} ms, "
+          f"phases + decode + cos {1e3 * med['decode+cos']:.2f} ms, features {1e3 * med['features']:.2f} ms, "
           f"ratio {med['decode+cos'] / med['features']:.2f}x; load {_load()}")
 
 
