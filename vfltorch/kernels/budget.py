@@ -277,8 +277,10 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                     pending = None
                 f_batch = prod.forward(opt.alpha if active else None)
             else:
-                phi = fmap.features(X[batch.to(X.device)], blocks)  # Algorithm 3: B rows, all D features
-                f_batch = phi.to(torch.float64).cpu() @ opt.coefficients(t, delay) if active else None
+                # Algorithm 3: B rows, all D features (computed in the map's dtype, handed over in float64).
+                phi = fmap.features(X[batch.to(X.device)], blocks, dtype=torch.float64)
+                phi = phi.cpu() if active else None
+                f_batch = phi @ opt.coefficients(t, delay) if active else None
             d_loss = None
             if active:
                 y_batch = y[batch]
@@ -299,7 +301,8 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                     pending = (prod, t, cols)
             else:
                 if active:
-                    sums = phi[:, cols.to(phi.device)].to(torch.float64).cpu().T @ d_loss
+                    # (adam: every column, in order: no gathered copy)
+                    sums = (phi if len(cols) == phi.shape[1] else phi[:, cols]).T @ d_loss
                     opt.step(t, cols, sums, B)
             if pipe is not None and last_round is not None:
                 # The pipelined dealer: every round up to the last certainly runs (no time budget), and the parties

@@ -30,6 +30,13 @@ Q = 4 on two cores, training took 4.2 s with 16-bit angles and 7.5 s with
 32-bit ones (docs/fdskl.md). 32-bit angles are finer than a float32
 projection; 64-bit angles match float64 projections (Lemma 1 to 1e-9).
 
+Features from 16-bit angles are a lookup (``Circle.scaled_cos``): sqrt(2) cos(decode(k)) takes only
+65,536 values, so the table of all of them is built once per (dtype, device, scale) with the very ops of
+the computed path (decode, cos, scale) and gathered with int32 indices k mod 2**16 (``index_select``:
+0.5 ms for 256 x 1536 float64 features, against 0.6 ms for the float32 cosines alone, one core at load 9). A party that
+sends nothing (Q = 1) encodes straight into table indices (``encode_index``): the same grid units as
+``encode``, summed with the phase words in int32. 32- and 64-bit angles are computed as before.
+
 Masks come from ``vfltorch.comm.MaskStream`` (the one mask stream type):
 ``Circle.random`` packs raw 64-bit PCG64 words into 16- or 32-bit angles.
 ``Circle(64)`` is the same group as ``vfltorch.comm.RingGroup`` (Z / 2**64)
@@ -46,6 +53,8 @@ import torch
 from ..comm import RingGroup
 
 TWO_PI = 2.0 * math.pi
+TABLE_BITS = 16             # angles up to this width have a cosine table (``Circle.scaled_cos``)
+_COS_TABLES: dict = {}      # (bits, dtype, out dtype, device, scale) -> table (public values: no secrets)
 
 
 class Circle:
@@ -96,6 +105,68 @@ class Circle:
     def decode(self, k: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
         """Wrap-around integer -> radians in [-pi, pi)."""
         return k.to(dtype) * self.radians_per_unit
+
+    # ------------------------------------------------------ cosine lookup
+    def has_table(self) -> bool:
+        """Whether ``scaled_cos`` looks angles up in a table (16-bit angles: 65,536 entries); else it computes."""
+        return self.bits <= TABLE_BITS
+
+    def cos_table(self, dtype: torch.dtype, device, scale: float = 1.0,
+                  out_dtype: torch.dtype | None = None) -> torch.Tensor:
+        """``scale * cos(decode(k, dtype))`` for every word k, at index k mod 2**bits (built once per key).
+
+        The same ops as the computed path (``decode``, then ``cos_``, then ``mul_(scale)``, vectorised
+        over the 2**bits words), then cast to ``out_dtype`` (default ``dtype``): a lookup gives the
+        computed value element for element (tested on every word).
+        """
+        if not self.has_table():
+            raise ValueError(f"no cosine table for {self.bits}-bit angles")
+        out_dtype = dtype if out_dtype is None else out_dtype
+        device = torch.device(device)
+        key = (self.bits, dtype, out_dtype, str(device), float(scale))
+        table = _COS_TABLES.get(key)
+        if table is None:
+            # Index u in [0, 2**bits) -> the word with the same low bits (the int32 -> int16 cast wraps).
+            words = torch.arange(2 ** self.bits, dtype=torch.int32).to(self.dtype).to(device)
+            table = self.decode(words, dtype).cos_().mul_(scale).to(out_dtype)
+            _COS_TABLES[key] = table
+        return table
+
+    def table_index(self, k: torch.Tensor) -> torch.Tensor:
+        """Words -> their table indices k mod 2**bits, as int32 (``index_select`` takes int32)."""
+        return k.to(torch.int32).bitwise_and_(2 ** self.bits - 1)
+
+    def encode_index(self, theta: torch.Tensor, offset: torch.Tensor | None = None) -> torch.Tensor:
+        """Table indices of ``encode(theta) + offset`` (``offset``: words, broadcast), without the word tensor.
+
+        Equal to ``table_index(add(encode(theta), offset))``: the same grid units (the same scaling and
+        rounding as ``encode``), summed in int32 and reduced mod 2**bits once. For a party that sends
+        nothing (Q = 1): it rounds to the same grid as every federated run.
+        """
+        if not self.has_table():
+            raise ValueError(f"no cosine table for {self.bits}-bit angles")
+        k = theta * (self.scale / TWO_PI)
+        k.round_()
+        lo, hi = torch.aminmax(k)
+        if max(-float(lo), float(hi)) >= 2.0 ** 30:        # (int32 sums could wrap: the general route)
+            words = self.encode(theta)
+            return self.table_index(words if offset is None else self.add(words, offset))
+        k = k.to(torch.int32)
+        if offset is not None:
+            k.add_(offset.to(torch.int32))
+        return k.bitwise_and_(2 ** self.bits - 1)
+
+    def lookup(self, index: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        """``table`` at the int32 indices ``index`` (any shape), in one ``index_select``."""
+        return table.index_select(0, index.reshape(-1)).view(index.shape)
+
+    def scaled_cos(self, k: torch.Tensor, dtype: torch.dtype, scale: float = 1.0,
+                   out_dtype: torch.dtype | None = None) -> torch.Tensor:
+        """``(scale * cos(decode(k, dtype))).to(out_dtype)``: a table lookup for 16-bit angles, computed above."""
+        if self.has_table():
+            return self.lookup(self.table_index(k), self.cos_table(dtype, k.device, scale, out_dtype))
+        phi = self.decode(k, dtype).cos_().mul_(scale)
+        return phi if out_dtype is None else phi.to(out_dtype)
 
     # --------------------------------------------------------------- group
     def add(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -263,7 +263,7 @@ def compress_budget(fed: Federation, fmap, X: torch.Tensor, cfg, alpha, *, keep:
                 theta = fmap.star_phases(Xb, every)
                 sums = None
                 if opt is not None:
-                    phi = fmap.circle.decode(theta, torch.float64).cos_().mul_(math.sqrt(2.0)).cpu()
+                    phi = fmap.circle.scaled_cos(theta, torch.float64, math.sqrt(2.0)).cpu()   # (a table lookup)
                     sums = phi[:, support].T @ (phi @ coef)
             if opt is not None:
                 opt.step(t, cols, sums, B)

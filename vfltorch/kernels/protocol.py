@@ -88,6 +88,25 @@ class FederatedFeatureMap:
     def block_features(self, t: int) -> torch.Tensor:
         return torch.arange(t * self.block_size, (t + 1) * self.block_size, dtype=torch.int64)
 
+    def _block_columns(self, blocks):
+        """The features of ``blocks`` (in order) as a slice of the feature axis when they are consecutive
+        (arithmetic: no index tensor), else as an int64 index on this party's device."""
+        r = self.block_size
+        first = blocks[0]
+        if (isinstance(blocks, range) and blocks.step == 1) or all(t == first + i for i, t in enumerate(blocks)):
+            return slice(first * r, (first + len(blocks)) * r)
+        index = torch.tensor(blocks, dtype=torch.int64).mul_(r).unsqueeze(1) + torch.arange(r, dtype=torch.int64)
+        return index.reshape(-1).to(self.device)
+
+    def _kept_word_vector(self) -> torch.Tensor:
+        """b_j for the features this party keeps, 0 elsewhere: one word per feature so far (rebuilt as blocks come)."""
+        if getattr(self, "_kept_words", None) is None or len(self._kept_words) != self.n_features:
+            mine = self.fed.rank
+            self._kept_words = torch.cat([self.phase_words[t] if self.keepers[t] == mine else
+                                          torch.zeros(self.block_size, dtype=self.circle.dtype, device=self.device)
+                                          for t in range(self.n_blocks)])
+        return self._kept_words
+
     def keeper_of(self, t: int) -> int:
         """The party l' whose phase stays in block t: a passive party drawn from the shared seed."""
         passive = [p for p in self.fed.parties if p != self.fed.active]
@@ -139,7 +158,8 @@ class FederatedFeatureMap:
                if fed.is_active else None)
         for keeper in sorted(by_keeper):
             positions = by_keeper[keeper]
-            targets = torch.cat([torch.arange(p * r, (p + 1) * r) for p in positions]).to(self.device)
+            targets = (torch.tensor(positions, dtype=torch.int64).mul_(r).unsqueeze(1)
+                       + torch.arange(r, dtype=torch.int64)).reshape(-1).to(self.device)
             step = max(1, self.max_elements // max(1, len(positions) * r))
             for start in range(0, m, step):
                 rows = slice(start, min(m, start + step))
@@ -153,25 +173,45 @@ class FederatedFeatureMap:
 
     def _masked_phases(self, X: torch.Tensor, blocks: list[int], keeper: int) -> torch.Tensor | None:
         """Algorithm 3 for the rows of X and ``blocks``, all kept by ``keeper``: one masked sum."""
-        features = torch.cat([self.block_features(t) for t in blocks])
-        contiguous = len(features) == 1 or bool((features[1:] - features[:-1] == 1).all())
-        W = (self.omega[:, int(features[0]):int(features[-1]) + 1] if contiguous
-             else self.omega[:, features.to(self.device)])
+        cols = self._block_columns(blocks)
         # Line 1: the party's partial projections, reduced mod 2*pi before they leave it.
-        part = self.circle.encode(X @ W)
+        part = self.circle.encode(X @ self._omega[:, cols])
         if keeper == self.fed.rank:
-            stream = KeptPhases(torch.cat([self.phase_words[t] for t in blocks]))
+            stream = KeptPhases(self._kept_word_vector()[cols])
         else:
             stream = self.masks
         # Lines 2-4: masked sums over T1, fresh masks over T2, the result at the active party.
         return masked_sum(self.fed, part, keep=keeper, out=self.fed.active, stream=stream, group=self.circle)
 
-    def features(self, X: torch.Tensor, blocks) -> torch.Tensor | None:
-        """phi_j(x_i) = sqrt(2) cos(w_j^T x_i + b_j) at the active party."""
+    def features(self, X: torch.Tensor, blocks, dtype: torch.dtype | None = None) -> torch.Tensor | None:
+        """phi_j(x_i) = sqrt(2) cos(w_j^T x_i + b_j) at the active party, computed in the map's dtype
+        and returned in ``dtype`` (default: the map's; a cast of the same values).
+
+        16-bit angles: a lookup in the 65,536-entry table of ``Circle.scaled_cos`` (the same values as
+        decode + cos). Alone (Q = 1, no message) the phases are encoded straight into table indices
+        (``Circle.encode_index``: the same grid as the federated run, without the word tensor or the
+        masked sum), in row chunks of at most ``max_elements`` values as ``phases`` would.
+        """
+        if not isinstance(blocks, range):
+            blocks = list(blocks)
+        if self.fed.num_parties == 1 and self.fed.is_active and self.circle.has_table() and len(blocks):
+            cols = self._block_columns(blocks)
+            W = self._omega[:, cols]
+            words = self._kept_word_vector()[cols]                 # Q = 1: this party keeps every block
+            table = self.circle.cos_table(self.dtype, self.device, SQRT2, dtype)
+            m = X.shape[0]
+            step = max(1, self.max_elements // W.shape[1])
+            if step >= m:
+                return self.circle.lookup(self.circle.encode_index(X @ W, words), table)
+            out = torch.empty(m, W.shape[1], dtype=table.dtype, device=self.device)
+            for start in range(0, m, step):
+                rows = slice(start, min(m, start + step))
+                out[rows] = self.circle.lookup(self.circle.encode_index(X[rows] @ W, words), table)
+            return out
         theta = self.phases(X, blocks)
         if theta is None:
             return None
-        return self.circle.decode(theta, self.dtype).cos_().mul_(SQRT2)
+        return self.circle.scaled_cos(theta, self.dtype, SQRT2, dtype)
 
     def star_phases(self, X: torch.Tensor, features: torch.Tensor) -> torch.Tensor | None:
         """The phases of the rows of X on ``features`` at the active party, in one star (prediction).
@@ -187,16 +227,17 @@ class FederatedFeatureMap:
         """
         fed = self.fed
         features = features.to(torch.int64).cpu()
-        part = self.circle.encode(X @ self.omega[:, features.to(self.device)])
+        n = len(features)
+        # Every feature so far, in order (an unpruned model): a slice, no gathered copy of W and b.
+        cols = (slice(0, n) if n == self.n_features and n and int(features[0]) == 0
+                and int(features[-1]) == n - 1 and bool((features.diff() == 1).all())
+                else features.to(self.device))
+        part = self.circle.encode(X @ self.omega[:, cols])
         passive = [p for p in fed.parties if p != fed.active]
         mine = fed.rank
-        # b_j of the features this party keeps, 0 elsewhere (one word per feature so far, built once per size).
-        if getattr(self, "_kept_words", None) is None or len(self._kept_words) != self.n_features:
-            self._kept_words = torch.cat([self.phase_words[t] if self.keepers[t] == mine else
-                                          torch.zeros(self.block_size, dtype=self.circle.dtype, device=self.device)
-                                          for t in range(self.n_blocks)])
         if any(k == mine for k in self.keepers):
-            part = part + self._kept_words[features.to(self.device)]
+            # b_j of the features this party keeps, 0 elsewhere (one word per feature so far, built once per size).
+            part = part + self._kept_word_vector()[cols]
         if not passive:
             return part
         shape = tuple(part.shape)
@@ -245,7 +286,7 @@ class FederatedFeatureMap:
             rows = slice(start, min(m, start + step))
             theta = self.star_phases(X[rows], feats)
             if theta is not None:
-                phi = self.circle.decode(theta, self.dtype).cos_().mul_(SQRT2)
+                phi = self.circle.scaled_cos(theta, self.dtype, SQRT2)
                 f[rows] = phi @ coef.to(phi.dtype)
         return f
 
