@@ -399,11 +399,25 @@ def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, dealer_
                     sent = fed.send_nowait(masked, fed.active)
                 else:
                     fed.send(masked, fed.active)
-    ph = DealtPhases(S, [(keeper, torch.arange(len(feats)), beta)])
+    ph = DealtPhases(S, [(keeper, all_columns(len(feats)), beta)])
     ph.carry = got
     ph.sent = sent
     ph.product_seed = product_seed      # keeper and dealer: the seed of the keeper's product shares (StarProducts)
     return ph
+
+
+def all_columns(D: int) -> torch.Tensor:
+    """torch.arange(D), one shared (read-only) tensor per D: training asks for it several times per iteration,
+    and ``StarProducts`` recognises it without comparing D indices."""
+    cols = _ALL.get(D)
+    if cols is None:
+        if len(_ALL) >= 8:
+            _ALL.clear()
+        cols = _ALL[D] = torch.arange(D)
+    return cols
+
+
+_ALL: dict = {}
 
 
 def _star_key(fmap, blocks, features):
@@ -528,6 +542,8 @@ class StarProducts:
         self.dealt = dealt if fed.rank in self.holders else None
 
     def _all(self, cols: torch.Tensor) -> bool:
+        if cols is _ALL.get(self.D):
+            return True
         return len(cols) == self.D and bool((cols == torch.arange(self.D)).all())
 
     def _cos_sin_S(self) -> torch.Tensor:
