@@ -328,8 +328,7 @@ def rowdot_scales(x: torch.Tensor, bits: int, y_bits: int) -> torch.Tensor:
     if room <= 0:
         raise OverflowError(f"a row of {k} products does not fit Z_2^{bits} with |y| <= 2**{y_bits}")
     total = x.abs().sum(-1, dtype=torch.float64)
-    scale = room / total
-    return torch.where(total > 0, scale, torch.ones_like(scale))
+    return (room / total).masked_fill_(total == 0, 1.0)     # total >= 0 (x finite): as where(total > 0, ., 1)
 
 
 # ------------------------------------------------------------------ sharing

@@ -470,7 +470,9 @@ def _pairs_by_column_words(pairs: torch.Tensor, dtype: torch.dtype | None = None
     ``dtype`` torch.int16 (values that fit it): the pairs narrowed first and moved as 4-byte words (a
     quarter faster again), for a 16-bit ring's product (``sharing._ring_dtype``)."""
     rows, width = pairs.shape
-    if pairs.element_size() != 4 or not pairs.is_contiguous():
+    if pairs.element_size() != 4 or not pairs.is_contiguous() or rows == 1 or width == 2:
+        # (one row or one column: the layouts are the same words, and a "transposed" size-1 view keeps a stride
+        # that cannot be viewed as 4-byte entries)
         out = _pairs_by_column(pairs)
         return out if dtype is None else out.to(dtype)
     if dtype == torch.int16:
@@ -737,7 +739,7 @@ class DealerWindow:
         if src != self._dealer:
             return fed.recv(src, shape, dtype, device=device)
         shape = tuple(int(s) for s in shape)
-        nbytes = int(torch.empty((), dtype=dtype).element_size())
+        nbytes = dtype.itemsize
         for s in shape:
             nbytes *= s
         if self._inbox is None or self._at >= self._inbox.numel():
