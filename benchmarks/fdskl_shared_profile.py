@@ -10,6 +10,13 @@ they ride on one message each way: ``operand`` / ``share`` / ``open`` time their
 the paper's protocol the same way (phases and the active party's local products).
 
     python -m benchmarks.fdskl_shared_profile --dataset credit_default --parties 4 --iterations 20
+
+Steady state (issue 11's second CPU round): ``--sigma-grid 1`` skips the width selection (one multiplier,
+nothing to choose), and the last table gives each process's wall and CPU milliseconds per iteration from the
+end of iteration 20 to the last one (set-up excluded), and their CPU sum: three processes on two cores, so
+wall time follows that sum.
+
+    python -m benchmarks.fdskl_shared_profile --dataset phishing --parties 2 --iterations 300 --sigma-grid 1
 """
 
 from __future__ import annotations
