@@ -10,6 +10,13 @@ they ride on one message each way: ``operand`` / ``share`` / ``open`` time their
 the paper's protocol the same way (phases and the active party's local products).
 
     python -m benchmarks.fdskl_shared_profile --dataset credit_default --parties 4 --iterations 20
+
+Steady state (issue 11's second CPU round): ``--sigma-grid 1`` skips the width selection (one multiplier,
+nothing to choose), and the last table gives each process's wall and CPU milliseconds per iteration from the
+end of iteration 20 to the last one (set-up excluded), and their CPU sum: three processes on two cores, so
+wall time follows that sum.
+
+    python -m benchmarks.fdskl_shared_profile --dataset phishing --parties 2 --iterations 300 --sigma-grid 1
 """
 
 from __future__ import annotations
@@ -47,12 +54,15 @@ def _waits(store, name, fn):
     return wrapper
 
 
-def job(fed, dataset, protocol, iterations, f_delay="auto"):
+STEADY_FROM = 20        # steady state: CPU and wall between the end of this training iteration and the last one
+
+
+def job(fed, dataset, protocol, iterations, f_delay="auto", sigma_grid=None):
     from vfltorch.data import DataConfig, load_party_data
     from vfltorch.kernels import FDSKLClassifier
     from vfltorch.kernels import budget
     from vfltorch.kernels.protocol import FederatedFeatureMap
-    from vfltorch.kernels.trainer import BatchSampler
+    from vfltorch.kernels.trainer import BatchSampler, TrainingLoop
 
     warnings.simplefilter("ignore")
     store = defaultdict(lambda: [0.0, 0.0])
@@ -67,6 +77,21 @@ def job(fed, dataset, protocol, iterations, f_delay="auto"):
     P.share = _timed(store, "share", P.share)
     P.open = _timed(store, "open", P.open)
     budget._Optimizer.step = _timed(store, "adam step", budget._Optimizer.step)
+    # Steady state: (wall, CPU) of this process at the end of every training iteration (every rank ticks,
+    # the dealer too); the width selection's loops tick as well, so only the last fit's ticks are kept.
+    ticks = []
+    tick = TrainingLoop.tick
+
+    def timed_tick(self, started):
+        tick(self, started)
+        ticks.append((time.perf_counter(), time.process_time()))
+    TrainingLoop.tick = timed_tick
+    init = TrainingLoop.__init__
+
+    def fresh_loop(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        ticks.clear()
+    TrainingLoop.__init__ = fresh_loop
     from vfltorch.comm import Federation
     Federation.send = _waits(store, "send", Federation.send)
     Federation.recv = _waits(store, "recv", Federation.recv)
@@ -74,8 +99,9 @@ def job(fed, dataset, protocol, iterations, f_delay="auto"):
     n = data.X_train.shape[0] if data is not None else None
     n = fed.broadcast_json(n, fed.active)
     per_epoch = BatchSampler(n, min(256, max(32, n // 128)), 0).per_epoch
+    grid = {} if sigma_grid is None else {"sigma_grid": tuple(sigma_grid)}
     est = FDSKLClassifier(fed, protocol=protocol, epochs=iterations / per_epoch, compress_to=None,   # training only
-                          f_delay=f_delay)
+                          f_delay=f_delay, **grid)
     wall, cpu = time.perf_counter(), time.process_time()
     if data is None:
         est.fit(None)
@@ -85,7 +111,17 @@ def job(fed, dataset, protocol, iterations, f_delay="auto"):
     meter = {k: v for k, v in fed.meter.as_dict().items() if k.startswith("fdskl/train")}
     return {"rank": fed.rank, "role": "active" if fed.is_active else ("dealer" if fed.is_coordinator else "passive"),
             "iterations": est.n_iter_, "train_seconds": est.train_seconds_, "fit_wall": wall, "fit_cpu": cpu,
+            "steady": _steady(ticks),
             "steps": {k: v for k, v in store.items()}, "meter": meter}
+
+
+def _steady(ticks):
+    """(iterations, wall ms / it, CPU ms / it) from the end of iteration STEADY_FROM to the last one."""
+    if len(ticks) <= STEADY_FROM + 1:
+        return None
+    (w0, c0), (w1, c1) = ticks[STEADY_FROM - 1], ticks[-1]
+    k = len(ticks) - STEADY_FROM
+    return k, (w1 - w0) / k * 1000, (c1 - c0) / k * 1000
 
 
 def main(argv=None) -> int:
@@ -98,9 +134,12 @@ def main(argv=None) -> int:
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--f-delay", default="auto", choices=["auto", "0", "1"],
                     help="f from the coefficients before the last step (1: the shared default, pipelined) or not")
+    ap.add_argument("--sigma-grid", type=float, nargs="+", default=None,
+                    help="the width multipliers tried (default the estimator's; one value, e.g. 1, skips the "
+                         "selection, so that the whole fit is the training run)")
     args = ap.parse_args(argv)
     delay = args.f_delay if args.f_delay == "auto" else int(args.f_delay)
-    out = launch(job, args.parties, (args.dataset, args.protocol, args.iterations, delay),
+    out = launch(job, args.parties, (args.dataset, args.protocol, args.iterations, delay, args.sigma_grid),
                  coordinator=args.protocol == "shared")
     it = max(r["iterations"] for r in out)
     print(f"{args.dataset}, Q = {args.parties}, protocol {args.protocol}, {it} iterations; "
@@ -112,6 +151,14 @@ def main(argv=None) -> int:
             print(f"{r['rank']:4d} {r['role']:8s} {step:12s} {w / it * 1000:10.1f} {c / it * 1000:10.1f}")
         print(f"{r['rank']:4d} {r['role']:8s} {'fit (all)':12s} {r['fit_wall'] / it * 1000:10.1f} "
               f"{r['fit_cpu'] / it * 1000:10.1f}")
+    print(f"steady state (iterations {STEADY_FROM + 1} to the last), per process: wall and CPU ms per iteration")
+    total = 0.0
+    for r in out:
+        if r["steady"] is not None:
+            k, w, c = r["steady"]
+            total += c
+            print(f"{r['rank']:4d} {r['role']:8s} {k:5d} it {w:8.2f} wall {c:8.2f} cpu")
+    print(f"     CPU sum {total:8.2f} ms per iteration")
     print("bytes and messages (each a blocking send: a rendezvous of two processes) per iteration by sub-phase,"
           " all ranks:")
     phases, messages = defaultdict(int), defaultdict(int)

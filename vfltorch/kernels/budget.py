@@ -89,7 +89,8 @@ import torch
 
 from ..comm import Federation, pairwise_tree
 from ..comm.sharing import split_bytes, words_from_bytes
-from .shared import TRAIN_BITS, DealerWindow, DealtPhases, StarProducts, shared_decision_values, star_phases
+from .shared import (TRAIN_BITS, DealerWindow, DealtPhases, StarProducts, all_columns, shared_decision_values,
+                     star_phases)
 from .trainer import (MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, TrainResult, _stop, log_interval,
                       step_marks)
 
@@ -505,14 +506,14 @@ def _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D, wind
     public seed) and the dealer's material for both of the iteration's products (f, then the gradient sums)."""
     keeper = fmap.keeper_of(t)
     if solver == "adam":
-        grad_cols = torch.arange(D)
+        grad_cols = all_columns(D)
     else:
         k = t % (D // r)
         grad_cols = torch.arange(k * r, (k + 1) * r)
     if fed.is_active:
         # A receives nothing from the dealer in star_phases, so it takes (and expands) its product material
         # first, while the passive parties compute their phase messages; it needs S only in forward.
-        prod = StarProducts(fed, DealtPhases(None, [(keeper, torch.arange(D), None)]), table, dealer, B,
+        prod = StarProducts(fed, DealtPhases(None, [(keeper, all_columns(D), None)]), table, dealer, B,
                             grad_cols=grad_cols, bits=bits, dealer_io=window)
         ph = star_phases(fmap, Xb, blocks, dealer, keeper, dealer_io=window, **(carry or {}))
         prod.S = ph.S

@@ -78,7 +78,8 @@ import torch
 
 from ..comm import Federation, MaskStream, broadcast, masked_sum, pairwise_tree
 from ..comm.sharing import (deal_dealt, dealt_operand, dealt_share, fresh_seed, from_ring, mul_dealt, open_shares,
-                             rowdot_scales, split_bytes, wire_bytes, word_bytes, words_from_bytes)
+                             ring_words_from_bytes, rowdot_scales, split_bytes, wire_bytes, word_bytes,
+                             words_from_bytes)
 from .circle import Circle, KeptPhases
 from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, log_interval, step_marks
 
@@ -122,7 +123,13 @@ def share_table(fed: Federation, dealer: int) -> torch.Tensor | None:
 
 
 def _index(words: torch.Tensor) -> torch.Tensor:
-    return words.cpu().to(torch.int32) & 0xFFFF                   # the angle's grid index in [0, 2**16)
+    words = words.cpu()
+    if words.dtype == torch.int16 and _UINT16 is not None:
+        return words.view(_UINT16).to(torch.int32)                # one pass: the word read unsigned
+    return words.to(torch.int32) & 0xFFFF                         # the angle's grid index in [0, 2**16)
+
+
+_UINT16 = getattr(torch, "uint16", None)                          # torch >= 2.3
 
 
 def cos_sin(pairs: torch.Tensor, words: torch.Tensor) -> torch.Tensor:
@@ -372,23 +379,45 @@ def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, dealer_
                     if extra:
                         msg = fed.recv(p, (words * part.element_size() + extra,), torch.uint8, device="cpu")
                         phases, got[p] = split_bytes(msg, [words * part.element_size(), extra])
-                        S = S + phases.view(CIRCLE.dtype).reshape(shape)
+                        S.add_(phases.view(CIRCLE.dtype).reshape(shape))          # S is ours (encode's)
                     else:
-                        S = S + fed.recv(p, shape, CIRCLE.dtype, device="cpu")
+                        S.add_(fed.recv(p, shape, CIRCLE.dtype, device="cpu"))
             else:
-                masked = part + own_mask
-                extra = carry() if callable(carry) else carry
+                extra = None if callable(carry) else carry
                 if extra is not None and extra.numel():
-                    masked = torch.cat([masked.reshape(-1).view(torch.uint8), extra.reshape(-1)])
+                    # The phases written straight into the message, the carried bytes after them (no cat).
+                    nbytes = part.numel() * part.element_size()
+                    masked = torch.empty(nbytes + extra.numel() * extra.element_size(), dtype=torch.uint8)
+                    torch.add(part, own_mask, out=masked[:nbytes].view(part.dtype).view(part.shape))
+                    masked[nbytes:] = extra.reshape(-1).view(torch.uint8)
+                else:
+                    masked = part.add_(own_mask)                                  # part is ours
+                    extra = carry() if callable(carry) else None
+                    if extra is not None and extra.numel():
+                        masked = torch.cat([masked.reshape(-1).view(torch.uint8), extra.reshape(-1)])
                 if nowait:
                     sent = fed.send_nowait(masked, fed.active)
                 else:
                     fed.send(masked, fed.active)
-    ph = DealtPhases(S, [(keeper, torch.arange(len(feats)), beta)])
+    ph = DealtPhases(S, [(keeper, all_columns(len(feats)), beta)])
     ph.carry = got
     ph.sent = sent
     ph.product_seed = product_seed      # keeper and dealer: the seed of the keeper's product shares (StarProducts)
     return ph
+
+
+def all_columns(D: int) -> torch.Tensor:
+    """torch.arange(D), one shared (read-only) tensor per D: training asks for it several times per iteration,
+    and ``StarProducts`` recognises it without comparing D indices."""
+    cols = _ALL.get(D)
+    if cols is None:
+        if len(_ALL) >= 8:
+            _ALL.clear()
+        cols = _ALL[D] = torch.arange(D)
+    return cols
+
+
+_ALL: dict = {}
 
 
 def _star_key(fmap, blocks, features):
@@ -435,13 +464,23 @@ def _pairs_by_column(pairs: torch.Tensor) -> torch.Tensor:
     return pairs.view(rows, width // 2, 2).transpose(0, 1).reshape(width // 2, 2 * rows)
 
 
-def _pairs_by_column_words(pairs: torch.Tensor) -> torch.Tensor:
-    """``_pairs_by_column`` of 4-byte pairs, each [cos, sin] moved as one 8-byte word (2x faster)."""
+def _pairs_by_column_words(pairs: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``_pairs_by_column`` of 4-byte pairs, each [cos, sin] moved as one 8-byte word (2x faster).
+
+    ``dtype`` torch.int16 (values that fit it): the pairs narrowed first and moved as 4-byte words (a
+    quarter faster again), for a 16-bit ring's product (``sharing._ring_dtype``)."""
     rows, width = pairs.shape
-    if pairs.element_size() != 4 or not pairs.is_contiguous():
-        return _pairs_by_column(pairs)
+    if pairs.element_size() != 4 or not pairs.is_contiguous() or rows == 1 or width == 2:
+        # (one row or one column: the layouts are the same words, and a "transposed" size-1 view keeps a stride
+        # that cannot be viewed as 4-byte entries)
+        out = _pairs_by_column(pairs)
+        return out if dtype is None else out.to(dtype)
+    if dtype == torch.int16:
+        words = pairs.to(torch.int16).view(torch.int32).view(rows, width // 2)
+        return words.t().contiguous().view(torch.int16).view(width // 2, 2 * rows)
     words = pairs.view(torch.int64).view(rows, width // 2)
-    return words.t().contiguous().view(pairs.dtype).view(width // 2, 2 * rows)
+    out = words.t().contiguous().view(pairs.dtype).view(width // 2, 2 * rows)
+    return out if dtype is None else out.to(dtype)
 
 
 def _finite(v: torch.Tensor) -> torch.Tensor:
@@ -490,8 +529,9 @@ class StarProducts:
             if grad_cols is not None:
                 if self.fbits[1] == self.fbits[0] and classes is None and self._all(grad_cols):
                     # The same table and angles: the gradient's pairs are the forward's, laid out per column
-                    # (one transposed copy of 8-byte [cos, sin] words instead of a second gather).
-                    ys.append(_pairs_by_column_words(ys[0]))
+                    # (one transposed copy of 8-byte [cos, sin] words instead of a second gather); in the
+                    # 16-bit ring as int16 (|y| <= 2**F fits), the type its products are computed in.
+                    ys.append(_pairs_by_column_words(ys[0], torch.int16 if self.bits[1] == 16 else None))
                 else:
                     picked = beta if self._all(grad_cols) else beta[:, grad_cols]
                     ys.append(cos_sin(narrow_table(table, self.fbits[1]), picked.T.contiguous()))
@@ -504,6 +544,8 @@ class StarProducts:
         self.dealt = dealt if fed.rank in self.holders else None
 
     def _all(self, cols: torch.Tensor) -> bool:
+        if cols is _ALL.get(self.D):
+            return True
         return len(cols) == self.D and bool((cols == torch.arange(self.D)).all())
 
     def _cos_sin_S(self) -> torch.Tensor:
@@ -538,7 +580,10 @@ class StarProducts:
         bound with |y| = 2**F and signs chosen against A's rounding.
         """
         scales = rowdot_scales(x, self.bits[k], self.fbits[k])
-        return x.mul_(scales.unsqueeze(-1).to(x.dtype)).round_().to(torch.int32), scales    # x is ours: in place
+        # x is ours: in place. In Z_2^16 as int16 words (the ring's own type, ``sharing._ring_dtype``): every
+        # |x_enc| <= s_i sum_k |x_ik| + 1/2 < 2**(15 - F), so the cast is exact.
+        word = torch.int16 if self.bits[k] == 16 else torch.int32
+        return x.mul_(scales.unsqueeze(-1).to(x.dtype)).round_().to(word), scales
 
     def _decode(self, k: int, v: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
         return v.to(torch.float64) / (scales * 2.0 ** self.fbits[k])
@@ -563,10 +608,16 @@ class StarProducts:
     def _gradient_x(self, weights: torch.Tensor) -> torch.Tensor:
         """A's real operand of the gradient sums: x[j] = [w_i cos S_ij, w_i sin S_ij] over the rows i."""
         w = _finite(SQRT2 * weights.to(torch.float32).cpu())
-        # the per-column layout of _pairs_by_column, written by the multiplication itself (no transposed copy)
-        cs = self._cos_sin_S().view(self.m, self.D, 2)
-        if not self._all(self.grad_cols):
-            cs = cs[:, self.grad_cols]
+        cs = self._cos_sin_S()
+        if self._all(self.grad_cols):
+            # The per-column layout of _pairs_by_column: each [cos, sin] pair moved as one 8-byte word, then
+            # one contiguous multiplication by [w_i, w_i] along the rows (the same float32 products as a
+            # strided multiplication into (D, m, 2), whose inner loop of 2 elements took twice as long).
+            x = _pairs_by_column_words(cs)
+            if x.data_ptr() == cs.data_ptr():           # one row or one column: the "transposed copy" is a view
+                x = x.clone()
+            return x.mul_(w.repeat_interleave(2))
+        cs = cs.view(self.m, self.D, 2)[:, self.grad_cols]
         x = torch.empty(cs.shape[1], self.m, 2, dtype=cs.dtype)
         torch.mul(cs.transpose(0, 1), w.view(1, self.m, 1), out=x)
         return x.view(cs.shape[1], 2 * self.m)
@@ -597,7 +648,7 @@ class StarProducts:
 
     def share(self, k: int, e: torch.Tensor) -> torch.Tensor:
         """At the keeper: its share of product k, as bytes, from A's e (bytes)."""
-        e = words_from_bytes(e, self.shapes[k], self.bits[k])
+        e = ring_words_from_bytes(e, self.shapes[k], self.bits[k])
         z = dealt_share("rowdot", e, self.ys[k], self.dealt[k], self.bits[k])
         return word_bytes(z, self.bits[k])
 
@@ -688,7 +739,7 @@ class DealerWindow:
         if src != self._dealer:
             return fed.recv(src, shape, dtype, device=device)
         shape = tuple(int(s) for s in shape)
-        nbytes = int(torch.empty((), dtype=dtype).element_size())
+        nbytes = dtype.itemsize
         for s in shape:
             nbytes *= s
         if self._inbox is None or self._at >= self._inbox.numel():
