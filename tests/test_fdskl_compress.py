@@ -100,17 +100,20 @@ def runs():
 
 @pytest.fixture(scope="module")
 def twin():
+    """The centralised twins: the default (f_delay 1, the shared protocol's) and f_delay 0 (the paper's algorithm)."""
     data = bc(Federation.local())
-    return FDSKLClassifier(**PUBLIC).fit(data.X_train, data.y_train), data
+    return {"shared": FDSKLClassifier(**PUBLIC).fit(data.X_train, data.y_train),
+            "paper": FDSKLClassifier(f_delay=0, **PUBLIC).fit(data.X_train, data.y_train)}, data
 
 
 def test_public_support_student_equals_its_centralised_twin(runs, twin):
-    ref, data = twin
+    refs, data = twin
     expected = public_support(128, 48, derive_key(PUBLIC["random_state"], 0xC0DE5))
-    torch.testing.assert_close(ref.support_, expected)
-    f_ref = arr(ref.decision_function(data.X_test))
-    assert np.mean(np.where(f_ref >= 0, 1, -1) == data.y_test.numpy()) > 0.9
     for protocol in ("shared", "paper"):
+        ref = refs[protocol]
+        torch.testing.assert_close(ref.support_, expected)
+        f_ref = arr(ref.decision_function(data.X_test))
+        assert np.mean(np.where(f_ref >= 0, 1, -1) == data.y_test.numpy()) > 0.9
         ranks = runs if protocol == "shared" else runs[:3]
         for r in ranks:                                   # every rank, the dealer included, holds the same support
             torch.testing.assert_close(r[protocol]["support"], expected)
@@ -225,7 +228,8 @@ def test_one_vs_rest_classes_share_the_public_support():
     assert len(public.estimators_) == 3 and public.support_.shape == (32,)
     for e in public.estimators_:
         torch.testing.assert_close(e.support_, public.support_)
-    assert public.score(Xte, yte) > 0.85
+    # 44 test rows, 34 steps: 0.84 under the default f_delay 1 (0.86 at f_delay 0; 0.91 / 0.93 uncompressed).
+    assert public.score(Xte, yte) > 0.8
     alpha = FDSKLClassifier(compress_support="alpha", **dict(kw, compress_epochs=0.0)).fit(Xtr, ytr)
     assert len(alpha.support_) > 32
 

@@ -114,10 +114,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "two runs agree to about 3%% of alpha); 32: both in Z_2^32 (about 0.1%%; 4.5x the paper's "
                         "bytes at Q = 2)")
     g.add_argument("--f-delay", choices=["auto", "0", "1"], default="auto",
-                   help="bounded model: f on batch t from the coefficients before step t - 1 (1) or after it (0: "
-                        "the paper's algorithm; auto, the default). 1 under the shared protocol runs an iteration "
-                        "as one message each way at Q = 2 (the same bytes and openings, about 20%% less time) "
-                        "at a cost in accuracy (0.3-0.5 point on credit_default; docs/fdskl.md)")
+                   help="bounded model: f on batch t from the coefficients before step t - 1 (1, with a "
+                        "delay-compensated step) or after it (0: the paper's algorithm). auto (the default): 1 under "
+                        "the shared protocol, which then runs an iteration as one message each way at Q = 2 (the same "
+                        "bytes and openings, about 20%% less time than 0; as accurate, docs/fdskl.md); 0 under paper")
     g.add_argument("--compress-epochs", type=float, default=1.0, help="passes of the distillation (default 1)")
     g.add_argument("--solver", choices=["adam", "dsg"], default="adam",
                    help="bounded model: 'adam' (default: Adam steps on all D coefficients, step decayed as "
