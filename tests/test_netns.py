@@ -72,10 +72,17 @@ def test_fdskl_across_simulated_hosts_equals_the_loopback_run(tmp_path):
     loop_rec = json.loads((tmp_path / "loopback.json").read_text())
     assert hosts_rec["config"]["backend"] == "tls" and loop_rec["config"]["backend"] == "gloo"
     # The dealer's masks are private (OS entropy) in both runs and the fixed-point rounding depends on them,
-    # so the two runs agree to rounding (docs/fdskl.md, "Reproducibility"), not bit for bit.
+    # so the two runs agree to rounding (docs/fdskl.md, "Reproducibility"), not bit for bit. Two loopback runs
+    # of this command differ as much: the last batch's loss by about 1% (0.2616-0.2642 in three runs under the
+    # default pipelined step), the test AUC by 2e-4, the accuracy not at all; the byte count is exact.
     assert hosts_rec["metrics"].keys() == loop_rec["metrics"].keys()
     for name, value in loop_rec["metrics"].items():
-        assert hosts_rec["metrics"][name] == pytest.approx(value, rel=1e-3, abs=1e-4), name
+        if name == "batch_loss":
+            assert hosts_rec["metrics"][name] == pytest.approx(value, rel=3e-2, abs=1e-4), name
+        elif name == "bytes_per_iteration":
+            assert hosts_rec["metrics"][name] == value, name
+        else:   # test accuracy / error / AUC on 143 rows: within one row
+            assert hosts_rec["metrics"][name] == pytest.approx(value, abs=0.0071), name
     assert hosts_rec["comm"]["0"]["bytes_sent"] == loop_rec["comm"]["0"]["bytes_sent"]
 
 
