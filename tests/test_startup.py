@@ -148,9 +148,7 @@ def test_a_run_imports_no_torch_in_the_launching_process(tmp_path):
                        cwd=tmp_path)
     assert "RESULT [0, []]" in r.stdout, r.stdout + r.stderr
     record = json.loads((tmp_path / "r.json").read_text())
-    # Three steps, two of them (under the default f_delay 1) computed at f = 0: the offset is not settled yet
-    # (accuracy 0.70 against 0.81 at f_delay 0), the ranking is (AUC 0.96 under both).
-    assert record["parties"] == 2 and record["metrics"]["test_auc"] > 0.9, record["metrics"]
+    assert record["parties"] == 2 and record["metrics"]["test_accuracy"] > 0.8, record["metrics"]
     r = subprocess.run([sys.executable, "-c", code, "fdskl", "--gamma", "-1"], capture_output=True, text=True,
                        timeout=300, cwd=tmp_path)
     assert "RESULT [2, []]" in r.stdout, r.stdout + r.stderr

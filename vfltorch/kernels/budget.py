@@ -110,10 +110,7 @@ ADAM_EPS = 1e-8
 # falls into a limit cycle along the stiffest direction (the batch mean of f swung by +-10 logits on credit_default;
 # Adam's first moment keeps pushing for ~1 / (1 - beta_1) steps after the stale gradient has turned). Nesterov's
 # form of the step (this gradient's share at once), a slower first moment and a linear warm-up over the first epoch
-# (at most half the run) remove it: centralised, 8 seeds, -0.06 / -0.03 point against f_delay 0. beta_1 =
-# 1 - 2 / (iterations per epoch) within [0.9, DELAYED_BETA1]: 0.97 from 67 iterations per epoch on (at the default
-# batch size from n = 2,144 rows on), Adam's 0.9 on small data (breast cancer, 13 per epoch, 8 seeds: -0.18 point
-# at 0.9, -0.62 at 0.95, -0.79 at 0.97). (1 - 4 / (iterations per epoch), 0.969 on phishing: -0.09, seeds to -0.36.)
+# (at most half the run) remove it: centralised, 8 seeds, -0.06 / -0.03 point against f_delay 0.
 DELAYED_BETA1 = 0.97
 DELAYED_WARMUP_EPOCHS = 1.0
 DELAYED_WARMUP_SHARE = 0.5
@@ -131,10 +128,10 @@ class _Optimizer:
         self.cfg, self.D, self.r = cfg, D, r
         self.per_epoch = per_epoch
         # The step's settings: Adam (f_delay 0), or under f_delay 1 the delay-compensated step: Nesterov's form, a
-        # slower first moment (up to DELAYED_BETA1) and a linear warm-up of the rate over the first DELAYED_WARMUP_EPOCHS
+        # slower first moment (DELAYED_BETA1) and a linear warm-up of the rate over the first DELAYED_WARMUP_EPOCHS
         # (at most DELAYED_WARMUP_SHARE of the run; module docstring). ``dsg`` ignores them.
         delayed = bool(delay) and cfg.solver == "adam"
-        self.beta1 = min(DELAYED_BETA1, max(ADAM_BETAS[0], 1.0 - 2.0 / per_epoch)) if delayed else ADAM_BETAS[0]
+        self.beta1 = DELAYED_BETA1 if delayed else ADAM_BETAS[0]
         self.nesterov = delayed
         self.warmup = 0.0
         if delayed:

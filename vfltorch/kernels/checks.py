@@ -41,7 +41,7 @@ def check_hyperparameters(est) -> None:
     f_delay = getattr(est, "f_delay", "auto")
     if not ((isinstance(f_delay, str) and f_delay == "auto")
             or (isinstance(f_delay, (int, np.integer)) and not isinstance(f_delay, bool) and f_delay in (0, 1))):
-        raise VFLInputError(f"f_delay must be 'auto' (estimator.SHARED_F_DELAY under the shared protocol's bounded model, now 1), 0 (f from "
+        raise VFLInputError(f"f_delay must be 'auto' (estimator.SHARED_F_DELAY under the shared protocol's bounded model, now 0), 0 (f from "
                             f"the coefficients after the last step: the paper's algorithm) or 1 (before it: the "
                             f"shared iteration is pipelined, one message each way at Q = 2); got {f_delay!r}")
     if f_delay == 1 and getattr(est, "n_components", 1) is None:
