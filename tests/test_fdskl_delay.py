@@ -30,11 +30,11 @@ def reference(sums, B, gamma, lam, per_epoch, max_iter, delay):
 
     delay 0: Adam (beta 0.9, 0.999). delay 1: m_t = b1 m + (1 - b1) g_t, v_t likewise (b2 = 0.999), the step
     lr_t [b1 m_t / (1 - b1^(t+2)) + (1 - b1) g_t / (1 - b1^(t+1))] / (sqrt(v_t / (1 - b2^(t+1))) + eps) with
-    b1 = 0.97, lr_t = gamma / sqrt(1 + t / E) min(1, (t + 1) / W), W = min(E, max_iter / 2); f_t from
+    b1 = 1 - 2 / E in [0.9, 0.97] (E iterations per epoch), lr_t = gamma / sqrt(1 + t / E) min(1, (t + 1) / W), W = min(E, max_iter / 2); f_t from
     a_{t-1} + (a_{t-1} - a_{t-2}) (a_k: alpha after k steps).
     """
     D = sums.shape[1]
-    b1, b2, eps = (0.97 if delay else 0.9), 0.999, 1e-8
+    b1, b2, eps = (min(0.97, max(0.9, 1 - 2 / per_epoch)) if delay else 0.9), 0.999, 1e-8
     W = min(per_epoch, max_iter / 2)
     a = [np.zeros(D)]
     m, v = np.zeros(D), np.zeros(D)
@@ -61,10 +61,11 @@ def reference(sums, B, gamma, lam, per_epoch, max_iter, delay):
 
 @pytest.mark.parametrize("delay", [0, 1])
 @pytest.mark.parametrize("pipelined", [False, True])
-def test_step_and_coefficients_against_a_hand_written_reference(delay, pipelined):
+@pytest.mark.parametrize("per_epoch", [5.0, 40.0, 200.0])      # beta_1 under f_delay 1: 0.9, 0.95, 0.97
+def test_step_and_coefficients_against_a_hand_written_reference(delay, pipelined, per_epoch):
     """Both call orders: centralised (f_t asked for after step t - 1 was taken) and pipelined (before it)."""
     rng = np.random.default_rng(7)
-    D, B, per_epoch, T = 6, 8, 5.0, 20
+    D, B, T = 6, 8, 20
     sums = rng.normal(size=(T, D)) * np.linspace(0.1, 10, D)
     c = cfg(delay)
     opt = budget._Optimizer(c, D, D, per_epoch, T, delay)
@@ -93,7 +94,10 @@ def test_the_delayed_step_applies_to_adam_only_and_keeps_dsg():
     opt = budget._Optimizer(cfg(1, "dsg"), 8, 4, 5.0, 20, 1)
     assert not opt.nesterov and opt.warmup == 0 and opt.beta1 == budget.ADAM_BETAS[0]
     opt = budget._Optimizer(cfg(1), 8, 8, 50.0, None, 1)             # a time budget: the warm-up is one epoch
-    assert opt.nesterov and opt.warmup == 50.0 and opt.beta1 == budget.DELAYED_BETA1
+    assert opt.nesterov and opt.warmup == 50.0 and opt.beta1 == pytest.approx(0.96)
+    assert budget._Optimizer(cfg(1), 8, 8, 128.0, 512, 1).beta1 == budget.DELAYED_BETA1 == 0.97
+    assert budget._Optimizer(cfg(1), 8, 8, 13.3, 54, 1).beta1 == budget.ADAM_BETAS[0] == 0.9
+    assert budget._Optimizer(cfg(0), 8, 8, 128.0, 512, 0).beta1 == 0.9
     assert budget._Optimizer(cfg(1), 8, 8, 50.0, 10, 1).warmup == 5.0          # at most half of a short run
 
 
