@@ -3,6 +3,7 @@
 import os
 
 import pytest
+import torch
 
 from vfltorch.data import available, resolve_data_dir
 
@@ -23,3 +24,19 @@ def _safe():
         return True
     except Exception:
         return False
+
+
+def reference_pack(x, bits):
+    """The wire layout of ``sharing.pack_words`` as first written (issue 11): low 16 bits, then bytes / nibbles, by
+    torch.cat; the packing tests compare the optimised packers with it."""
+    x = x.reshape(-1).to(torch.int32)
+    low = x.to(torch.int16).view(torch.uint8)
+    if bits == 16:
+        return low
+    high = ((x >> 16) & ((1 << (bits - 16)) - 1)).to(torch.uint8)
+    if bits == 20:
+        half = (high.numel() + 1) // 2
+        top = high[half:]
+        high = high[:half].clone()
+        high[:top.numel()] |= top << 4
+    return torch.cat([low, high])

@@ -6,6 +6,7 @@ import torch
 
 from vfltorch.comm import FixedPoint, MaskStream, RingGroup, launch
 from vfltorch.comm.sharing import deal, mul_private, mul_shared, open_shares, open_value, share, truncate
+from conftest import reference_pack
 
 FP = FixedPoint(frac_bits=20)
 H0, H1, DEALER = 0, 1, 2
@@ -300,19 +301,6 @@ def test_narrow_dealt_products_open_exactly():
     assert res[H1][0] == [None, None]
 
 
-def _reference_pack(x, bits):
-    # The word layout of pack_words as first written (issue 11): low 16 bits, then bytes / nibbles, by torch.cat.
-    x = x.reshape(-1).to(torch.int32)
-    low = x.to(torch.int16).view(torch.uint8)
-    if bits == 16:
-        return low
-    high = ((x >> 16) & ((1 << (bits - 16)) - 1)).to(torch.uint8)
-    if bits == 20:
-        half = (high.numel() + 1) // 2
-        top = high[half:]
-        high = high[:half].clone()
-        high[:top.numel()] |= top << 4
-    return torch.cat([low, high])
 
 
 def test_packing_in_place_is_bit_for_bit_the_wire_layout():
@@ -328,7 +316,7 @@ def test_packing_in_place_is_bit_for_bit_the_wire_layout():
             x[:min(n, edge.numel())] = edge[:min(n, edge.numel())]
             for src in (x, x.to(torch.int32)):
                 wire = pack_words(src, bits)
-                assert wire.dtype == torch.uint8 and torch.equal(wire, _reference_pack(src, bits))
+                assert wire.dtype == torch.uint8 and torch.equal(wire, reference_pack(src, bits))
                 back = unpack_words(wire, (n,), bits)
                 assert back.dtype == torch.int32
                 assert torch.equal(back.long(), x & ((1 << bits) - 1))          # the unsigned representative

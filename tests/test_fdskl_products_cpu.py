@@ -12,23 +12,11 @@ from vfltorch.comm.sharing import (_SMALL, _rowdot, _stream_from, _uniform, deal
                                    from_ring, pack_words, ring_words_from_bytes, unpack_words, word_bytes,
                                    words_from_bytes)
 
+from conftest import reference_pack
 H0, H1, DEALER = 0, 1, 2
 EXTREMES = [0, 1, -1, 2 ** 15 - 1, -2 ** 15, 2 ** 14, 0x7FFF, -0x7FFF]
 
 
-def _reference_pack(x, bits):
-    # The wire layout as first written (tests/test_comm_sharing.py): low 16 bits, then bytes / nibbles.
-    x = x.reshape(-1).to(torch.int32)
-    low = x.to(torch.int16).view(torch.uint8)
-    if bits == 16:
-        return low
-    high = ((x >> 16) & ((1 << (bits - 16)) - 1)).to(torch.uint8)
-    if bits == 20:
-        half = (high.numel() + 1) // 2
-        top = high[half:]
-        high = high[:half].clone()
-        high[:top.numel()] |= top << 4
-    return torch.cat([low, high])
 
 
 def test_sixteen_bit_masks_are_int16_words_from_a_quarter_of_the_stream():
@@ -81,7 +69,7 @@ def test_packing_beyond_the_numpy_threshold_keeps_the_wire_layout():
             x[:4] = torch.tensor([-1, 0xFFFFF, -2 ** 31, 0x80000])
             for src in (x, x.to(torch.int32), x.to(torch.int16)):
                 wire = pack_words(src, bits)
-                assert wire.dtype == torch.uint8 and torch.equal(wire, _reference_pack(src, bits)), (bits, n)
+                assert wire.dtype == torch.uint8 and torch.equal(wire, reference_pack(src, bits)), (bits, n)
                 back = unpack_words(wire, (n,), bits)
                 assert back.dtype == torch.int32
                 assert torch.equal(back.long(), src.long() & ((1 << bits) - 1))
