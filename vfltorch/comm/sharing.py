@@ -589,8 +589,13 @@ def mul_dealt(fed: Federation, x: torch.Tensor | None, y: torch.Tensor | None, *
             send_words(fed, dealt_operand(x, dealt, bits, fp), h1, bits)
             return dealt[1]
         if fed.rank == h1:
-            # 16-bit words travel as int16 (``pack_words``): received as such, with no unpacking pass.
-            e = fed.recv(h0, shape_x, torch.int16, device="cpu") if bits == 16 else recv_words(fed, h0, shape_x, bits)
+            # 16-bit words travel as their int16 bytes (``pack_words``: a uint8 message): received as those bytes
+            # and viewed as int16, no unpacking pass. (The dtype must be the sender's: the TLS link checks it.)
+            if bits == 16:
+                count = math.prod(int(s) for s in shape_x)
+                e = ring_words_from_bytes(fed.recv(h0, (wire_bytes(count, 16),), torch.uint8, device="cpu"), shape_x, 16)
+            else:
+                e = recv_words(fed, h0, shape_x, bits)
             return dealt_share(kind, e, y, dealt, bits)
         return None                     # the dealer and other ranks
     if bits != 64:
