@@ -254,6 +254,17 @@ def word_bytes(x: torch.Tensor, bits: int) -> torch.Tensor:
     return pack_words(x.cpu(), bits).reshape(-1).view(torch.uint8)
 
 
+def recv_ring_words(fed: Federation, src: int, shape, bits: int = 64) -> torch.Tensor:
+    """Receive what ``send_words`` sent, in the type the ring's products are computed in (``_ring_dtype``: 16-bit
+    words as int16, with no unpacking pass). The message's dtype is the sender's (``pack_words``: uint8 below 32
+    bits), which the TLS link checks."""
+    if bits != 16:
+        return recv_words(fed, src, shape, bits)
+    shape = tuple(int(s) for s in shape)
+    return ring_words_from_bytes(fed.recv(src, (wire_bytes(math.prod(shape), 16),), torch.uint8, device="cpu"),
+                                 shape, 16)
+
+
 def words_from_bytes(buf: torch.Tensor, shape, bits: int) -> torch.Tensor:
     """Inverse of ``word_bytes`` (a slice of a message at any byte offset): the words ``unpack_words`` returns."""
     _check_bits(bits)
@@ -589,14 +600,7 @@ def mul_dealt(fed: Federation, x: torch.Tensor | None, y: torch.Tensor | None, *
             send_words(fed, dealt_operand(x, dealt, bits, fp), h1, bits)
             return dealt[1]
         if fed.rank == h1:
-            # 16-bit words travel as their int16 bytes (``pack_words``: a uint8 message): received as those bytes
-            # and viewed as int16, no unpacking pass. (The dtype must be the sender's: the TLS link checks it.)
-            if bits == 16:
-                count = math.prod(int(s) for s in shape_x)
-                e = ring_words_from_bytes(fed.recv(h0, (wire_bytes(count, 16),), torch.uint8, device="cpu"), shape_x, 16)
-            else:
-                e = recv_words(fed, h0, shape_x, bits)
-            return dealt_share(kind, e, y, dealt, bits)
+            return dealt_share(kind, recv_ring_words(fed, h0, shape_x, bits), y, dealt, bits)
         return None                     # the dealer and other ranks
     if bits != 64:
         raise ValueError("mul_dealt: a narrow ring needs the material of deal_dealt(..., bits=...)")

@@ -82,7 +82,7 @@ form of Adam's step (this gradient's share at once), a slower first moment
 (beta_1 = 1 - 2 / iterations per epoch in [0.9, 0.97]) and a linear warm-up of the
 rate over the first epoch (at most half the run); f_t is still computed from
 a_{t-1} + (a_{t-1} - a_{t-2}). Nothing else changes: the same messages, bytes and
-openings. Centralised, 8 seeds: -0.06 point on phishing, -0.03 on credit_default
+openings. Centralised, 8 seeds: -0.06 point on phishing, -0.02 on credit_default
 against ``f_delay=0`` (docs/fdskl.md, *Delay compensation*). ``f_delay=0`` (the default,
 and always under ``paper``) keeps Adam and the four-message order, with the gradient
 share riding on the next phase message.
@@ -111,7 +111,7 @@ ADAM_EPS = 1e-8
 # falls into a limit cycle along the stiffest direction (the batch mean of f swung by +-10 logits on credit_default;
 # Adam's first moment keeps pushing for ~1 / (1 - beta_1) steps after the stale gradient has turned). Nesterov's
 # form of the step (this gradient's share at once), a slower first moment and a linear warm-up over the first epoch
-# (at most half the run) remove it: centralised, 8 seeds, -0.06 / -0.03 point against f_delay 0. beta_1 =
+# (at most half the run) remove it: centralised, 8 seeds, -0.06 / -0.02 point against f_delay 0. beta_1 =
 # 1 - 2 / (iterations per epoch) within [0.9, DELAYED_BETA1]: 0.97 from 67 iterations per epoch on (at the default
 # batch size from n = 2,144 rows on), Adam's 0.9 on small data (breast cancer, 13 per epoch, 8 seeds: -0.18 point
 # at 0.9, -0.62 at 0.95, -0.79 at 0.97). (1 - 4 / (iterations per epoch), 0.969 on phishing: -0.09, seeds to -0.36.)
@@ -154,11 +154,8 @@ class _Optimizer:
             if cfg.solver == "adam" else None
 
     def columns(self, t: int) -> torch.Tensor:
-        """The features whose gradient sums step t needs: all D (adam) or block t mod nb (dsg)."""
-        if self.cfg.solver == "adam":
-            return torch.arange(self.D)
-        k = t % (self.D // self.r)
-        return torch.arange(k * self.r, (k + 1) * self.r)
+        """The features whose gradient sums step t needs (``step_columns``)."""
+        return step_columns(self.cfg.solver, self.D, self.r, t)
 
     def coefficients(self, t: int, delay: int) -> torch.Tensor:
         """The coefficients f on batch t is computed with (module docstring, *Pipelined iteration*).
@@ -537,26 +534,34 @@ class _Pipeline:
         self.pending = None
 
 
-def _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D, window=None, carry=None,
-                  bits=TRAIN_BITS) -> StarProducts:
-    """Step 2's phases under the shared protocol (one keeper for all D features, drawn per iteration from the
-    public seed) and the dealer's material for both of the iteration's products (f, then the gradient sums)."""
-    keeper = fmap.keeper_of(t)
+def step_columns(solver: str, D: int, r: int, t: int) -> torch.Tensor:
+    """The features whose gradient sums step t needs: all D (adam, the shared ``all_columns`` tensor) or block
+    t mod (D / r) (dsg). Every rank computes it from public sizes."""
     if solver == "adam":
-        grad_cols = all_columns(D)
-    else:
-        k = t % (D // r)
-        grad_cols = torch.arange(k * r, (k + 1) * r)
+        return all_columns(D)
+    k = t % (D // r)
+    return torch.arange(k * r, (k + 1) * r)
+
+
+def _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D, window=None, carry=None,
+                  bits=TRAIN_BITS, grad_cols=None, products=StarProducts) -> StarProducts:
+    """Step 2's phases under the shared protocol (one keeper for all D features, drawn per iteration from the
+    public seed) and the dealer's material for both of the iteration's products (f, then the gradient sums).
+    ``grad_cols`` (default ``step_columns``) and ``products`` (a ``StarProducts`` class or factory taking its
+    arguments) let the width selection's lockstep candidates use the same round (``selection.py``)."""
+    keeper = fmap.keeper_of(t)
+    if grad_cols is None:
+        grad_cols = step_columns(solver, D, r, t)
     if fed.is_active:
         # A receives nothing from the dealer in star_phases, so it takes (and expands) its product material
         # first, while the passive parties compute their phase messages; it needs S only in forward.
-        prod = StarProducts(fed, DealtPhases(None, [(keeper, all_columns(D), None)]), table, dealer, B,
-                            grad_cols=grad_cols, bits=bits, dealer_io=window)
+        prod = products(fed, DealtPhases(None, [(keeper, all_columns(D), None)]), table, dealer, B,
+                        grad_cols=grad_cols, bits=bits, dealer_io=window)
         ph = star_phases(fmap, Xb, blocks, dealer, keeper, dealer_io=window, **(carry or {}))
         prod.S = ph.S
     else:
         ph = star_phases(fmap, Xb, blocks, dealer, keeper, dealer_io=window, **(carry or {}))  # beta at K / D
-        prod = StarProducts(fed, ph, table, dealer, B, grad_cols=grad_cols, bits=bits, dealer_io=window)
+        prod = products(fed, ph, table, dealer, B, grad_cols=grad_cols, bits=bits, dealer_io=window)
     prod.phases_carry, prod.phases_sent = ph.carry, ph.sent
     return prod
 

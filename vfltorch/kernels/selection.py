@@ -56,16 +56,16 @@ candidates apart (the standard error of an accuracy is about 1 point there).
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 
 import torch
 
 from ..comm import Federation
-from .budget import DEALER_WINDOW, _Optimizer, leak_limit
+from .budget import DEALER_WINDOW, _Optimizer, _shared_round, leak_limit, step_columns
 from .random_features import FourierSampler, counter_words
-from .shared import (SQRT2, TRAIN_BITS, DealtPhases, StarProducts, DealerWindow, _finite, shared_decision_values,
-                     star_phases)
+from .shared import SQRT2, TRAIN_BITS, StarProducts, DealerWindow, _finite, shared_decision_values
 from .trainer import BatchSampler
 
 SELECT_MIN_ROWS = 5000
@@ -154,15 +154,6 @@ class _LockstepProducts(StarProducts):
         return x.view(cs.shape[1], 2 * self.m)
 
 
-def _columns(cfg, half: int, r: int, t: int) -> torch.Tensor:
-    """The features (within a candidate) whose gradient sums step t needs: all (adam) or block t mod nb (dsg),
-    as ``budget._Optimizer.columns``."""
-    if cfg.solver == "adam":
-        return torch.arange(half)
-    k = t % (half // r)
-    return torch.arange(k * r, (k + 1) * r)
-
-
 def train_lockstep(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None, cfg, *, K: int,
                    dealer: int | None = None, table=None) -> tuple[list | None, int]:
     """Train K candidates stacked in ``fmap`` (``stacked_map``: K equal runs of features) on the same batches, in
@@ -186,11 +177,10 @@ def train_lockstep(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | Non
     window = DealerWindow(fed, dealer) if shared else None
     window_size, buffered = 1, 0
     bits = TRAIN_BITS if cfg.product_bits == 20 else (32, 32)
-    every = torch.arange(D)
     for t in range(max_iter):
         batch = sampler.next()
         Xb = X[batch.to(X.device)]
-        cols = _columns(cfg, half, r, t)
+        cols = step_columns(cfg.solver, half, r, t)
         grad_cols = torch.cat([k * half + cols for k in range(K)])
         coef = None
         if active:
@@ -199,15 +189,9 @@ def train_lockstep(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | Non
                 coef[k * half:(k + 1) * half, k] = opt.alpha
         with fed.phase(f"{SELECT_PHASE}/train"):
             if shared:
-                keeper = fmap.keeper_of(t)
-                if active:              # A takes its product material first (as budget._shared_round)
-                    prod = _LockstepProducts(fed, DealtPhases(None, [(keeper, every, None)]), table, dealer, B,
-                                             classes=K, grad_cols=grad_cols, bits=bits, dealer_io=window, half=half)
-                    prod.S = star_phases(fmap, Xb, blocks, dealer, keeper, dealer_io=window).S
-                else:
-                    ph = star_phases(fmap, Xb, blocks, dealer, keeper, dealer_io=window)
-                    prod = _LockstepProducts(fed, ph, table, dealer, B, classes=K, grad_cols=grad_cols, bits=bits,
-                                             dealer_io=window, half=half)
+                prod = _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, cfg.solver, r, D, window,
+                                     bits=bits, grad_cols=grad_cols,
+                                     products=functools.partial(_LockstepProducts, classes=K, half=half))
                 f = prod.forward(coef)                                           # B x K at A
                 d_loss = cfg.loss.derivative(f, y[batch].unsqueeze(1)) if active else None
                 sums = prod.gradient(d_loss)                                     # K x len(cols), candidate-major

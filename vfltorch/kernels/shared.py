@@ -77,7 +77,7 @@ import warnings
 import torch
 
 from ..comm import Federation, MaskStream, broadcast, masked_sum, pairwise_tree
-from ..comm.sharing import (deal_dealt, dealt_operand, dealt_share, fresh_seed, from_ring, mul_dealt, open_shares,
+from ..comm.sharing import (_UINT16, deal_dealt, dealt_operand, dealt_share, fresh_seed, from_ring, mul_dealt, open_shares,
                              ring_words_from_bytes, rowdot_scales, split_bytes, wire_bytes, word_bytes,
                              words_from_bytes)
 from .circle import Circle, KeptPhases
@@ -128,8 +128,6 @@ def _index(words: torch.Tensor) -> torch.Tensor:
         return words.view(_UINT16).to(torch.int32)                # one pass: the word read unsigned
     return words.to(torch.int32) & 0xFFFF                         # the angle's grid index in [0, 2**16)
 
-
-_UINT16 = getattr(torch, "uint16", None)                          # torch >= 2.3
 
 
 def cos_sin(pairs: torch.Tensor, words: torch.Tensor) -> torch.Tensor:
