@@ -174,3 +174,40 @@ def test_spawned_parties_use_a_store_in_the_launching_process(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
                        env=env)
     assert "RESULT [3.0, 3.0]" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_party_hung_in_its_start_up_is_named_not_waited_for(tmp_path):
+    """A party process that never connects (here: its interpreter sleeps before running anything of ours, as a
+    fork server that never ran its children did once) makes launch() stop every party and say which one, after
+    the join timeout and START_GRACE, instead of waiting for results forever."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(textwrap.dedent("""
+        import sys, time
+        if "--multiprocessing-fork" in sys.argv:        # a spawned party process, not the launcher
+            time.sleep(600)
+    """))
+    code = textwrap.dedent("""
+        import time
+        from vfltorch.comm import launch, launcher
+        from vfltorch.comm.errors import FederationError
+        def rank(fed):
+            return fed.rank
+        if __name__ == "__main__":
+            launcher.START_GRACE = 3.0
+            started = time.monotonic()
+            try:
+                launch(rank, 2, join_timeout=2.0)
+            except FederationError as exc:
+                print("ERROR", exc)
+            print("SECONDS", round(time.monotonic() - started))
+    """)
+    (tmp_path / "hang.py").write_text(code)
+    env = {**os.environ, "VFLTORCH_START_METHOD": "spawn",
+           "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "hang.py"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                       env=env)
+    out = r.stdout + r.stderr
+    assert "did not join the federation within 5 s" in r.stdout, out
+    assert "VFLTORCH_START_METHOD=spawn" in r.stdout, out
+    assert int(r.stdout.split("SECONDS")[1]) < 30, out

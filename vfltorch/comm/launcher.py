@@ -72,6 +72,11 @@ def init_from_env(*, coordinator: bool = False, active: int = 0, backend: str = 
 STRAGGLER_GRACE = 5.0
 # When the launcher itself is stopped (SIGINT / SIGTERM), parties get this long after SIGTERM before SIGKILL.
 STOP_GRACE = 2.0
+# A party reports JOINED once it is connected to the others. One that has not, this long after the join timeout
+# (process start, imports and the rendezvous all count), is hung in its start-up: the launcher stops every party
+# and says so, instead of waiting for results forever (seen once: a fork server that never ran its children).
+START_GRACE = 60.0
+JOINED = "joined"
 
 
 def _party_main(rank, roles, port, options, fn, args, kwargs, results):
@@ -98,6 +103,7 @@ def _party_main(rank, roles, port, options, fn, args, kwargs, results):
                                  timeout=options["timeout"], join_timeout=options["join_timeout"],
                                  transcript=transcript, store_secret=options["store_secret"])
         profile_mark(f"party{rank}_joined")
+        results.put((rank, JOINED, None))           # the launcher's start-up watchdog (collect_results)
         out = fn(fed, *args, **kwargs)
         profile_mark(f"party{rank}_returned")
         fed.close()
@@ -184,7 +190,8 @@ def launch(fn, parties: int, args: tuple = (), kwargs: dict | None = None, *, co
                              args=(r, roles, port, options, target, args, kwargs or {}, results))
                  for r in range(world)]
         _start_ignoring_sigint(procs)
-        out = collect_results(procs, results, roles, timeout, hint=_script_hint(fn))
+        out = collect_results(procs, results, roles, timeout, hint=_script_hint(fn),
+                              start_timeout=options["join_timeout"] + START_GRACE)
     finally:
         store_host.close()
     profile_mark("collected")
@@ -335,21 +342,45 @@ def _script_hint(fn) -> str | None:
             f"`if __name__ == \"__main__\":` (or move the function into a module and import it)")
 
 
-def collect_results(procs, results, roles: Roles, timeout: float, *, hint: str | None = None) -> list:
+def collect_results(procs, results, roles: Roles, timeout: float, *, hint: str | None = None,
+                    start_timeout: float | None = None) -> list:
     """Wait for the started party processes ``procs`` (index = rank) and return their results by rank.
 
     One loop for every way of starting parties (``launch`` here, ``link.launch_local`` over TLS): a
     party that fails gives the others ``STRAGGLER_GRACE`` seconds before they are killed, a party
     that exits without reporting is named with how it died, and a launcher that is stopped itself
     (Ctrl-C, SIGTERM) stops every party. Raises ``FederationError`` naming every failed party;
-    ``hint`` is added to its message when a party died without reporting.
+    ``hint`` is added to its message when a party died without reporting. ``start_timeout`` (parties that
+    report ``JOINED`` once connected, as ``launch``'s do): a party that has neither joined nor ended that many
+    seconds after the start is hung in its start-up; every party is stopped and the error names it.
     """
     world = len(procs)
     outcome: dict[int, tuple[str, object]] = {}
+    joined: set[int] = set()
     stragglers_deadline = None
     grace = min(timeout, STRAGGLER_GRACE)
+    start_deadline = None if start_timeout is None else time.monotonic() + start_timeout
+
+    def record(item) -> None:
+        rank, kind, value = item
+        if kind == JOINED:
+            joined.add(rank)
+        else:
+            outcome[rank] = (kind, value)
     try:
         while len(outcome) < world:
+            if start_deadline is not None and time.monotonic() > start_deadline:
+                hung = [r for r in range(world) if r not in joined and r not in outcome]
+                if hung:
+                    for r in hung:
+                        procs[r].kill()
+                        outcome[r] = ("error", (
+                            f"the process did not join the federation within {start_timeout:g} s of its start "
+                            "(hung in its start-up: imports, the fork server, the rendezvous) and was killed by "
+                            "the launcher; if the fork server hangs on this machine, try "
+                            "VFLTORCH_START_METHOD=spawn", None))
+                    stragglers_deadline = time.monotonic()       # the others: stopped at once below
+                start_deadline = None
             if stragglers_deadline is None and any(k != "ok" for k, _ in outcome.values()):
                 # Someone failed: the others notice within a second or two, or are hung. Don't wait for them.
                 stragglers_deadline = time.monotonic() + grace
@@ -361,8 +392,7 @@ def collect_results(procs, results, roles: Roles, timeout: float, *, hint: str |
                                                "party failed (hung?) and was killed by the launcher", None))
                 break
             try:
-                rank, kind, value = results.get(timeout=0.2)
-                outcome[rank] = (kind, value)
+                record(results.get(timeout=0.2))
                 continue
             except queue_mod.Empty:
                 pass
@@ -371,8 +401,7 @@ def collect_results(procs, results, roles: Roles, timeout: float, *, hint: str |
                     # It may have reported just before exiting: drain once more before calling it dead.
                     try:
                         while True:
-                            rank, kind, value = results.get(timeout=0.5)
-                            outcome[rank] = (kind, value)
+                            record(results.get(timeout=0.5))
                     except queue_mod.Empty:
                         pass
                     if r not in outcome:
