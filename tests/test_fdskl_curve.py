@@ -107,3 +107,41 @@ def test_a_curve_point_sends_nothing_and_its_bytes_are_the_meters(curve_runs, na
             assert opened == [p["iteration"] for p in sparse["history"]]
         else:
             assert opened == list(range(1, T + 1))
+
+
+def test_the_curve_in_the_record_and_tensorboard_under_a_time_budget(tmp_path):
+    """`vfl fdskl --time-budget` (a stop flag every iteration, the dealer in step at each): the JSON history's
+    bytes end at the meters' total, and the TensorBoard curves against kilobytes, written at the end, carry the
+    points' bytes; the curves against iterations carry their iterations."""
+    import json
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from vfltorch.cli import main
+
+    out, tb = tmp_path / "fdskl.json", tmp_path / "tb"
+    assert main(["fdskl", "--parties", "2", "--dataset", "breast_cancer", "--n-components", "128",
+                 "--features-per-step", "16", "--batch-size", "32", "--epochs", "2", "--sigma", "1",
+                 "--time-budget", "1000", "--log-every", "4", "--monitor-rows", "40", "--seed", "3",
+                 "--output-json", str(out), "--logdir", str(tb), "--quiet"]) == 0
+    rec = json.loads(out.read_text())["fdskl"]
+    hist, comm = rec["history"], rec["train_comm"]
+    T = rec["iterations"]
+    assert T == 27 and len(comm["train_bytes_sent_per_party"]) == 3      # A, the passive party, the dealer
+    assert [p["iteration"] for p in hist] == [4, 8, 12, 14, 16, 20, 24, 27]
+    assert hist[-1]["bytes"] == comm["train_bytes_sent_total"]
+    assert all(a["bytes"] < b["bytes"] for a, b in zip(hist, hist[1:]))
+    acc = EventAccumulator(str(tb))
+    acc.Reload()
+
+    def curve(tag):
+        return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+    loss = [p["batch_loss"] for p in hist]
+    assert [s for s, _ in curve("fdskl/batch_loss")] == [p["iteration"] for p in hist]
+    assert [s for s, _ in curve("fdskl_vs_kbytes/batch_loss")] == [p["bytes"] // 1024 for p in hist]
+    assert [v for _, v in curve("fdskl_vs_kbytes/batch_loss")] == pytest.approx(loss, rel=1e-6)
+    # Held-out values (opened at the epoch end and the end only, under shared) against their points' bytes.
+    opened = [p for p in hist if "test_error" in p]
+    assert [p["iteration"] for p in opened] == [14, 27]
+    assert curve("fdskl_vs_kbytes/test_error") == [(p["bytes"] // 1024, pytest.approx(p["test_error"])) for p in opened]
