@@ -261,6 +261,8 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     sent_until = -1
 
     def shared_round(t_round, carry=None):
+        if window is not None:
+            window.round = t_round          # the dealer's buffered material is tagged by its round (a curve point's bytes)
         out = _shared_round(fed, fmap, X[batch_of(t_round).to(X.device)], blocks, dealer, table, B, t_round,
                             cfg.solver, r, D, window, carry, bits=bits)
         out.t = t_round
@@ -356,12 +358,14 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                         rounds[t_ahead] = shared_round(t_ahead)
             elif shared:
                 # The dealer runs up to DEALER_WINDOW iterations ahead; it flushes before it next has to act in
-                # step with the others (a log point or the monitor, the time-budget flag, a stop). After such a
-                # point the parties wait for its next window, so that window is one iteration, the next two,
-                # then four ... up to DEALER_WINDOW: the wait is one iteration of the dealer's work, not a window.
-                # (f_delay 0, and the pipeline under a time budget, where the rounds ahead are not certain to run.)
+                # step with the others: the epoch-end monitor (held-out values opened), the time-budget flag, the
+                # end. A curve point is not such a point: it sends nothing (``TrainingLoop.log_point``). After a
+                # synchronisation the parties wait for its next window, so that window is one iteration, the next
+                # two, then four ... up to DEALER_WINDOW: the wait is one iteration of the dealer's work, not a
+                # window. (f_delay 0, and the pipeline under a time budget, where the rounds ahead are not certain
+                # to run.)
                 buffered += 1
-                sync = (t + 1) % log_every == 0 or final1 or epoch_end1 or cfg.max_time is not None or last
+                sync = (epoch_end1 and mon is not None) or cfg.max_time is not None or last
                 if buffered >= window_size or sync:
                     with fed.phase(f"{fed.current_phase}/deal"):
                         window.flush()
@@ -369,7 +373,7 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                     window_size = 1 if sync else min(2 * window_size, DEALER_WINDOW)
                     if sync and fed.rank == dealer and not last and t + 1 not in rounds:
                         # The dealer receives nothing during training: it computes round t + 1 now and sends it
-                        # right after the synchronisation (a log point, the monitor, the time-budget flag), so
+                        # right after the synchronisation (the monitor, the time-budget flag), so
                         # the parties do not wait there for its work. Its messages keep their order: what it
                         # sends in between goes out first (the window is flushed above). If the time budget
                         # stops training instead, the round's seeds are never sent.
@@ -382,7 +386,8 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             use_mon = mon if (not shared or final or epoch_end) else None
             with fed.phase(MONITOR_PHASE):
                 f_mon = use_mon.values(opt.model if opt is not None else None) if use_mon is not None else None
-            loop.log_point(t, D, f_mon, use_mon, cfg, log, control_tree)
+            loop.log_point(t, D, f_mon, use_mon, cfg, log, control_tree,
+                           unsent=window.queued_before(t) if window is not None else 0)
     if pipe is not None:
         pipe.close()
     if window is not None:

@@ -706,7 +706,7 @@ class DealerWindow:
     iterations are buffered (``send``) and travel as one message per recipient (``flush``: its length,
     then the bytes), and each recipient takes its part of a window message by message (``recv``), in the
     order sent, so every message carries exactly what it carried alone. The dealer flushes before anything
-    it must do in step with the others (log points, the monitor, the time budget, the end). Everything
+    it must do in step with the others (the epoch-end monitor, the time budget, the end). Everything
     else is the federation's (attribute access is delegated), so a window stands in for the federation
     in ``star_phases`` and ``deal_dealt``. Bytes: the same, plus 8 per window and recipient.
 
@@ -721,6 +721,8 @@ class DealerWindow:
         self._out: dict[int, list] = {}          # at the dealer: recipient -> byte tensors, in order
         self._inbox, self._at = None, 0          # at a recipient: the current window and the read position
         self._pending: list = []                 # at the dealer: the last flush's sends still under way
+        self._tags: dict[int, list] = {}         # at the dealer: recipient -> the ``round`` of each buffered message
+        self.round = None                        # the training iteration whose material is being buffered (a tag)
 
     def __getattr__(self, name):
         return getattr(self._fed, name)
@@ -731,6 +733,18 @@ class DealerWindow:
             return
         t = tensor.detach().cpu().contiguous().reshape(-1)
         self._out.setdefault(dst, []).append(t.view(torch.uint8).clone())
+        self._tags.setdefault(dst, []).append(self.round)
+
+    def queued_before(self, t: int) -> int:
+        """At the dealer: the bytes buffered for iterations before ``t`` (tagged by ``round``; untagged ones
+        count), with the 8-byte length of each window they will travel in: what it has committed to those
+        iterations but not yet sent (a curve point's bytes, ``TrainingLoop.log_point``). 0 elsewhere."""
+        total = 0
+        for dst, parts in self._out.items():
+            mine = [p.numel() for p, tag in zip(parts, self._tags[dst]) if tag is None or tag < t]
+            if mine:
+                total += sum(mine) + 8
+        return total
 
     def recv(self, src: int, shape, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
         fed = self._fed
@@ -760,7 +774,7 @@ class DealerWindow:
             payload = torch.cat(parts)
             self._pending.append(self._fed.send_nowait(torch.tensor([payload.numel()], dtype=torch.int64), dst))
             self._pending.append(self._fed.send_nowait(payload, dst))
-        self._out = {}
+        self._out, self._tags = {}, {}
 
     def drain(self) -> None:
         """At the dealer: wait until every recipient has the windows sent so far (a dead one raises)."""

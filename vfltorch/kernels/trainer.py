@@ -64,6 +64,7 @@ from .protocol import FederatedFeatureMap
 
 TRAIN_PHASE = "fdskl/train"
 MONITOR_PHASE = "fdskl/monitor"
+CURVE_PHASE = MONITOR_PHASE + "/curve"      # the curve points' bytes, summed once at the end of training
 
 
 @dataclass
@@ -132,13 +133,24 @@ class BatchSampler:
 class TrainingLoop:
     """The bookkeeping every FDSKL trainer (growing, shared, bounded) shares: the progress bar, the training
     clock, the bytes sent since the start (the meter counts every run of this federation), the batch-loss
-    window between curve points and the curve itself."""
+    window between curve points and the curve itself.
+
+    A curve point sends no message (issue 11: the points synchronised every rank, the dealer included, about
+    50 times a run). Each rank records its own training bytes at each point; at the end of training (``close``,
+    where every rank of ``tree`` arrives anyway) one reduce of the per-point vector gives the active party the
+    totals, which it fills into its points and logs (the ``fdskl_vs_kbytes`` scalars). The points fall at
+    iterations every rank knows (``t`` is agreed, the time budget's stop flag included), so the vectors line
+    up; the reduce carries each rank's point count and the sum of its points' iterations to check that."""
 
     def __init__(self, fed: Federation, max_iter: int | None, *, log=None, progress: bool = False):
         self.fed = fed
+        self.log = log
         self.bar = log.progress(total=max_iter, desc="fdskl", unit="it") if progress and log is not None else None
         self.sent_before = phase_totals(fed, TRAIN_PHASE)
         self.history: list[dict] = []
+        self.points: list[tuple[int, int]] = []     # (iteration, this rank's training bytes) per curve point
+        self.tree = None                            # the control tree the points' bytes are summed over
+        self.closed = False
         self.window_loss, self.window_count = 0.0, 0
         self.last_batch_loss = float("nan")
         self.train_seconds = 0.0
@@ -160,24 +172,53 @@ class TrainingLoop:
         self.window_loss, self.window_count = 0.0, 0
         return self.last_batch_loss
 
-    def log_point(self, t: int, features: int, f_mon, mon, cfg, log, tree, extra: dict | None = None) -> None:
-        """A curve point (every party calls it): the bytes all parties sent for training so far, one integer
-        from each summed at the active party over ``tree``; the point is kept at the active party."""
+    def log_point(self, t: int, features: int, f_mon, mon, cfg, log, tree, extra: dict | None = None,
+                  unsent: int = 0) -> None:
+        """A curve point (every rank calls it; it sends nothing): this rank's training bytes so far are recorded
+        (``unsent``: bytes it has committed to iterations before ``t`` but not yet sent, the dealer's window,
+        ``DealerWindow.queued_before``); the point, with its A-local values, is kept at the active party and
+        its ``bytes`` (every rank's, over ``tree``) filled in by ``close``."""
         fed = self.fed
-        with fed.phase(MONITOR_PHASE):
-            mine = phase_totals(fed, TRAIN_PHASE)["bytes_sent"] - self.sent_before["bytes_sent"]
-            total = reduce(fed, torch.tensor([mine], dtype=torch.int64), tree)
+        mine = phase_totals(fed, TRAIN_PHASE)["bytes_sent"] - self.sent_before["bytes_sent"] + int(unsent)
+        self.points.append((int(t), int(mine)))
+        self.tree = tree
         loss = self.batch_loss()
         if not fed.is_active:
             return
-        point = {"iteration": t, "features": features, "train_seconds": self.train_seconds, "bytes": int(total[0]),
+        point = {"iteration": t, "features": features, "train_seconds": self.train_seconds, "bytes": None,
                  "batch_loss": loss, **(extra or {})}
         self.history.append(finish_point(point, f_mon, mon, cfg, log))
 
+    def _total_bytes(self) -> None:
+        """The points' bytes of every rank, one reduce over the control tree, into the active party's points."""
+        fed = self.fed
+        if not self.points:
+            return
+        k = len(self.points)
+        iterations = sum(t for t, _ in self.points)
+        vec = torch.tensor([k, iterations] + [b for _, b in self.points], dtype=torch.int64)
+        with fed.phase(CURVE_PHASE):
+            total = reduce(fed, vec, self.tree)
+        if not fed.is_active:
+            return
+        ranks = len(self.tree.order)
+        if int(total[0]) != ranks * k or int(total[1]) != ranks * iterations:
+            raise RuntimeError(f"FDSKL: the ranks' curve points disagree (the active party has {k} points at "
+                               f"iterations summing to {iterations}; the ranks' sums are {int(total[0])} and "
+                               f"{int(total[1])} over {ranks} ranks)")
+        for point, b in zip(self.history, total[2:].tolist()):
+            point["bytes"] = int(b)
+            log_bytes_point(point, self.log)
+
     def close(self) -> None:
+        """The end of training at this rank (every rank of the control tree calls it, once or more)."""
+        if self.closed:
+            return
+        self.closed = True
         if self.bar is not None:
             self.bar.close()
         self.batch_loss()
+        self._total_bytes()
 
     def result(self, alpha, t: int, train_loss: float = float("nan")) -> TrainResult:
         self.close()
@@ -312,20 +353,33 @@ def step_marks(t: int, max_iter: int | None, per_epoch: float) -> tuple[bool, bo
     return final, epoch_end
 
 
+CURVE_KEYS = ("batch_loss", "train_loss", "test_error", "test_mse")
+
+
 def finish_point(point: dict, f_mon, mon, cfg, log) -> dict:
     """A curve point at the active party: held-out metrics of the monitored rows added, and every curve
-    logged against iterations, training milliseconds and kilobytes (one routine for all three trainers)."""
+    logged against iterations and training milliseconds (one routine for all three trainers); against
+    kilobytes once the point's bytes are known, at the end of training (``log_bytes_point``)."""
     if f_mon is not None and mon.y is not None:
         f_orig = cfg.y_offset + cfg.y_scale * f_mon if cfg.task == "regression" else f_mon
         point.update(held_out_metrics(f_orig, mon.y, cfg.task, prefix="test_"))
     if log is not None:
-        t, ms, kb = point["iteration"], int(point["train_seconds"] * 1000), point["bytes"] // 1024
-        for key in ("batch_loss", "train_loss", "test_error", "test_mse"):
+        t, ms = point["iteration"], int(point["train_seconds"] * 1000)
+        for key in CURVE_KEYS:
             if key in point:
                 log.scalar(f"fdskl/{key}", point[key], t)
                 log.scalar(f"fdskl_vs_time_ms/{key}", point[key], ms)
-                log.scalar(f"fdskl_vs_kbytes/{key}", point[key], kb)
     return point
+
+
+def log_bytes_point(point: dict, log) -> None:
+    """A point's curves against the kilobytes all ranks had sent for training by its iteration."""
+    if log is None:
+        return
+    kb = point["bytes"] // 1024
+    for key in CURVE_KEYS:
+        if key in point:
+            log.scalar(f"fdskl_vs_kbytes/{key}", point[key], kb)
 
 
 def phase_totals(fed: Federation, prefix: str) -> dict:
