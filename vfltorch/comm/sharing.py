@@ -152,7 +152,8 @@ def pack_words(x: torch.Tensor, bits: int) -> torch.Tensor:
         return x.reshape(-1).cpu().to(torch.int32)      # the int64 -> int32 cast keeps the low bits
     # Below 32 bits in numpy at every size (one torch call, the same bytes; issue 11's op count): as fast as the
     # torch passes at 2 B D words and 4-6x faster on small vectors (the dealer's corrections, the shares).
-    return torch.from_numpy(_pack_np(x.reshape(-1).cpu().numpy(), bits))
+    x = x.reshape(-1)
+    return torch.from_numpy(_pack_np((x if x.device.type == "cpu" else x.cpu()).numpy(), bits))
 
 
 def unpack_words(buf: torch.Tensor, shape, bits: int) -> torch.Tensor:
@@ -220,7 +221,7 @@ def _from_ring_np(x: np.ndarray, bits: int) -> np.ndarray:
 
 def send_words(fed: Federation, x: torch.Tensor, dst: int, bits: int = 64) -> None:
     """Send ring words of width ``bits`` (``pack_words``): ``wire_bytes`` bytes."""
-    fed.send(pack_words(x.cpu(), bits), dst)
+    fed.send(pack_words(x, bits), dst)
 
 
 def recv_words(fed: Federation, src: int, shape, bits: int = 64) -> torch.Tensor:
@@ -308,7 +309,14 @@ def _ring_dtype(bits: int) -> torch.dtype:
 
 def _word(y: torch.Tensor, bits: int) -> torch.Tensor:
     """A known operand as ring words (``_ring_dtype``: the narrowing cast keeps the low bits)."""
-    return y.cpu().to(_ring_dtype(bits))
+    return _cpu_as(y, _ring_dtype(bits))
+
+
+def _cpu_as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x.cpu().to(dtype)`` without the calls that would return x itself (per-iteration operands)."""
+    if x.device.type != "cpu":
+        x = x.cpu()
+    return x if x.dtype == dtype else x.to(dtype)
 
 
 def rowdot_scales(x: torch.Tensor, bits: int, y_bits: int) -> torch.Tensor:
@@ -651,7 +659,7 @@ def dealt_operand(x: torch.Tensor, dealt, bits: int = 64, fp: FixedPoint | None 
 
     For protocols that carry e inside a message of their own (``word_bytes``); h_0's share is c_0."""
     a, _ = dealt
-    xe = fp.encode(x.cpu()) if fp is not None else x.cpu().to(_ring_dtype(bits))
+    xe = fp.encode(x.cpu()) if fp is not None else _cpu_as(x, _ring_dtype(bits))
     return xe - a
 
 
@@ -694,9 +702,13 @@ def deal_dealt(fed: Federation, ys, *, holders, dealer: int, kind: str, shapes_x
         c0s = []
         for sx, out, y, w in zip(shapes_x, outs, ys, widths):
             a = _uniform(g0, sx, w)
-            c0s.append(from_ring(op(a, _word(y, w)) - _uniform(g1, out, w), w).to(torch.int64).reshape(-1))
+            if packed:          # (the small corrections' difference and packing in numpy: the same words)
+                c = op(a, _word(y, w)).numpy() - _uniform(g1, out, w).numpy()     # wraps in the ring's type
+                c0s.append(_pack_np(c.reshape(-1), w) if w < 32 else c.reshape(-1).view(np.uint8))
+            else:
+                c0s.append(from_ring(op(a, _word(y, w)) - _uniform(g1, out, w), w).to(torch.int64).reshape(-1))
         if packed:                              # the seed's 16 bytes, then each product's corrections packed
-            fed.send(torch.cat([s0.view(torch.uint8), *(pack_words(c, w) for c, w in zip(c0s, widths))]), h0)
+            fed.send(torch.from_numpy(np.concatenate([s0.numpy().view(np.uint8), *c0s])), h0)
         else:
             fed.send(torch.cat([s0, *c0s]), h0)
         if h1_seed is None:

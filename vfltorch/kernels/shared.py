@@ -381,7 +381,9 @@ def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, dealer_
             own_mask = _masks(io.recv(dealer, (2,), torch.int64, device="cpu"), shape)
     S = got = sent = None
     if fed.rank in fed.parties:
-        part = CIRCLE.encode(X @ W).cpu()
+        part = CIRCLE.encode(X @ W)
+        if part.device.type != "cpu":
+            part = part.cpu()
         with fed.phase(f"{fed.current_phase}/star-sum"):
             if fed.is_active:
                 S, got = part, {}
@@ -487,11 +489,10 @@ def _pairs_by_column_words(pairs: torch.Tensor, dtype: torch.dtype | None = None
         # that cannot be viewed as 4-byte entries)
         out = _pairs_by_column(pairs)
         return out if dtype is None else out.to(dtype)
+    # (viewing the last dimension as wider words already gives (rows, width / 2), and back (width / 2, 2 rows))
     if dtype == torch.int16:
-        words = pairs.to(torch.int16).view(torch.int32).view(rows, width // 2)
-        return words.t().contiguous().view(torch.int16).view(width // 2, 2 * rows)
-    words = pairs.view(torch.int64).view(rows, width // 2)
-    out = words.t().contiguous().view(pairs.dtype).view(width // 2, 2 * rows)
+        return pairs.to(torch.int16).view(torch.int32).t().contiguous().view(torch.int16)
+    out = pairs.view(torch.int64).t().contiguous().view(pairs.dtype)
     return out if dtype is None else out.to(dtype)
 
 
@@ -508,7 +509,9 @@ def _factors32(v: torch.Tensor) -> np.ndarray:
     """sqrt2 v in float32, checked finite, as a numpy vector: ``_finite(SQRT2 * v.to(torch.float32))`` with the
     same values (the float64 -> float32 cast and the float32 product round alike; torch multiplies a float32
     tensor by a Python scalar in float32) in numpy calls (~1 us) instead of torch calls (~3.5 us)."""
-    w = v.detach().cpu().numpy().astype(np.float32) * _SQRT2_32
+    if v.requires_grad:
+        v = v.detach()
+    w = (v if v.device.type == "cpu" else v.cpu()).numpy().astype(np.float32) * _SQRT2_32
     if not np.isfinite(w).all():
         raise OverflowError("FDSKL shared protocol: a non-finite coefficient or loss derivative")
     return w
@@ -708,7 +711,7 @@ class StarProducts:
     def carry(self) -> torch.Tensor | None:
         """At the keeper: its deferred share of the gradient sums as int16 words (the low 16 bits)."""
         z, _ = self.pending
-        return z.to(torch.int16)
+        return z if z.dtype == torch.int16 else z.to(torch.int16)
 
     def finish_gradient(self, words: torch.Tensor) -> torch.Tensor:
         """At A: the gradient sums from its own share and the keeper's deferred int16 words."""
