@@ -215,14 +215,9 @@ class Federation:
     def current_phase(self) -> str:
         return self._phase[-1]
 
-    @contextlib.contextmanager
-    def phase(self, name: str):
-        """Count the communication inside this block under ``name``."""
-        self._phase.append(name)
-        try:
-            yield
-        finally:
-            self._phase.pop()
+    def phase(self, name: str) -> "_Phase":
+        """Count the communication inside this block under ``name`` (``with fed.phase(name): ...``)."""
+        return _Phase(self._phase, name)
 
     # ----------------------------------------------------------- waiting time
     @property
@@ -500,6 +495,22 @@ class Federation:
             self.store.set(key, value)
         except Exception:
             pass
+
+
+class _Phase:
+    """The context of ``Federation.phase``: a plain class (0.5 us against a generator context's 1.5; FDSKL's shared
+    iteration enters about 17 per process)."""
+
+    __slots__ = ("_stack", "_name")
+
+    def __init__(self, stack: list, name: str):
+        self._stack, self._name = stack, name
+
+    def __enter__(self) -> None:
+        self._stack.append(self._name)
+
+    def __exit__(self, *exc) -> None:
+        self._stack.pop()
 
 
 class PendingSend:
