@@ -325,8 +325,8 @@ def narrow_table(table: torch.Tensor | None, bits: int) -> torch.Tensor | None:
 _NARROW: dict = {}
 
 
-REAL_PAIRS32 = REAL_PAIRS.to(torch.float32)
-_NP_REAL = {torch.float32: np.float32, torch.float64: np.float64}      # A's [cos S, sin S]: 24 bits, beyond the keeper's 10
+REAL_PAIRS32 = REAL_PAIRS.to(torch.float32)      # A's [cos S, sin S]: 24 bits, beyond the keeper's 10
+_NP_REAL = {torch.float32: np.float32, torch.float64: np.float64}
 
 
 def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, dealer_io=None, carry=None,
@@ -789,8 +789,8 @@ class DealerWindow:
         if self._at % dtype.itemsize:
             piece = piece.clone()                   # (viewed as wider words, a piece must start at their alignment)
         self._at += nbytes
-        # A view of the window, which is never written (each message its own bytes; the window stays alive while
-        # a piece does): no copy per message.
+        # A view of the window (each message its own bytes, so writing a piece changes no other; the window stays
+        # alive while a piece does): no copy per message.
         piece = piece.view(dtype).reshape(shape)
         dev = fed.device if device is None else torch.device(device)
         return piece if dev.type == "cpu" else piece.to(dev)
