@@ -60,8 +60,9 @@ def test_int16_products_wrap_exactly_mod_2_16():
 
 
 def test_packing_beyond_the_numpy_threshold_keeps_the_wire_layout():
-    """Up to ``_SMALL`` words pack / unpack run in numpy, beyond in torch: the same bytes on both sides of the
-    threshold; int16 words of the 16-bit ring are their own wire bytes (no pass)."""
+    """Pack / unpack (numpy at every size since issue 11's op-count round; ``_SMALL`` was the numpy / torch
+    threshold): the same bytes around it and well beyond; int16 words of the 16-bit ring are their own wire
+    bytes (no pass)."""
     g = torch.Generator().manual_seed(2)
     for bits in (16, 20, 24):
         for n in (_SMALL - 1, _SMALL, _SMALL + 1, 3 * _SMALL + 7):

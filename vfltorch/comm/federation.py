@@ -75,6 +75,9 @@ def default_max_message_bytes() -> int:
     return int(os.environ.get("VFLTORCH_MAX_MESSAGE_BYTES", 1 << 30))
 
 
+_CPU = torch.device("cpu")
+
+
 class Federation:
     """One party's view of the federation.
 
@@ -212,14 +215,9 @@ class Federation:
     def current_phase(self) -> str:
         return self._phase[-1]
 
-    @contextlib.contextmanager
-    def phase(self, name: str):
-        """Count the communication inside this block under ``name``."""
-        self._phase.append(name)
-        try:
-            yield
-        finally:
-            self._phase.pop()
+    def phase(self, name: str) -> "_Phase":
+        """Count the communication inside this block under ``name`` (``with fed.phase(name): ...``)."""
+        return _Phase(self._phase, name)
 
     # ----------------------------------------------------------- waiting time
     @property
@@ -255,10 +253,11 @@ class Federation:
     def _outgoing(self, tensor: torch.Tensor, dst: int) -> torch.Tensor:
         self._check_peer(dst)
         # gloo and MPI move host memory: CUDA tensors travel through the CPU.
-        t = tensor.detach()
+        t = tensor.detach() if tensor.requires_grad else tensor     # (no aten call per message when not needed)
         if t.device.type != "cpu":
             t = t.cpu()
-        t = t.contiguous()
+        if not t.is_contiguous():
+            t = t.contiguous()
         nbytes = t.numel() * t.element_size()
         self.meter.record_send(self.current_phase, nbytes)
         if self.transcript is not None:
@@ -300,7 +299,10 @@ class Federation:
             self._guard(lambda: self._wait(dist.irecv(buf, src)) if self._allowances else dist.recv(buf, src), src,
                         "receiving from")
         self.meter.record_recv(self.current_phase, buf.numel() * buf.element_size())
-        return buf.to(self.device if device is None else device)
+        dev = self.device if device is None else device
+        if dev == "cpu" or dev == _CPU:
+            return buf if buf.device.type == "cpu" else buf.cpu()
+        return buf.to(dev)
 
     def sendrecv(self, tensor: torch.Tensor, dst: int, src: int, shape=None, dtype=None) -> torch.Tensor:
         """Send to ``dst`` while receiving from ``src`` (rings would deadlock on blocking sends)."""
@@ -493,6 +495,22 @@ class Federation:
             self.store.set(key, value)
         except Exception:
             pass
+
+
+class _Phase:
+    """The context of ``Federation.phase``: a plain class (0.5 us against a generator context's 1.5; FDSKL's shared
+    iteration enters about 17 per process)."""
+
+    __slots__ = ("_stack", "_name")
+
+    def __init__(self, stack: list, name: str):
+        self._stack, self._name = stack, name
+
+    def __enter__(self) -> None:
+        self._stack.append(self._name)
+
+    def __exit__(self, *exc) -> None:
+        self._stack.pop()
 
 
 class PendingSend:

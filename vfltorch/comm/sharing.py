@@ -144,29 +144,16 @@ def pack_words(x: torch.Tensor, bits: int) -> torch.Tensor:
     if bits == 64:
         return x.to(torch.int64)
     if bits == 16 and x.dtype == torch.int16:            # the 16-bit ring's own words: their bytes, no pass
-        return x.reshape(-1).cpu().contiguous().view(torch.uint8)
-    if bits < 32 and x.numel() <= _SMALL:
-        return torch.from_numpy(_pack_small(x.reshape(-1).cpu().numpy(), bits))
-    x = x.reshape(-1).cpu().to(torch.int32)              # the int64 -> int32 cast keeps the low bits
+        x = x.reshape(-1)
+        if x.device.type != "cpu":
+            x = x.cpu()
+        return x.view(torch.uint8) if x.is_contiguous() else x.contiguous().view(torch.uint8)
     if bits == 32:
-        return x
-    # Written in place into the message (no torch.cat): integer narrowing casts keep the low bits.
-    n = x.numel()
-    out = torch.empty(wire_bytes(n, bits), dtype=torch.uint8)
-    out[:2 * n].view(torch.int16).copy_(x)              # int32 -> int16: the low 16 bits
-    if bits == 16:
-        return out
-    high = out[2 * n:]
-    if bits == 24:
-        high.copy_(x >> 16)                              # int32 -> uint8: bits 16-23
-        return out
-    # 20: word i's nibble with word i + ceil(n / 2)'s
-    half = (n + 1) // 2
-    mid = (x >> 16).to(torch.uint8)                      # bits 16-23
-    torch.bitwise_and(mid[:half], 0xF, out=high)
-    top = mid[half:]
-    high[:top.numel()] |= top << 4                       # uint8 << 4 drops bits 20-23
-    return out
+        return x.reshape(-1).cpu().to(torch.int32)      # the int64 -> int32 cast keeps the low bits
+    # Below 32 bits in numpy at every size (one torch call, the same bytes; issue 11's op count): as fast as the
+    # torch passes at 2 B D words and 4-6x faster on small vectors (the dealer's corrections, the shares).
+    x = x.reshape(-1)
+    return torch.from_numpy(_pack_np((x if x.device.type == "cpu" else x.cpu()).numpy(), bits))
 
 
 def unpack_words(buf: torch.Tensor, shape, bits: int) -> torch.Tensor:
@@ -177,66 +164,64 @@ def unpack_words(buf: torch.Tensor, shape, bits: int) -> torch.Tensor:
     if bits in (64, 32):
         return buf.reshape(shape)
     count = math.prod(shape)
-    if count <= _SMALL:
-        return torch.from_numpy(_unpack_small(buf[:wire_bytes(count, bits)].numpy(), count, bits)).reshape(shape)
-    low = buf[:2 * count]
-    if low.storage_offset() % 2:                         # a slice of a message at an odd byte
-        low = low.clone()
-    if _UINT16 is not None:                              # one pass: the low 16 bits read unsigned
-        x = torch.empty(count, dtype=torch.int32)
-        x.copy_(low.view(_UINT16))
-    else:
-        x = low.view(torch.int16).to(torch.int32) & 0xFFFF
-    if bits > 16:
-        high = buf[2 * count:]
-        if bits == 20:                                   # in place, no concatenation: nibbles of both halves
-            half = (count + 1) // 2
-            x[:half] |= (high & 0xF).to(torch.int32) << 16
-            x[half:] |= (high[:count // 2] >> 4).to(torch.int32) << 16
-        else:
-            x |= high.to(torch.int32) << 16
-    return x.reshape(shape)
+    return torch.from_numpy(_unpack_np(buf.numpy(), count, bits).reshape(shape))
 
 
 _UINT16 = getattr(torch, "uint16", None)                 # torch >= 2.3
-# Up to this many words, pack / unpack in numpy: the same bytes, without torch's per-operation overhead
-# (a 20-bit unpack of 64 words took 0.1 ms in ten torch calls, 0.01 ms here; dealers' corrections, shares).
+# Up to this many words the small vectors of a product (the dealer's corrections, the shares, the openings) are
+# handled in numpy (``open_shares``, ``deal_dealt``): the same integers, without torch's per-operation overhead.
 _SMALL = 4096
 
 
-def _pack_small(x: np.ndarray, bits: int) -> np.ndarray:
-    """``pack_words`` below 32 bits in numpy (the same layout); x: integer words."""
-    x = x.astype(np.int32, copy=False)       # int64 -> int32 keeps the low bits
+def _pack_np(x: np.ndarray, bits: int) -> np.ndarray:
+    """``pack_words`` below 32 bits in numpy (the same layout); x: flat integer words. Bits 16-23 are read as byte
+    2 of each little-endian int32 word (a strided view: no shift, no temporary)."""
+    x = np.ascontiguousarray(x.astype(np.int32, copy=False))       # int64 -> int32 keeps the low bits
     n = x.size
     out = np.empty(wire_bytes(n, bits), dtype=np.uint8)
-    out[:2 * n].view(np.int16)[:] = x.astype(np.int16)
+    out[:2 * n].view(np.int16)[:] = x                               # (unsafe cast: the low 16 bits)
+    if bits == 16:
+        return out
+    third = x.view(np.uint8)[2::4]                                  # bits 16-23 of each word
+    high = out[2 * n:]
     if bits == 24:
-        out[2 * n:] = (x >> 16).astype(np.uint8)
-    elif bits == 20:
+        high[:] = third
+    else:                                                           # 20: word i's nibble with word i + ceil(n / 2)'s
         half = (n + 1) // 2
-        mid = (x >> 16).astype(np.uint8)
-        high = out[2 * n:]
-        np.bitwise_and(mid[:half], 0xF, out=high)
-        high[:n - half] |= (mid[half:] << 4).astype(np.uint8)
+        np.bitwise_and(third[:half], 0xF, out=high)
+        high[:n - half] |= third[half:] << 4                        # uint8 << 4 drops bits 20-23
     return out
 
 
-def _unpack_small(buf: np.ndarray, count: int, bits: int) -> np.ndarray:
-    """``unpack_words`` below 32 bits in numpy: int32 words, the unsigned representative in [0, 2**bits)."""
-    x = np.frombuffer(buf[:2 * count].tobytes(), dtype=np.uint16).astype(np.int32)
-    if bits == 24:
-        x |= buf[2 * count:].astype(np.int32) << 16
-    elif bits == 20:
-        half = (count + 1) // 2
-        high = buf[2 * count:].astype(np.int32)
-        x[:half] |= (high & 0xF) << 16
-        x[half:] |= (high[:count // 2] >> 4) << 16
+def _unpack_np(buf: np.ndarray, count: int, bits: int) -> np.ndarray:
+    """``unpack_words`` below 32 bits in numpy: int32 words, the unsigned representative in [0, 2**bits). The
+    high bits are written as byte 2 of each little-endian word (a strided view)."""
+    x = buf[:2 * count].view(np.uint16).astype(np.int32)           # (a slice at an odd byte: numpy reads it)
+    if bits > 16:
+        third = x.view(np.uint8)[2::4]
+        high = buf[2 * count:wire_bytes(count, bits)]
+        if bits == 24:
+            third[:] = high
+        else:
+            half = (count + 1) // 2
+            np.bitwise_and(high, 0xF, out=third[:half])
+            np.right_shift(high[:count // 2], 4, out=third[half:])
     return x
+
+
+def _from_ring_np(x: np.ndarray, bits: int) -> np.ndarray:
+    """``from_ring`` in numpy (int64 in, int64 out): the same integers."""
+    if bits == 64:
+        return x.astype(np.int64, copy=False)
+    if bits == 32:
+        return x.astype(np.int32).astype(np.int64)
+    low = x.astype(np.int64, copy=False) & ((1 << bits) - 1)
+    return (low ^ (1 << (bits - 1))) - (1 << (bits - 1))
 
 
 def send_words(fed: Federation, x: torch.Tensor, dst: int, bits: int = 64) -> None:
     """Send ring words of width ``bits`` (``pack_words``): ``wire_bytes`` bytes."""
-    fed.send(pack_words(x.cpu(), bits), dst)
+    fed.send(pack_words(x, bits), dst)
 
 
 def recv_words(fed: Federation, src: int, shape, bits: int = 64) -> torch.Tensor:
@@ -324,7 +309,14 @@ def _ring_dtype(bits: int) -> torch.dtype:
 
 def _word(y: torch.Tensor, bits: int) -> torch.Tensor:
     """A known operand as ring words (``_ring_dtype``: the narrowing cast keeps the low bits)."""
-    return y.cpu().to(_ring_dtype(bits))
+    return _cpu_as(y, _ring_dtype(bits))
+
+
+def _cpu_as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x.cpu().to(dtype)`` without the calls that would return x itself (per-iteration operands)."""
+    if x.device.type != "cpu":
+        x = x.cpu()
+    return x if x.dtype == dtype else x.to(dtype)
 
 
 def rowdot_scales(x: torch.Tensor, bits: int, y_bits: int) -> torch.Tensor:
@@ -338,8 +330,13 @@ def rowdot_scales(x: torch.Tensor, bits: int, y_bits: int) -> torch.Tensor:
     room = 2.0 ** (bits - 1 - y_bits) * (1 - 2.0 ** -10) - k / 2 - 1
     if room <= 0:
         raise OverflowError(f"a row of {k} products does not fit Z_2^{bits} with |y| <= 2**{y_bits}")
-    total = x.abs().sum(-1, dtype=torch.float64)
-    return (room / total).masked_fill_(total == 0, 1.0)     # total >= 0 (x finite): as where(total > 0, ., 1)
+    total = x.abs().sum(-1, dtype=torch.float64).numpy()
+    # room / total, and 1 where total == 0 (total >= 0: x finite), in numpy (fewer calls) with torch's operations:
+    # a Python number divided by a tensor is the tensor's reciprocal times the number (two roundings).
+    with np.errstate(divide="ignore"):
+        out = np.reciprocal(total) * room
+    out[total == 0] = 1.0
+    return torch.from_numpy(out)
 
 
 # ------------------------------------------------------------------ sharing
@@ -388,6 +385,8 @@ def open_shares(fed: Federation, mine: torch.Tensor | None, *, holders, to=None,
     to = holders if to is None else ([to] if isinstance(to, int) else list(to))
     if mine is not None:
         shape = mine.shape
+    if bits < 64 and shape is not None and math.prod(shape) <= _SMALL and (mine is None or mine.device.type == "cpu"):
+        return _open_small(fed, mine, holders, to, tuple(int(s) for s in shape), bits)
     total = None
     # One gather per recipient, in the same order at every rank: blocking sends never wait on each other.
     for r in to:
@@ -402,6 +401,26 @@ def open_shares(fed: Federation, mine: torch.Tensor | None, *, holders, to=None,
         elif fed.rank in holders:
             send_words(fed, mine.cpu(), r, bits)
     return None if total is None else from_ring(total, bits)
+
+
+def _open_small(fed: Federation, mine, holders, to, shape, bits: int):
+    """``open_shares`` of a small narrow-ring value with the sums in numpy (the same messages, the same integers)."""
+    total = None
+    for r in to:
+        if fed.rank == r:
+            total = None if mine is None else mine.numpy().astype(np.int64).reshape(-1)
+            count = math.prod(shape)
+            for h in holders:
+                if h != r:
+                    if bits == 32:
+                        part = fed.recv(h, (count,), torch.int32, device="cpu").numpy()
+                    else:
+                        part = _unpack_np(fed.recv(h, (wire_bytes(count, bits),), torch.uint8, device="cpu").numpy(),
+                                          count, bits)
+                    total = part.astype(np.int64) if total is None else total + part
+        elif fed.rank in holders:
+            send_words(fed, mine, r, bits)
+    return None if total is None else torch.from_numpy(_from_ring_np(total, bits).reshape(shape))
 
 
 def open_value(fed: Federation, mine: torch.Tensor | None, *, holders, fp: FixedPoint, to=None,
@@ -640,7 +659,7 @@ def dealt_operand(x: torch.Tensor, dealt, bits: int = 64, fp: FixedPoint | None 
 
     For protocols that carry e inside a message of their own (``word_bytes``); h_0's share is c_0."""
     a, _ = dealt
-    xe = fp.encode(x.cpu()) if fp is not None else x.cpu().to(_ring_dtype(bits))
+    xe = fp.encode(x.cpu()) if fp is not None else _cpu_as(x, _ring_dtype(bits))
     return xe - a
 
 
@@ -683,9 +702,13 @@ def deal_dealt(fed: Federation, ys, *, holders, dealer: int, kind: str, shapes_x
         c0s = []
         for sx, out, y, w in zip(shapes_x, outs, ys, widths):
             a = _uniform(g0, sx, w)
-            c0s.append(from_ring(op(a, _word(y, w)) - _uniform(g1, out, w), w).to(torch.int64).reshape(-1))
+            if packed:          # (the small corrections' difference and packing in numpy: the same words)
+                c = op(a, _word(y, w)).numpy() - _uniform(g1, out, w).numpy()     # wraps in the ring's type
+                c0s.append(_pack_np(c.reshape(-1), w) if w < 32 else c.reshape(-1).view(np.uint8))
+            else:
+                c0s.append(from_ring(op(a, _word(y, w)) - _uniform(g1, out, w), w).to(torch.int64).reshape(-1))
         if packed:                              # the seed's 16 bytes, then each product's corrections packed
-            fed.send(torch.cat([s0.view(torch.uint8), *(pack_words(c, w) for c, w in zip(c0s, widths))]), h0)
+            fed.send(torch.from_numpy(np.concatenate([s0.numpy().view(np.uint8), *c0s])), h0)
         else:
             fed.send(torch.cat([s0, *c0s]), h0)
         if h1_seed is None:
@@ -694,11 +717,16 @@ def deal_dealt(fed: Federation, ys, *, holders, dealer: int, kind: str, shapes_x
     if fed.rank == h0:
         if packed:
             lengths = [wire_bytes(n, w) for n, w in zip(sizes, widths)]
-            raw = fed.recv(dealer, (8 * _SEED_WORDS + sum(lengths),), torch.uint8, device="cpu")
-            seed, at, c0s = raw[:8 * _SEED_WORDS].view(torch.int64), 8 * _SEED_WORDS, []
-            for n, w, length in zip(sizes, widths, lengths):
-                c0s.append(unpack_words(raw[at:at + length], (n,), w))
+            # The message read in numpy (the seed's words, then each product's corrections): one torch call each.
+            raw = fed.recv(dealer, (8 * _SEED_WORDS + sum(lengths),), torch.uint8, device="cpu").numpy()
+            seed, at, c0s = raw[:8 * _SEED_WORDS].view(np.int64), 8 * _SEED_WORDS, []
+            for n, w, length, out in zip(sizes, widths, lengths, outs):
+                part = raw[at:at + length]
+                c0s.append(torch.from_numpy(part.view(np.int32).reshape(out) if w == 32 else
+                                            _unpack_np(part, n, w).reshape(out)))
                 at += length
+            g0 = _stream_from(seed)
+            return [(_uniform(g0, sx, w), c0) for sx, w, c0 in zip(shapes_x, widths, c0s)]
         else:
             msg = fed.recv(dealer, (_SEED_WORDS + sum(sizes),), torch.int64, device="cpu")
             seed, c0s, at = msg[:_SEED_WORDS], [], _SEED_WORDS

@@ -184,7 +184,8 @@ class Circle:
         per_raw = 64 // self.bits
         raw = generator.bit_generator.random_raw((count + per_raw - 1) // per_raw)
         words = raw.view(self.NUMPY[self.bits])[:count].reshape(shape)
-        return torch.from_numpy(words).to(device)
+        out = torch.from_numpy(words)
+        return out if device == "cpu" or device is None else out.to(device)
 
 
 class KeptPhases:

@@ -34,7 +34,7 @@ import torch
 from ..comm import Federation, MaskStream, masked_sum
 from ..comm.sharing import fresh_seed
 from .circle import Circle, KeptPhases
-from .random_features import FourierSampler, counter_words, derive_key, splitmix64
+from .random_features import FourierSampler, counter_words, derive_key, splitmix64_int
 
 SQRT2 = math.sqrt(2.0)
 
@@ -112,7 +112,11 @@ class FederatedFeatureMap:
         passive = [p for p in self.fed.parties if p != self.fed.active]
         if not passive:
             return self.fed.active                     # Q = 1: the centralised feature map
-        h = int(splitmix64(torch.tensor([t], dtype=torch.int64), self._keeper_key)[0]) % (2 ** 62)
+        if len(passive) == 1:
+            return passive[0]                          # Q = 2: (h % 1 == 0 for every draw)
+        # splitmix64 of t in Python integers: the same word as the tensor version, read unsigned (2**62 divides
+        # 2**64, so the residue mod 2**62 is that of the signed word); no torch call per iteration.
+        h = splitmix64_int(t, self._keeper_key) % (2 ** 62)
         return passive[h % len(passive)]
 
     def add_block(self) -> int:

@@ -53,6 +53,16 @@ def splitmix64(counter: torch.Tensor, key: int) -> torch.Tensor:
     return z ^ _shr(z, 31)
 
 
+def splitmix64_int(counter: int, key: int) -> int:
+    """``splitmix64`` of one counter in Python integers (no tensor: a per-iteration draw, e.g. the keeper's),
+    the same word read unsigned, in [0, 2**64)."""
+    mask = 2 ** 64 - 1
+    z = ((int(counter) + 1) * (_GOLDEN & mask) + int(key)) & mask
+    z = ((z ^ (z >> 30)) * (_MIX1 & mask)) & mask
+    z = ((z ^ (z >> 27)) * (_MIX2 & mask)) & mask
+    return z ^ (z >> 31)
+
+
 def _signed(v: int) -> int:
     v = int(v) % (2 ** 64)
     return v - 2 ** 64 if v >= 2 ** 63 else v
