@@ -54,10 +54,26 @@ def _waits(store, name, fn):
     return wrapper
 
 
+def _events(log, kind, fn):
+    """Each blocking send / recv (and the start of each send_nowait) during training: (kind, peer, phase, bytes,
+    start, end) on the machine's monotonic clock (the same in every process), for ``--timeline``."""
+    def wrapper(fed, tensor_or_src, *args, **kwargs):
+        if not fed.current_phase.startswith("fdskl/train"):
+            return fn(fed, tensor_or_src, *args, **kwargs)
+        peer = tensor_or_src if kind == "recv" else args[0] if args else kwargs.get("dst")
+        w = time.perf_counter()
+        out = fn(fed, tensor_or_src, *args, **kwargs)
+        size = out if kind == "recv" else tensor_or_src
+        log.append((kind, int(peer), fed.current_phase[len("fdskl/train"):], size.numel() * size.element_size(),
+                    w, time.perf_counter()))
+        return out
+    return wrapper
+
+
 STEADY_FROM = 20        # steady state: CPU and wall between the end of this training iteration and the last one
 
 
-def job(fed, dataset, protocol, iterations, f_delay="auto", sigma_grid=None):
+def job(fed, dataset, protocol, iterations, f_delay="auto", sigma_grid=None, timeline=False):
     from vfltorch.data import DataConfig, load_party_data
     from vfltorch.kernels import FDSKLClassifier
     from vfltorch.kernels import budget
@@ -66,11 +82,17 @@ def job(fed, dataset, protocol, iterations, f_delay="auto", sigma_grid=None):
 
     warnings.simplefilter("ignore")
     store = defaultdict(lambda: [0.0, 0.0])
-    budget.star_phases = _timed(store, "phases", budget.star_phases)
+    # The star: in one call (before the split), or its local part (made a round ahead at f_delay 0) and its messages.
+    for name, step in (("star_phases", "phases"), ("star_local", "phases local"), ("star_send", "phases send")):
+        if hasattr(budget, name):
+            setattr(budget, name, _timed(store, step, getattr(budget, name)))
     FederatedFeatureMap.phases = _timed(store, "phases", FederatedFeatureMap.phases)
     P = budget.StarProducts
     P.__init__ = _timed(store, "deal", P.__init__)
     P.forward = _timed(store, "forward", P.forward)
+    for name in ("forward_begin", "forward_end"):         # f_delay 0's forward in two halves (round t + 1 between)
+        if hasattr(P, name):
+            setattr(P, name, _timed(store, name.replace("_", " "), getattr(P, name)))
     P.gradient = _timed(store, "gradient", P.gradient)
     # The pipelined iteration (f_delay 1, the default) uses the split form of the two products.
     P.operand = _timed(store, "operand", P.operand)
@@ -93,6 +115,11 @@ def job(fed, dataset, protocol, iterations, f_delay="auto", sigma_grid=None):
         ticks.clear()
     TrainingLoop.__init__ = fresh_loop
     from vfltorch.comm import Federation
+    log = []
+    if timeline:
+        Federation.send = _events(log, "send", Federation.send)
+        Federation.recv = _events(log, "recv", Federation.recv)
+        Federation.send_nowait = _events(log, "nowait", Federation.send_nowait)
     Federation.send = _waits(store, "send", Federation.send)
     Federation.recv = _waits(store, "recv", Federation.recv)
     data = load_party_data(fed, DataConfig(dataset=dataset, scale="minmax", seed=0)) if fed.is_data_party else None
@@ -111,7 +138,7 @@ def job(fed, dataset, protocol, iterations, f_delay="auto", sigma_grid=None):
     meter = {k: v for k, v in fed.meter.as_dict().items() if k.startswith("fdskl/train")}
     return {"rank": fed.rank, "role": "active" if fed.is_active else ("dealer" if fed.is_coordinator else "passive"),
             "iterations": est.n_iter_, "train_seconds": est.train_seconds_, "fit_wall": wall, "fit_cpu": cpu,
-            "steady": _steady(ticks),
+            "steady": _steady(ticks), "timeline": _timeline(ticks, log) if timeline else None,
             "steps": {k: v for k, v in store.items()}, "meter": meter}
 
 
@@ -122,6 +149,44 @@ def _steady(ticks):
     (w0, c0), (w1, c1) = ticks[STEADY_FROM - 1], ticks[-1]
     k = len(ticks) - STEADY_FROM
     return k, (w1 - w0) / k * 1000, (c1 - c0) / k * 1000
+
+
+def _label(kind, peer, phase, nbytes, dealer):
+    if peer == dealer:
+        return f"{kind} {'->' if kind != 'recv' else '<-'} {peer} {phase}"
+    return f"{kind} {'->' if kind != 'recv' else '<-'} {peer} {phase} {nbytes} B"
+
+
+def _timeline(ticks, log):
+    """Per steady iteration, the segments of this process's wall time in order: the work before each message
+    ("work") and the time inside the message's call ("in"), by message; returns (label, position, work ms, in ms,
+    count) averaged per iteration (position: the median index of the message in its iteration)."""
+    if len(ticks) <= STEADY_FROM + 1:
+        return None
+    ends = [w for w, _ in ticks]
+    rows = defaultdict(lambda: [0.0, 0.0, 0, []])
+    k = len(ticks) - STEADY_FROM
+    it, at, prev, index = STEADY_FROM, 0, ends[STEADY_FROM - 1], 0
+    for kind, peer, phase, nbytes, start, end in log:
+        if start < ends[STEADY_FROM - 1]:
+            continue
+        while it < len(ends) and start >= ends[it]:
+            prev, it, index = ends[it], it + 1, 0
+        if it >= len(ends):
+            break
+        label = (kind, peer, phase, nbytes)
+        row = rows[label]
+        row[0] += max(0.0, start - prev)
+        row[1] += end - start
+        row[2] += 1
+        row[3].append(index)
+        prev, index = end, index + 1
+    out = []
+    for label, (work, inside, count, idx) in rows.items():
+        idx.sort()
+        out.append((label, idx[len(idx) // 2], work / k * 1000, inside / k * 1000, count / k))
+    out.sort(key=lambda r: (r[1], -r[4]))
+    return out
 
 
 def main(argv=None) -> int:
@@ -137,9 +202,13 @@ def main(argv=None) -> int:
     ap.add_argument("--sigma-grid", type=float, nargs="+", default=None,
                     help="the width multipliers tried (default the estimator's; one value, e.g. 1, skips the "
                          "selection, so that the whole fit is the training run)")
+    ap.add_argument("--timeline", action="store_true",
+                    help="also report, per process and steady iteration, the work before each message and the time "
+                         "inside its call (the critical path: a process's wait is another's work)")
     args = ap.parse_args(argv)
     delay = args.f_delay if args.f_delay == "auto" else int(args.f_delay)
-    out = launch(job, args.parties, (args.dataset, args.protocol, args.iterations, delay, args.sigma_grid),
+    out = launch(job, args.parties, (args.dataset, args.protocol, args.iterations, delay, args.sigma_grid,
+                                                args.timeline),
                  coordinator=args.protocol == "shared")
     it = max(r["iterations"] for r in out)
     print(f"{args.dataset}, Q = {args.parties}, protocol {args.protocol}, {it} iterations; "
@@ -169,6 +238,22 @@ def main(argv=None) -> int:
     for k, v in sorted(phases.items()):
         print(f"  {k:28s} {v / it:12.0f} {messages[k] / it:8.2f}")
     print(f"  {'total':28s} {sum(phases.values()) / it:12.0f} {sum(messages.values()) / it:8.2f}")
+    if args.timeline:
+        dealer = args.parties if args.protocol == "shared" else None
+        print("timeline per steady iteration (ms): the work before each message, then the time inside its call; "
+              "messages per iteration (dealer messages merged)")
+        for r in out:
+            if r["timeline"] is None:
+                continue
+            merged = {}
+            for (kind, peer, phase, nbytes), pos, work, inside, count in r["timeline"]:
+                key = _label(kind, peer, phase, nbytes, dealer)
+                m = merged.setdefault(key, [pos, 0.0, 0.0, 0.0])
+                m[1] += work
+                m[2] += inside
+                m[3] += count
+            for key, (pos, work, inside, count) in sorted(merged.items(), key=lambda kv: kv[1][0]):
+                print(f"{r['rank']:4d} {r['role']:8s} {key:44s} work {work:6.2f} in {inside:6.2f} ({count:.2f}/it)")
     print(json.dumps({"load_average": os.getloadavg()}))
     return 0
 
