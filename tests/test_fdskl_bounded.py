@@ -68,7 +68,9 @@ def spy_on_training(fed):
     from vfltorch.kernels.protocol import FederatedFeatureMap
 
     seen = []
-    dealt, phases = budget.star_phases, FederatedFeatureMap.phases
+    # Under shared the masked phases S reach A in ``star_send`` (the messages of a star whose local part
+    # ``star_local`` made, possibly a round ahead).
+    dealt, phases = budget.star_send, FederatedFeatureMap.phases
 
     def dealt_spy(*args, **kwargs):
         ph = dealt(*args, **kwargs)
@@ -82,11 +84,11 @@ def spy_on_training(fed):
             seen.append(theta.clone())
         return theta
 
-    budget.star_phases = dealt_spy
+    budget.star_send = dealt_spy
     FederatedFeatureMap.phases = phases_spy
 
     def stop():
-        budget.star_phases, FederatedFeatureMap.phases = dealt, phases
+        budget.star_send, FederatedFeatureMap.phases = dealt, phases
         return seen
     return stop
 
