@@ -61,11 +61,11 @@ def _events(log, kind, fn):
         if not fed.current_phase.startswith("fdskl/train"):
             return fn(fed, tensor_or_src, *args, **kwargs)
         peer = tensor_or_src if kind == "recv" else args[0] if args else kwargs.get("dst")
-        w = time.perf_counter()
+        w, c = time.perf_counter(), time.process_time()
         out = fn(fed, tensor_or_src, *args, **kwargs)
         size = out if kind == "recv" else tensor_or_src
         log.append((kind, int(peer), fed.current_phase[len("fdskl/train"):], size.numel() * size.element_size(),
-                    w, time.perf_counter()))
+                    w, time.perf_counter(), c, time.process_time()))
         return out
     return wrapper
 
@@ -73,7 +73,7 @@ def _events(log, kind, fn):
 STEADY_FROM = 20        # steady state: CPU and wall between the end of this training iteration and the last one
 
 
-def job(fed, dataset, protocol, iterations, f_delay="auto", sigma_grid=None, timeline=False):
+def job(fed, dataset, protocol, iterations, f_delay="auto", sigma_grid=None, timeline=False, log_every=None):
     from vfltorch.data import DataConfig, load_party_data
     from vfltorch.kernels import FDSKLClassifier
     from vfltorch.kernels import budget
@@ -127,6 +127,8 @@ def job(fed, dataset, protocol, iterations, f_delay="auto", sigma_grid=None, tim
     n = fed.broadcast_json(n, fed.active)
     per_epoch = BatchSampler(n, min(256, max(32, n // 128)), 0).per_epoch
     grid = {} if sigma_grid is None else {"sigma_grid": tuple(sigma_grid)}
+    if log_every is not None:
+        grid["log_every"] = log_every
     est = FDSKLClassifier(fed, protocol=protocol, epochs=iterations / per_epoch, compress_to=None,   # training only
                           f_delay=f_delay, **grid)
     wall, cpu = time.perf_counter(), time.process_time()
@@ -159,19 +161,21 @@ def _label(kind, peer, phase, nbytes, dealer):
 
 def _timeline(ticks, log):
     """Per steady iteration, the segments of this process's wall time in order: the work before each message
-    ("work") and the time inside the message's call ("in"), by message; returns (label, position, work ms, in ms,
-    count) averaged per iteration (position: the median index of the message in its iteration)."""
+    ("work", and its CPU) and the time inside the message's call ("in"), by message; returns (label, position,
+    work ms, in ms, count, work CPU ms) averaged per iteration (position: the median index of the message in its
+    iteration). Work wall above work CPU is time the process was ready but not running (other processes)."""
     if len(ticks) <= STEADY_FROM + 1:
         return None
     ends = [w for w, _ in ticks]
-    rows = defaultdict(lambda: [0.0, 0.0, 0, []])
+    rows = defaultdict(lambda: [0.0, 0.0, 0, [], 0.0])
     k = len(ticks) - STEADY_FROM
-    it, at, prev, index = STEADY_FROM, 0, ends[STEADY_FROM - 1], 0
-    for kind, peer, phase, nbytes, start, end in log:
+    it, prev, index = STEADY_FROM, ends[STEADY_FROM - 1], 0
+    prev_cpu = ticks[STEADY_FROM - 1][1]
+    for kind, peer, phase, nbytes, start, end, cpu_start, cpu_end in log:
         if start < ends[STEADY_FROM - 1]:
             continue
         while it < len(ends) and start >= ends[it]:
-            prev, it, index = ends[it], it + 1, 0
+            prev, prev_cpu, it, index = ends[it], ticks[it][1], it + 1, 0
         if it >= len(ends):
             break
         label = (kind, peer, phase, nbytes)
@@ -180,11 +184,12 @@ def _timeline(ticks, log):
         row[1] += end - start
         row[2] += 1
         row[3].append(index)
-        prev, index = end, index + 1
+        row[4] += max(0.0, cpu_start - prev_cpu)
+        prev, prev_cpu, index = end, cpu_end, index + 1
     out = []
-    for label, (work, inside, count, idx) in rows.items():
+    for label, (work, inside, count, idx, work_cpu) in rows.items():
         idx.sort()
-        out.append((label, idx[len(idx) // 2], work / k * 1000, inside / k * 1000, count / k))
+        out.append((label, idx[len(idx) // 2], work / k * 1000, inside / k * 1000, count / k, work_cpu / k * 1000))
     out.sort(key=lambda r: (r[1], -r[4]))
     return out
 
@@ -205,10 +210,13 @@ def main(argv=None) -> int:
     ap.add_argument("--timeline", action="store_true",
                     help="also report, per process and steady iteration, the work before each message and the time "
                          "inside its call (the critical path: a process's wait is another's work)")
+    ap.add_argument("--log-every", type=int, default=None,
+                    help="iterations between log points (default the estimator's: about 50 per run; each is a "
+                         "synchronisation of every process, the dealer included, after which its windows restart)")
     args = ap.parse_args(argv)
     delay = args.f_delay if args.f_delay == "auto" else int(args.f_delay)
     out = launch(job, args.parties, (args.dataset, args.protocol, args.iterations, delay, args.sigma_grid,
-                                                args.timeline),
+                                                args.timeline, args.log_every),
                  coordinator=args.protocol == "shared")
     it = max(r["iterations"] for r in out)
     print(f"{args.dataset}, Q = {args.parties}, protocol {args.protocol}, {it} iterations; "
@@ -246,14 +254,16 @@ def main(argv=None) -> int:
             if r["timeline"] is None:
                 continue
             merged = {}
-            for (kind, peer, phase, nbytes), pos, work, inside, count in r["timeline"]:
+            for (kind, peer, phase, nbytes), pos, work, inside, count, work_cpu in r["timeline"]:
                 key = _label(kind, peer, phase, nbytes, dealer)
-                m = merged.setdefault(key, [pos, 0.0, 0.0, 0.0])
+                m = merged.setdefault(key, [pos, 0.0, 0.0, 0.0, 0.0])
                 m[1] += work
                 m[2] += inside
                 m[3] += count
-            for key, (pos, work, inside, count) in sorted(merged.items(), key=lambda kv: kv[1][0]):
-                print(f"{r['rank']:4d} {r['role']:8s} {key:44s} work {work:6.2f} in {inside:6.2f} ({count:.2f}/it)")
+                m[4] += work_cpu
+            for key, (pos, work, inside, count, work_cpu) in sorted(merged.items(), key=lambda kv: kv[1][0]):
+                print(f"{r['rank']:4d} {r['role']:8s} {key:44s} work {work:6.2f} (cpu {work_cpu:5.2f}) "
+                      f"in {inside:6.2f} ({count:.2f}/it)")
     print(json.dumps({"load_average": os.getloadavg()}))
     return 0
 

@@ -78,8 +78,8 @@ import torch
 
 from ..comm import Federation, MaskStream, broadcast, masked_sum, pairwise_tree
 from ..comm.sharing import (_UINT16, deal_dealt, dealt_operand, dealt_share, fresh_seed, from_ring, mul_dealt, open_shares,
-                             ring_words_from_bytes, rowdot_scales, split_bytes, wire_bytes, word_bytes,
-                             words_from_bytes)
+                             pack_words, recv_ring_words, ring_words_from_bytes, rowdot_scales, split_bytes, wire_bytes,
+                             word_bytes, words_from_bytes)
 from .circle import Circle, KeptPhases
 from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, log_interval, step_marks
 
@@ -680,16 +680,26 @@ class StarProducts:
     # (budget.py: round t + 1's local part). The same messages, values and sub-phases as ``forward``.
     def forward_begin(self, coef: torch.Tensor | None) -> None:
         """A: sends e of f (``forward_end`` receives the keeper's share); the keeper: its whole part of ``forward``
-        (receives e, sends its share); elsewhere nothing."""
-        if self.fed.is_active:
+        (receives e, sends its share without waiting for A to take it: ``forward_end`` waits); elsewhere nothing."""
+        fed = self.fed
+        if fed.is_active:
             self._begun = self._multiply(0, self._forward_x(coef))
-        else:
-            self._product(0, None, (self.m,) if self.classes is None else (self.classes, self.m))
+        elif fed.rank == self.keeper:
+            # mul_dealt's and open_shares' keeper side, the same words and message (``send_words``' packing), sent
+            # with ``send_nowait``: the keeper goes on with its own local work while A finishes its own.
+            with fed.phase(f"{fed.current_phase}/forward"):
+                e = recv_ring_words(fed, fed.active, self.shapes[0], self.bits[0])
+                z = dealt_share("rowdot", e, self.ys[0], self.dealt[0], self.bits[0])
+                self._begun = fed.send_nowait(pack_words(z.cpu(), self.bits[0]), fed.active)
 
     def forward_end(self) -> torch.Tensor | None:
-        """A: f from its share and the keeper's (as ``forward`` returns it); None elsewhere."""
+        """A: f from its share and the keeper's (as ``forward`` returns it); None elsewhere (the keeper: once A
+        has its share; a dead A raises ``PartyFailure`` here)."""
         fed = self.fed
         if not fed.is_active:
+            sent, self._begun = getattr(self, "_begun", None), None
+            if sent is not None:
+                sent.wait()
             return None
         (z, scales), self._begun = self._begun, None
         out_shape = (self.m,) if self.classes is None else (self.classes, self.m)
