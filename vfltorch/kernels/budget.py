@@ -85,7 +85,12 @@ a_{t-1} + (a_{t-1} - a_{t-2}). Nothing else changes: the same messages, bytes an
 openings. Centralised, 8 seeds: -0.06 point on phishing, -0.02 on credit_default
 against ``f_delay=0`` (docs/fdskl.md, *Delay compensation*). ``f_delay=0`` (the default,
 and always under ``paper``) keeps Adam and the four-message order, with the gradient
-share riding on the next phase message.
+share riding on the next phase message; each party makes round t + 1's local part (the
+dealer's material, the masks, its own partial phases: ``_local_round``) while round t's
+forward product is under way (A waiting for the keeper's share, the keeper, whose share
+leaves without waiting, for A's e of the gradient), except before a synchronisation
+(``sync`` in ``train_budget``: the dealer sends round t + 1 only after it). The same
+messages, bytes and values; only the order of each party's local work changes.
 """
 
 from __future__ import annotations
