@@ -17,6 +17,15 @@ end of iteration 20 to the last one (set-up excluded), and their CPU sum: three 
 wall time follows that sum.
 
     python -m benchmarks.fdskl_shared_profile --dataset phishing --parties 2 --iterations 300 --sigma-grid 1
+
+The critical path (``--timeline``): per process and steady iteration, the work before each blocking message (wall
+and CPU) and the wall inside its call, in the order of the iteration; one process's wait is another's work.
+``--log-every N`` sets the log points (each a synchronisation of every process, the dealer included).
+At ``f_delay`` 0 ``phases local`` / ``phases send`` time the star's two parts (the local part of round t + 1 is
+made during round t's ``forward begin`` / ``forward end``).
+
+    python -m benchmarks.fdskl_shared_profile --dataset phishing --parties 2 --iterations 300 --sigma-grid 1 \
+        --timeline --log-every 1000
 """
 
 from __future__ import annotations
