@@ -208,3 +208,15 @@ def test_a_killed_party_stops_fdskl_shared_training(role):
     rank = {"active": 0, "passive": 1, "coordinator": 2}[role]
     code, err, elapsed, left = run_with_fault(FDSKL_SHARED, signal.SIGKILL, rank, settle=6.0)
     check_party_fault("fdskl", role, signal.SIGKILL, code, err, elapsed, left)
+
+
+@needs_dataset("phishing")
+@pytest.mark.parametrize("role", ["active", "passive", "coordinator"])
+def test_a_killed_party_stops_fdskl_training_that_prepares_ahead(role):
+    """f_delay 0 (the default): each party makes round t + 1's local part (the dealer's material among it)
+    while it waits for round t's messages (A for the keeper's share of f, the keeper, whose share leaves without
+    waiting, for A's e of the gradient): a dead party or dealer still stops everyone, naming the cause."""
+    rank = {"active": 0, "passive": 1, "coordinator": 2}[role]
+    args = FDSKL_SHARED[:FDSKL_SHARED.index("--f-delay")] + ["--f-delay", "0"]
+    code, err, elapsed, left = run_with_fault(args, signal.SIGKILL, rank, settle=6.0)
+    check_party_fault("fdskl", role, signal.SIGKILL, code, err, elapsed, left)

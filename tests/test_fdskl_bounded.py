@@ -68,7 +68,9 @@ def spy_on_training(fed):
     from vfltorch.kernels.protocol import FederatedFeatureMap
 
     seen = []
-    dealt, phases = budget.star_phases, FederatedFeatureMap.phases
+    # Under shared the masked phases S reach A in ``star_send`` (the messages of a star whose local part
+    # ``star_local`` made, possibly a round ahead).
+    dealt, phases = budget.star_send, FederatedFeatureMap.phases
 
     def dealt_spy(*args, **kwargs):
         ph = dealt(*args, **kwargs)
@@ -82,11 +84,11 @@ def spy_on_training(fed):
             seen.append(theta.clone())
         return theta
 
-    budget.star_phases = dealt_spy
+    budget.star_send = dealt_spy
     FederatedFeatureMap.phases = phases_spy
 
     def stop():
-        budget.star_phases, FederatedFeatureMap.phases = dealt, phases
+        budget.star_send, FederatedFeatureMap.phases = dealt, phases
         return seen
     return stop
 
@@ -543,17 +545,43 @@ PIPE = dict(BOUNDED, log_every=100)
 def two_party_job(fed):
     """Q = 2 (the active party, one passive party that keeps every round, the dealer): each delay, and the
     pipeline under a time budget (which drains it every iteration)."""
+    import vfltorch.kernels.budget as budget
+
     warnings.simplefilter("ignore")
     data = bc(fed) if fed.is_data_party else None
     out = {}
-    for name, kw in (("delay1", dict(f_delay=1)), ("delay0", {}), ("budget", dict(max_time=1e4, f_delay=1))):
-        est = FDSKLClassifier(fed, **dict(PIPE, **kw))
-        before = phase_totals(fed, "fdskl/train")
-        est.fit(None) if data is None else est.fit(data.X_train, data.y_train, columns=data.columns)
-        sent = phase_totals(fed, "fdskl/train")
-        out[name] = {"alpha": est.alpha_, "n_iter": est.n_iter_,
-                     "messages": sent["messages_sent"] - before["messages_sent"],
-                     "bytes": sent["bytes_sent"] - before["bytes_sent"]}
+    # Which rounds' local part each rank makes while round t's forward product is under way (f_delay 0: between
+    # forward_begin and forward_end of iteration t, round t + 1's), recorded by a spy that changes nothing.
+    made, inside = [], [False]
+    local_round, begin, end = budget._local_round, budget.StarProducts.forward_begin, budget.StarProducts.forward_end
+
+    def local_spy(*args, **kwargs):
+        got = local_round(*args, **kwargs)
+        made.append((got.t, inside[0]))
+        return got
+
+    def begin_spy(self, coef):
+        begin(self, coef)
+        inside[0] = True
+
+    def end_spy(self):
+        inside[0] = False
+        return end(self)
+    budget._local_round, budget.StarProducts.forward_begin, budget.StarProducts.forward_end = local_spy, begin_spy, end_spy
+    try:
+        for name, kw in (("delay1", dict(f_delay=1)), ("delay0", {}), ("budget", dict(max_time=1e4, f_delay=1)),
+                         ("budget0", dict(max_time=1e4))):
+            made.clear()
+            est = FDSKLClassifier(fed, **dict(PIPE, **kw))
+            before = phase_totals(fed, "fdskl/train")
+            est.fit(None) if data is None else est.fit(data.X_train, data.y_train, columns=data.columns)
+            sent = phase_totals(fed, "fdskl/train")
+            out[name] = {"alpha": est.alpha_, "n_iter": est.n_iter_,
+                         "messages": sent["messages_sent"] - before["messages_sent"],
+                         "bytes": sent["bytes_sent"] - before["bytes_sent"],
+                         "ahead": [t for t, ahead in made if ahead], "rounds": [t for t, _ in made]}
+    finally:
+        budget._local_round, budget.StarProducts.forward_begin, budget.StarProducts.forward_end = local_round, begin, end
     return out
 
 
@@ -573,13 +601,27 @@ def test_pipelined_iteration_sends_one_message_each_way_at_two_parties():
     assert runs[1]["delay1"]["messages"] == T + drains + 1     # K -> A, plus the first round's phases
     assert runs[0]["delay0"]["messages"] == 2 * T
     assert runs[1]["delay0"]["messages"] == 2 * T + drains
+    # f_delay 0: each party makes round t + 1's local part (the dealer's material, masks, its own phases) while
+    # round t's forward product is under way, except across a synchronisation (here the epoch-end monitor after
+    # iteration 13, and the end): the dealer sends that round's material only after it. The same messages.
+    per_epoch = 427 / 32
+    epoch_end = math.ceil(per_epoch)                        # the first iteration after the first epoch's monitor
+    for rank in (0, 1):
+        got = runs[rank]["delay0"]
+        assert got["rounds"] == list(range(T)), rank          # every round once, in order
+        assert got["ahead"] == [t for t in range(1, T) if t != epoch_end], rank
+    assert runs[2]["delay0"]["ahead"] == []                 # the dealer makes its rounds in its own loop
+    # Under a time budget (a stop flag before every iteration) nothing is made ahead, and the run completes.
+    assert runs[0]["budget0"]["n_iter"] == T and runs[0]["budget0"]["ahead"] == runs[1]["budget0"]["ahead"] == []
+    # (the pipelined iteration has its own order: _Pipeline)
+    assert runs[0]["delay1"]["ahead"] == []
     # Under a time budget (a stop flag each iteration) the pipeline drains every iteration.
     assert runs[0]["budget"]["messages"] >= 2 * T
     # Bytes: the parties' are the same under both delays (the dealer's differ by its windows' 8-byte lengths).
     for rank in (0, 1):
         assert runs[rank]["delay1"]["bytes"] == runs[rank]["delay0"]["bytes"]
     data = bc(Federation.local())
-    for name, kw in (("delay1", dict(f_delay=1)), ("delay0", {}), ("budget", dict(f_delay=1))):
+    for name, kw in (("delay1", dict(f_delay=1)), ("delay0", {}), ("budget", dict(f_delay=1)), ("budget0", {})):
         ref = FDSKLClassifier(**dict(PIPE, **kw)).fit(data.X_train, data.y_train)
         a, a_ref = runs[0][name]["alpha"].double(), ref.alpha_.double()
         assert float((a - a_ref).norm() / a_ref.norm()) < 0.04, name

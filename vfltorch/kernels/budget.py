@@ -85,7 +85,12 @@ a_{t-1} + (a_{t-1} - a_{t-2}). Nothing else changes: the same messages, bytes an
 openings. Centralised, 8 seeds: -0.06 point on phishing, -0.02 on credit_default
 against ``f_delay=0`` (docs/fdskl.md, *Delay compensation*). ``f_delay=0`` (the default,
 and always under ``paper``) keeps Adam and the four-message order, with the gradient
-share riding on the next phase message.
+share riding on the next phase message; each party makes round t + 1's local part (the
+dealer's material, the masks, its own partial phases: ``_local_round``) while round t's
+forward product is under way (A waiting for the keeper's share, the keeper, whose share
+leaves without waiting, for A's e of the gradient), except before a synchronisation
+(``sync`` in ``train_budget``: the dealer sends round t + 1 only after it). The same
+messages, bytes and values; only the order of each party's local work changes.
 """
 
 from __future__ import annotations
@@ -99,7 +104,7 @@ import torch
 from ..comm import Federation, pairwise_tree
 from ..comm.sharing import split_bytes, words_from_bytes
 from .shared import (TRAIN_BITS, DealerWindow, DealtPhases, StarProducts, all_columns, shared_decision_values,
-                     star_phases)
+                     star_local, star_send)
 from .trainer import (MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, TrainResult, _stop, log_interval,
                       step_marks)
 
@@ -251,6 +256,7 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     buffered = 0
     window_size = 1         # iterations in the dealer's next window: 1 after each point where it waited, then doubling
     pending = None          # f_delay 0: (products, t, columns) of the step whose gradient sums the keeper's next message carries
+    ahead = None            # f_delay 0, at a party: the local part of the next round, made while it waited (_LocalRound)
     stopped_by_leak = False
     rounds = {}             # t -> StarProducts of round t, made ahead (the pipeline; the dealer before a synchronisation)
     bits = TRAIN_BITS if cfg.product_bits == 20 else (32, 32)
@@ -268,6 +274,10 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
         out.t = t_round
         return out
 
+    def local_round(t_round, reserve):
+        return _local_round(fed, fmap, X[batch_of(t_round).to(X.device)], blocks, dealer, table, B, t_round,
+                            cfg.solver, r, D, window, bits=bits, reserve=reserve)
+
     t = 0
     while True:
         started = time.perf_counter()
@@ -284,6 +294,10 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             cols = opt.columns(t) if active else None
             final1, epoch_end1 = step_marks(t + 1, max_iter, sampler.per_epoch)
             last = final1 or (limit is not None and t + 1 >= limit)     # no iteration t + 1
+            # A synchronisation follows this iteration (the dealer acts in step with the parties: the
+            # epoch-end monitor, the time-budget flag, the end). The dealer flushes its window before it, and round
+            # t + 1's material is sent only after it: nobody makes round t + 1 ahead across it (f_delay 0).
+            sync = (epoch_end1 and mon is not None) or cfg.max_time is not None or last
             if pipe is not None:
                 # Round t + 1 rides on this iteration's messages when it certainly runs (not under a time budget,
                 # whose stop flag comes first); step t is taken within this iteration where the model must be
@@ -305,14 +319,31 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                         k_last = pending[0].keeper
                         carry = (dict(carry_bytes={k_last: 2 * len(pending[0].grad_cols)}) if active else
                                  dict(carry=pending[0].carry.view(torch.uint8)) if fed.rank == k_last else None)
-                    prod = shared_round(t, carry)
+                    if ahead is not None:       # round t's local part, made in iteration t - 1 (below)
+                        if ahead.t != t:
+                            raise RuntimeError(f"FDSKL: round {ahead.t} was made ahead for iteration {t}")
+                        prod, ahead = _finish_round(ahead, carry), None
+                        prod.t = t
+                    else:
+                        prod = shared_round(t, carry)
                 if pending is not None:
                     if active:
                         done, t_last, cols_last = pending
                         words = words_from_bytes(prod.phases_carry[done.keeper], (len(done.grad_cols),), 16)
                         opt.step(t_last, cols_last, done.finish_gradient(words), B)
                     pending = None
-                f_batch = prod.forward(opt.alpha if active else None)
+                # The keeper's share of the gradient sums rides on its next phase message (one message fewer per
+                # iteration); where no phase message follows (the end, a stop check, the epoch-end monitor) or the
+                # gradient's ring is not 16-bit, it travels alone.
+                defer = not (last or epoch_end1 or cfg.max_time is not None) and prod.bits[1] == 16
+                prod.forward_begin(opt.alpha if active else None)
+                if not sync and fed.rank in fed.parties:
+                    # Round t + 1's local part while A waits for the keeper's share of f_t (and the keeper, having
+                    # sent it, for A's e of the gradient): the dealer's material, the masks, the own partial phases.
+                    # Not across a synchronisation (``sync``): the dealer sends round t + 1's material only after it.
+                    reserve = 2 * len(prod.grad_cols) if defer and fed.rank == prod.keeper else 0
+                    ahead = local_round(t + 1, reserve)
+                f_batch = prod.forward_end()
             else:
                 # Algorithm 3: B rows, all D features (computed in the map's dtype, handed over in float64).
                 phi = fmap.features(X[batch.to(X.device)], blocks, dtype=torch.float64)
@@ -326,10 +357,9 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             if pipe is not None:
                 pipe.gradient(t, prod, cols, d_loss, B, drain)
             elif shared:
-                # The keeper's share of the gradient sums rides on its next phase message (one message fewer
-                # per iteration); A takes the step then, before it needs alpha. Where no phase message
-                # follows (the end, a stop check, the epoch-end monitor) the share travels alone.
-                if (last or epoch_end1 or cfg.max_time is not None or prod.bits[1] != 16):
+                # (``defer`` above) A takes the step when the keeper's next phase message arrives, before it
+                # needs alpha.
+                if not defer:
                     sums = prod.gradient(d_loss)
                     if active:
                         opt.step(t, cols, sums, B)
@@ -365,7 +395,6 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                 # window. (f_delay 0, and the pipeline under a time budget, where the rounds ahead are not certain
                 # to run.)
                 buffered += 1
-                sync = (epoch_end1 and mon is not None) or cfg.max_time is not None or last
                 if buffered >= window_size or sync:
                     with fed.phase(f"{fed.current_phase}/deal"):
                         window.flush()
@@ -553,20 +582,54 @@ def _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D, wind
     """Step 2's phases under the shared protocol (one keeper for all D features, drawn per iteration from the
     public seed) and the dealer's material for both of the iteration's products (f, then the gradient sums).
     ``grad_cols`` (default ``step_columns``) and ``products`` (a ``StarProducts`` class or factory taking its
-    arguments) let the width selection's lockstep candidates use the same round (``selection.py``)."""
+    arguments) let the width selection's lockstep candidates use the same round (``selection.py``).
+    It is ``_local_round`` then ``_finish_round``: training makes the local part of round t + 1 ahead."""
+    reserve = 0
+    if carry is not None and "carry" in carry and not callable(carry["carry"]):
+        reserve = carry["carry"].numel() * carry["carry"].element_size()
+    local = _local_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D, window, bits=bits,
+                         grad_cols=grad_cols, products=products, reserve=reserve)
+    return _finish_round(local, carry)
+
+
+class _LocalRound:
+    """A round's work before any party's message (``_local_round``); ``_finish_round`` completes it."""
+
+    def __init__(self, t, prod, star, make):
+        self.t, self.prod, self.star, self.make = t, prod, star, make
+
+
+def _local_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D, window=None, *, bits=TRAIN_BITS,
+                 grad_cols=None, products=StarProducts, reserve: int = 0) -> _LocalRound:
+    """The local part of round t (``_shared_round``'s arguments): the dealer's material, the masks and this party's
+    own partial phases (``shared.star_local``); at A also its product material (``StarProducts``: the dealer's
+    message, the masks a expanded from its seed). No party's message: only the dealer's, which it sends without
+    waiting for anyone except at the synchronisations (so a round may be made ahead only within a stretch of
+    iterations without one: ``train_budget``). ``reserve``: bytes a passive party will append to its phases."""
     keeper = fmap.keeper_of(t)
     if grad_cols is None:
         grad_cols = step_columns(solver, D, r, t)
+
+    def make(ph):
+        return products(fed, ph, table, dealer, B, grad_cols=grad_cols, bits=bits, dealer_io=window)
+    prod = None
     if fed.is_active:
-        # A receives nothing from the dealer in star_phases, so it takes (and expands) its product material
-        # first, while the passive parties compute their phase messages; it needs S only in forward.
-        prod = products(fed, DealtPhases(None, [(keeper, all_columns(D), None)]), table, dealer, B,
-                        grad_cols=grad_cols, bits=bits, dealer_io=window)
-        ph = star_phases(fmap, Xb, blocks, dealer, keeper, dealer_io=window, **(carry or {}))
+        # A receives nothing from the dealer in the star, so it takes (and expands) its product material first;
+        # it needs S only in forward.
+        prod = make(DealtPhases(None, [(keeper, all_columns(D), None)]))
+    star = star_local(fmap, Xb, blocks, dealer, keeper, dealer_io=window, reserve=reserve)
+    return _LocalRound(t, prod, star, make)
+
+
+def _finish_round(local: _LocalRound, carry=None) -> StarProducts:
+    """The phase messages of a round whose local part is made (``star_send`` with ``carry``: the keyword arguments
+    of ``star_phases``), and the products at the parties other than A (beta at the keeper and the dealer)."""
+    ph = star_send(local.star, **(carry or {}))
+    if local.prod is not None:
+        prod = local.prod
         prod.S = ph.S
     else:
-        ph = star_phases(fmap, Xb, blocks, dealer, keeper, dealer_io=window, **(carry or {}))  # beta at K / D
-        prod = products(fed, ph, table, dealer, B, grad_cols=grad_cols, bits=bits, dealer_io=window)
+        prod = local.make(ph)
     prod.phases_carry, prod.phases_sent = ph.carry, ph.sent
     return prod
 

@@ -78,9 +78,9 @@ import numpy as np
 import torch
 
 from ..comm import Federation, MaskStream, broadcast, masked_sum, pairwise_tree
-from ..comm.sharing import (_UINT16, _from_ring_np, deal_dealt, dealt_operand, dealt_share, fresh_seed, mul_dealt,
-                             open_shares, ring_words_from_bytes, rowdot_scales, split_bytes, wire_bytes, word_bytes,
-                             words_from_bytes)
+from ..comm.sharing import (_UINT16, _from_ring_np, deal_dealt, dealt_operand, dealt_share, fresh_seed,
+                             mul_dealt, open_shares, pack_words, recv_ring_words, ring_words_from_bytes, rowdot_scales,
+                             split_bytes, wire_bytes, word_bytes, words_from_bytes)
 from .circle import Circle, KeptPhases
 from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, log_interval, step_marks
 
@@ -354,6 +354,36 @@ def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, dealer_
     ``features``: an explicit (public) list of feature indices instead
     of the features of ``blocks`` (a compressed model's kept features, ``compress.py``).
     """
+    extra = 0 if carry is None or callable(carry) else carry.numel() * carry.element_size()
+    local = star_local(fmap, X, blocks, dealer, keeper, dealer_io, reserve=extra, features=features)
+    return star_send(local, carry, carry_bytes, nowait)
+
+
+class StarLocal:
+    """What one party (or the dealer) does for a star of phases before any party's message: its local part.
+
+    ``star_local`` makes it: the dealer's seeds (drawn and sent at the dealer, received at the passive parties),
+    the masks they expand to, this party's own partial phases, and at a passive party those phases already masked
+    (written into the message buffer when ``reserve`` bytes follow them). ``star_send`` then sends (a passive
+    party) or receives and adds (the active party) the phase messages. Training makes round t + 1's local part
+    while it waits for round t's messages (``budget.train_budget``: off the critical path); the values and the
+    messages are those of ``star_phases``, which is the two in a row.
+    """
+
+    def __init__(self, fed, keeper, D, shape, beta, product_seed, part, message=None, reserve=0):
+        self.fed, self.keeper, self.D, self.shape = fed, keeper, D, shape
+        self.beta, self.product_seed = beta, product_seed
+        self.part = part                # A: Z_A (encoded, int16); a passive party: its masked phases; None: the dealer
+        self.message = message          # a passive party with ``reserve``: the uint8 message, phases first
+        self.reserve = reserve
+
+
+def star_local(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, dealer_io=None, *, reserve: int = 0,
+               features: torch.Tensor | None = None) -> StarLocal:
+    """The local part of ``star_phases`` (``StarLocal``): everything before the phase messages. SPMD over the
+    parties and the dealer; the only messages are the dealer's seeds (``dealer_io``). ``reserve`` (a passive
+    party): bytes it will append to its message (``star_send``'s ``carry``), written after the phases without a
+    copy; 0 sends the phases alone, as their int16 words."""
     fed = fmap.fed
     io = fed if dealer_io is None else dealer_io
     blocks = list(blocks) if features is None else []
@@ -379,11 +409,30 @@ def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, dealer_
                 own_mask = own_mask - _masks(msg[2 + 2 * k:4 + 2 * k], shape)
         elif fed.rank in others:
             own_mask = _masks(io.recv(dealer, (2,), torch.int64, device="cpu"), shape)
-    S = got = sent = None
+    part = message = None
     if fed.rank in fed.parties:
         part = CIRCLE.encode(X @ W)
         if part.device.type != "cpu":
             part = part.cpu()
+        if not fed.is_active:
+            if reserve:
+                # The phases written straight into the message, the carried bytes to follow them (no cat).
+                nbytes = part.numel() * part.element_size()
+                message = torch.empty(nbytes + reserve, dtype=torch.uint8)
+                part = torch.add(part, own_mask, out=message[:nbytes].view(part.dtype).view(part.shape))
+            else:
+                part.add_(own_mask)                                               # part is ours
+    return StarLocal(fed, keeper, len(feats), shape, beta, product_seed, part, message, reserve)
+
+
+def star_send(local: StarLocal, carry=None, carry_bytes: dict | None = None, nowait: bool = False) -> DealtPhases:
+    """The phase messages of a star whose local part is ``local`` (``star_local``; the arguments as in
+    ``star_phases``): a passive party sends its masked phases (and ``carry``), A receives them into S."""
+    fed, shape = local.fed, local.shape
+    passive = [p for p in fed.parties if p != fed.active]
+    S = got = sent = None
+    if fed.rank in fed.parties:
+        part = local.part
         with fed.phase(f"{fed.current_phase}/star-sum"):
             if fed.is_active:
                 S, got = part, {}
@@ -398,14 +447,14 @@ def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, dealer_
                         S.add_(fed.recv(p, shape, CIRCLE.dtype, device="cpu"))
             else:
                 extra = None if callable(carry) else carry
-                if extra is not None and extra.numel():
-                    # The phases written straight into the message, the carried bytes after them (no cat).
-                    nbytes = part.numel() * part.element_size()
-                    masked = torch.empty(nbytes + extra.numel() * extra.element_size(), dtype=torch.uint8)
-                    torch.add(part, own_mask, out=masked[:nbytes].view(part.dtype).view(part.shape))
-                    masked[nbytes:] = extra.reshape(-1).view(torch.uint8)
+                size = 0 if extra is None else extra.numel() * extra.element_size()
+                if size != local.reserve:
+                    raise ValueError(f"star_send: {size} carried bytes, but the local part reserved {local.reserve}")
+                if size:
+                    masked = local.message
+                    masked[masked.numel() - size:] = extra.reshape(-1).view(torch.uint8)
                 else:
-                    masked = part.add_(own_mask)                                  # part is ours
+                    masked = part
                     extra = carry() if callable(carry) else None
                     if extra is not None and extra.numel():
                         masked = torch.cat([masked.reshape(-1).view(torch.uint8), extra.reshape(-1)])
@@ -413,10 +462,10 @@ def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, dealer_
                     sent = fed.send_nowait(masked, fed.active)
                 else:
                     fed.send(masked, fed.active)
-    ph = DealtPhases(S, [(keeper, all_columns(len(feats)), beta)])
+    ph = DealtPhases(S, [(local.keeper, all_columns(local.D), local.beta)])
     ph.carry = got
     ph.sent = sent
-    ph.product_seed = product_seed      # keeper and dealer: the seed of the keeper's product shares (StarProducts)
+    ph.product_seed = local.product_seed    # keeper and dealer: the seed of the keeper's product shares (StarProducts)
     return ph
 
 
@@ -662,6 +711,38 @@ class StarProducts:
         out_shape = (self.m,) if self.classes is None else (self.classes, self.m)
         f = self._product(0, x, out_shape)
         return f if f is None or self.classes is None else f.T
+
+    # ``forward`` in two halves around the wait for the keeper's share, so that A can do other local work in it
+    # (budget.py: round t + 1's local part). The same messages, values and sub-phases as ``forward``.
+    def forward_begin(self, coef: torch.Tensor | None) -> None:
+        """A: sends e of f (``forward_end`` receives the keeper's share); the keeper: its whole part of ``forward``
+        (receives e, sends its share without waiting for A to take it: ``forward_end`` waits); elsewhere nothing."""
+        fed = self.fed
+        if fed.is_active:
+            self._begun = self._multiply(0, self._forward_x(coef))
+        elif fed.rank == self.keeper:
+            # mul_dealt's and open_shares' keeper side, the same words and message (``send_words``' packing), sent
+            # with ``send_nowait``: the keeper goes on with its own local work while A finishes its own.
+            with fed.phase(f"{fed.current_phase}/forward"):
+                e = recv_ring_words(fed, fed.active, self.shapes[0], self.bits[0])
+                z = dealt_share("rowdot", e, self.ys[0], self.dealt[0], self.bits[0])
+                self._begun = fed.send_nowait(pack_words(z.cpu(), self.bits[0]), fed.active)
+
+    def forward_end(self) -> torch.Tensor | None:
+        """A: f from its share and the keeper's (as ``forward`` returns it); None elsewhere (the keeper: once A
+        has its share; a dead A raises ``PartyFailure`` here)."""
+        fed = self.fed
+        if not fed.is_active:
+            sent, self._begun = getattr(self, "_begun", None), None
+            if sent is not None:
+                sent.wait()
+            return None
+        (z, scales), self._begun = self._begun, None
+        out_shape = (self.m,) if self.classes is None else (self.classes, self.m)
+        with fed.phase(f"{fed.current_phase}/forward"):
+            v = open_shares(fed, z, holders=self.holders, to=fed.active, shape=out_shape, bits=self.bits[0])
+        f = self._decode(0, v, scales)
+        return f if self.classes is None else f.T
 
     # Split form of the two products, for a caller that carries e and the keeper's share inside messages of its
     # own (budget.py's pipelined iteration): the same values as forward / gradient, the same bytes.
