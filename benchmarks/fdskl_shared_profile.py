@@ -212,7 +212,7 @@ def main(argv=None) -> int:
     ap.add_argument("--protocol", default="shared", choices=["shared", "paper"])
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--f-delay", default="auto", choices=["auto", "0", "1"],
-                    help="f from the coefficients before the last step (1: the shared default, pipelined) or not")
+                    help="f from the coefficients before the last step (1: pipelined, opt-in) or not (0: the default)")
     ap.add_argument("--sigma-grid", type=float, nargs="+", default=None,
                     help="the width multipliers tried (default the estimator's; one value, e.g. 1, skips the "
                          "selection, so that the whole fit is the training run)")
@@ -220,8 +220,8 @@ def main(argv=None) -> int:
                     help="also report, per process and steady iteration, the work before each message and the time "
                          "inside its call (the critical path: a process's wait is another's work)")
     ap.add_argument("--log-every", type=int, default=None,
-                    help="iterations between log points (default the estimator's: about 50 per run; each is a "
-                         "synchronisation of every process, the dealer included, after which its windows restart)")
+                    help="iterations between log points (default the estimator's: about 50 per run; they send nothing "
+                         "since issue 11's curve round, so they no longer synchronise the dealer)")
     args = ap.parse_args(argv)
     delay = args.f_delay if args.f_delay == "auto" else int(args.f_delay)
     out = launch(job, args.parties, (args.dataset, args.protocol, args.iterations, delay, args.sigma_grid,
