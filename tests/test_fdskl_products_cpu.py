@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from vfltorch.comm import launch
-from vfltorch.comm.sharing import (_SMALL, _rowdot, _stream_from, _uniform, dealt_operand, dealt_share, fresh_seed,
+from vfltorch.comm.sharing import (_rowdot, _stream_from, _uniform, dealt_operand, dealt_share, fresh_seed,
                                    from_ring, pack_words, ring_words_from_bytes, unpack_words, word_bytes,
                                    words_from_bytes)
 
@@ -60,12 +60,13 @@ def test_int16_products_wrap_exactly_mod_2_16():
 
 
 def test_packing_beyond_the_numpy_threshold_keeps_the_wire_layout():
-    """Pack / unpack (numpy at every size since issue 11's op-count round; ``_SMALL`` was the numpy / torch
-    threshold): the same bytes around it and well beyond; int16 words of the 16-bit ring are their own wire
+    """Pack / unpack (numpy at every size since issue 11's op-count round; 4,096 words was the numpy / torch
+    threshold before): the same bytes around it and well beyond; int16 words of the 16-bit ring are their own wire
     bytes (no pass)."""
+    small = 4096
     g = torch.Generator().manual_seed(2)
     for bits in (16, 20, 24):
-        for n in (_SMALL - 1, _SMALL, _SMALL + 1, 3 * _SMALL + 7):
+        for n in (small - 1, small, small + 1, 3 * small + 7):
             x = torch.randint(-2 ** 62, 2 ** 62, (n,), generator=g, dtype=torch.int64)
             x[:4] = torch.tensor([-1, 0xFFFFF, -2 ** 31, 0x80000])
             for src in (x, x.to(torch.int32), x.to(torch.int16)):

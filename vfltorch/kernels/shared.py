@@ -79,7 +79,7 @@ import torch
 
 from ..comm import Federation, MaskStream, broadcast, masked_sum, pairwise_tree
 from ..comm.sharing import (_UINT16, _from_ring_np, deal_dealt, dealt_operand, dealt_share, fresh_seed,
-                             mul_dealt, open_shares, pack_words, recv_ring_words, ring_words_from_bytes, rowdot_scales,
+                             mul_dealt, open_shares, pack_words, ring_words_from_bytes, rowdot_scales,
                              split_bytes, wire_bytes, word_bytes, words_from_bytes)
 from .circle import Circle, KeptPhases
 from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, log_interval, step_marks
@@ -721,12 +721,11 @@ class StarProducts:
         if fed.is_active:
             self._begun = self._multiply(0, self._forward_x(coef))
         elif fed.rank == self.keeper:
-            # mul_dealt's and open_shares' keeper side, the same words and message (``send_words``' packing), sent
-            # with ``send_nowait``: the keeper goes on with its own local work while A finishes its own.
+            # Its share (mul_dealt) goes to A as open_shares sends it (``send_words``' packing), but with
+            # ``send_nowait``: the keeper goes on with its own local work while A finishes its own.
+            z, _ = self._multiply(0, None)
             with fed.phase(f"{fed.current_phase}/forward"):
-                e = recv_ring_words(fed, fed.active, self.shapes[0], self.bits[0])
-                z = dealt_share("rowdot", e, self.ys[0], self.dealt[0], self.bits[0])
-                self._begun = fed.send_nowait(pack_words(z.cpu(), self.bits[0]), fed.active)
+                self._begun = fed.send_nowait(pack_words(z, self.bits[0]), fed.active)
 
     def forward_end(self) -> torch.Tensor | None:
         """A: f from its share and the keeper's (as ``forward`` returns it); None elsewhere (the keeper: once A
