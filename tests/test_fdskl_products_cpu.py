@@ -19,13 +19,13 @@ EXTREMES = [0, 1, -1, 2 ** 15 - 1, -2 ** 15, 2 ** 14, 0x7FFF, -0x7FFF]
 
 
 
-def test_sixteen_bit_masks_are_int16_words_from_a_quarter_of_the_stream():
+def test_sixteen_bit_masks_are_int16_words_from_two_bytes_of_the_stream_each():
     seed = fresh_seed()
     a = _uniform(_stream_from(seed), (300, 7), 16)
     assert a.dtype == torch.int16 and a.shape == (300, 7)
-    # The same stream read as 64-bit words: each holds four consecutive mask words (little-endian).
-    raw = _stream_from(seed).generator.bit_generator.random_raw((2100 + 3) // 4)
-    assert np.array_equal(a.reshape(-1).numpy(), raw.view(np.int16)[:2100])
+    # The same stream read as bytes: two per mask word (little-endian), nothing skipped.
+    raw = _stream_from(seed).bytes(2 * 2100)
+    assert np.array_equal(a.reshape(-1).numpy(), raw.view(np.int16))
     # Uniform mod 2**16: every high byte value occurs, and the mean is central.
     big = _uniform(_stream_from(fresh_seed()), (1 << 18,), 16).to(torch.int64) & 0xFFFF
     assert torch.unique(big >> 8).numel() == 256

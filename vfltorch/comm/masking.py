@@ -21,11 +21,13 @@ exactly uniform and reveals nothing on its own:
 
 from __future__ import annotations
 
+import hashlib
 import math
 import secrets
 
 import numpy as np
 import torch
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from .federation import Federation
 from .reduce import allreduce, broadcast, reduce
@@ -49,9 +51,12 @@ class PhaseGroup:
     def sub(self, a, b):
         return torch.remainder(a - b, TWO_PI)
 
-    def random(self, shape, generator: np.random.Generator, device) -> torch.Tensor:
-        # float64 uniform on [0, 1) scaled: 53 random bits per mask.
-        return torch.from_numpy(generator.random(tuple(shape))).to(device) * TWO_PI
+    def random(self, shape, stream: "MaskStream", device) -> torch.Tensor:
+        # float64 uniform on [0, 1) scaled: 53 random bits per mask (the top bits of a word).
+        shape = tuple(int(s) for s in shape)
+        count = int(np.prod(shape)) if shape else 1
+        unit = (stream.words(count) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+        return torch.from_numpy(unit.reshape(shape)).to(device) * TWO_PI
 
 
 class RingGroup:
@@ -65,11 +70,11 @@ class RingGroup:
     def sub(self, a, b):
         return a - b
 
-    def random(self, shape, generator: np.random.Generator, device) -> torch.Tensor:
-        # Raw 64-bit outputs of PCG64 are uniform words: about 1 ns each.
+    def random(self, shape, stream: "MaskStream", device) -> torch.Tensor:
+        # The stream's 64-bit words are uniform words.
         shape = tuple(int(s) for s in shape)
         count = int(np.prod(shape)) if shape else 1
-        words = generator.bit_generator.random_raw(count).view(np.int64).reshape(shape)
+        words = stream.words(count).view(np.int64).reshape(shape)
         return torch.from_numpy(words).to(device)
 
 
@@ -108,32 +113,68 @@ class FixedPoint:
 class MaskStream:
     """A party's private stream of uniform masks: the one mask stream type of the toolkit.
 
-    numpy's PCG64 under the hood (raw 64-bit words at about 1 ns each; masks
-    are the hot path of FDSKL and of secret sharing). ``private`` seeds it with
-    128 bits of OS entropy: the only constructor for real runs. ``MaskStream(seed,
+    The stream is the keystream of AES-128 in counter mode (OpenSSL, through the
+    maintained ``cryptography`` package) under a 128-bit key: a cryptographic
+    generator, so no number of masks a peer sees (or removes, knowing the data)
+    predicts the others. A statistical generator such as PCG64 is not one: its
+    state can be recovered from its outputs. With AES-NI the keystream also costs
+    less than PCG64's raw words (0.5 against 1.5 ms for 3.2 MB here; masks are
+    the hot path of FDSKL and of secret sharing). ``private`` keys it with 128 bits
+    of OS entropy: the only constructor for real runs; ``from_entropy`` with a
+    128-bit seed a dealer drew from the OS and sent to the holders. ``MaskStream(seed,
     rank)`` is the reproducible *simulation* stream: whoever knows ``seed`` can
     remove the masks, so outputs of a run that uses it carry no privacy
     guarantee. ``draw(group, shape)`` returns a uniform element of ``group``
-    (``RingGroup``, ``PhaseGroup``, ``vfltorch.kernels.Circle``).
+    (``RingGroup``, ``PhaseGroup``, ``vfltorch.kernels.Circle``); ``bytes`` and
+    ``words`` the raw stream. A stream is never pickled (its key is a secret).
     """
 
+    __slots__ = ("_keystream",)
+
     def __init__(self, seed: int, rank: int):
-        self.generator = np.random.Generator(np.random.PCG64([int(seed) % (2 ** 63), int(rank), 0x5EED]))
+        # The simulation stream's key: SHA-256 of (seed, rank), one stream per party.
+        digest = hashlib.sha256(b"vfltorch/MaskStream/simulation/%d/%d" % (int(seed), int(rank))).digest()
+        self._start(digest[:16])
 
     @classmethod
     def from_entropy(cls, entropy: int) -> "MaskStream":
-        """A stream seeded with ``entropy`` (an integer of up to 128 bits, e.g. from a dealer's seed)."""
+        """A stream keyed with ``entropy`` (an integer of up to 128 bits, e.g. from a dealer's seed)."""
         stream = cls.__new__(cls)
-        stream.generator = np.random.Generator(np.random.PCG64(int(entropy) % (2 ** 128)))
+        stream._start((int(entropy) % (2 ** 128)).to_bytes(16, "little"))
         return stream
 
     @classmethod
     def private(cls, rank: int | None = None) -> "MaskStream":
-        """A stream seeded from 128 bits of the operating system's entropy: known to this party only."""
+        """A stream keyed with 128 bits of the operating system's entropy: known to this party only."""
         return cls.from_entropy(secrets.randbits(128))
 
+    def _start(self, key: bytes) -> None:
+        # Each key starts one stream at counter 0 (keys are fresh OS entropy, or the simulation's own).
+        self._keystream = Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor()
+
+    def bytes(self, count: int) -> np.ndarray:
+        """The stream's next ``count`` bytes (uint8): uniform and independent."""
+        count = int(count)
+        out = np.empty(count + _AES_BLOCK - 1, dtype=np.uint8)   # (update_into's room for a block)
+        for at in range(0, count, _CHUNK):
+            n = min(_CHUNK, count - at)
+            self._keystream.update_into(_ZEROS[:n], out[at:at + n + _AES_BLOCK - 1])
+        return out[:count]
+
+    def words(self, count: int) -> np.ndarray:
+        """The stream's next ``count`` 64-bit words (uint64)."""
+        return self.bytes(8 * int(count)).view(np.uint64)
+
     def draw(self, group, shape, device="cpu") -> torch.Tensor:
-        return group.random(tuple(shape), self.generator, device)
+        return group.random(tuple(shape), self, device)
+
+    def __reduce__(self):
+        raise TypeError("a MaskStream is never pickled: its key is a secret (draw a fresh one where it is needed)")
+
+
+_AES_BLOCK = 16
+_CHUNK = 1 << 22                        # keystream made in chunks of 4 MiB (encrypting these zeros)
+_ZEROS = memoryview(bytes(_CHUNK))
 
 
 def masked_sum(fed: Federation, value: torch.Tensor, *, keep: int, out: int, stream: MaskStream,

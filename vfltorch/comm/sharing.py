@@ -111,13 +111,12 @@ def _stream_from(seed: torch.Tensor) -> MaskStream:
 def _uniform(stream: MaskStream, shape, bits: int = 64) -> torch.Tensor:
     if bits == 64:
         return stream.draw(RING, tuple(shape))
-    # Uniform mod 2**32: half a PCG64 word each, as int32 (torch's int32 arithmetic wraps mod 2**32). For the
-    # 16-bit ring a quarter word each, as int16 (uniform mod 2**16; half the draws; int16 arithmetic wraps).
+    # Uniform mod 2**32: 4 bytes of the stream each, as int32 (torch's int32 arithmetic wraps mod 2**32). For the
+    # 16-bit ring 2 bytes each, as int16 (uniform mod 2**16; half the bytes; int16 arithmetic wraps).
     shape = tuple(int(s) for s in shape)
     count = math.prod(shape)
-    per_raw = 4 if bits == 16 else 2
-    raw = stream.generator.bit_generator.random_raw((count + per_raw - 1) // per_raw)
-    return torch.from_numpy(raw.view(np.int16 if bits == 16 else np.int32)[:count].reshape(shape))
+    dtype = np.int16 if bits == 16 else np.int32
+    return torch.from_numpy(stream.bytes(count * np.dtype(dtype).itemsize).view(dtype).reshape(shape))
 
 
 WIRE_BITS = (64, 32, 24, 20, 16)

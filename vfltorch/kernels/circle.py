@@ -38,7 +38,7 @@ sends nothing (Q = 1) encodes straight into table indices (``encode_index``): th
 ``encode``, summed with the phase words in int32. 32- and 64-bit angles are computed as before.
 
 Masks come from ``vfltorch.comm.MaskStream`` (the one mask stream type):
-``Circle.random`` packs raw 64-bit PCG64 words into 16- or 32-bit angles.
+``Circle.random`` reads its keystream bytes as 16- or 32-bit angles.
 ``Circle(64)`` is the same group as ``vfltorch.comm.RingGroup`` (Z / 2**64)
 plus the angle encoding, and draws its words the same way.
 """
@@ -175,15 +175,13 @@ class Circle:
     def sub(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return a - b
 
-    def random(self, shape, generator: np.random.Generator, device) -> torch.Tensor:
-        """Uniform words: exactly uniform angles on the grid."""
+    def random(self, shape, stream, device) -> torch.Tensor:
+        """Uniform words from a ``MaskStream``: exactly uniform angles on the grid."""
         if self.bits == 64:
-            return RingGroup().random(shape, generator, device)      # the same group: one implementation
+            return RingGroup().random(shape, stream, device)      # the same group: one implementation
         shape = tuple(int(s) for s in shape)
         count = int(np.prod(shape)) if shape else 1
-        per_raw = 64 // self.bits
-        raw = generator.bit_generator.random_raw((count + per_raw - 1) // per_raw)
-        words = raw.view(self.NUMPY[self.bits])[:count].reshape(shape)
+        words = stream.bytes(count * self.bits // 8).view(self.NUMPY[self.bits]).reshape(shape)
         out = torch.from_numpy(words)
         return out if device == "cpu" or device is None else out.to(device)
 

@@ -10,7 +10,7 @@ masks would lose the low bits of G_l to rounding.
 
 Masks must be unpredictable: by default they come from the operating
 system (``secrets``). A seed gives the reproducible *simulation* stream
-(``vfltorch.comm.MaskStream``, PCG64): whoever knows the seed removes the
+(``vfltorch.comm.MaskStream``, seeded): whoever knows the seed removes the
 masks, so the estimator warns and marks the run as carrying no guarantee.
 """
 
@@ -32,7 +32,7 @@ class MaskSource:
         if self._stream is None:
             return [secrets.randbits(bits) for _ in range(count)]
         words = -(-bits // 64)
-        raw = [int(v) for v in self._stream.generator.bit_generator.random_raw(count * words)]
+        raw = [int(v) for v in self._stream.words(count * words)]
         out = []
         for i in range(count):
             value = 0
