@@ -184,13 +184,15 @@ def test_masks_cancel_and_the_model_is_reproducible(runs):
     # (gradient sums; issue 11): a row's value is exact to about 2**-8 of the sum of its terms' magnitudes,
     # and Adam's per-coefficient steps make a coefficient whose gradient sum is near zero follow that error,
     # so alpha agrees in norm, not coefficient by coefficient (measured: 3.3% of its norm, max |diff| 0.10
-    # at max |alpha| 0.55), and f to 1% of its scale (measured: 0.57 at max |f| 117, 99.3% same signs).
+    # at max |alpha| 0.55), and f to 1-2% of its scale. Since A's operands are scaled from the 1-norm of its
+    # factors (issue 11, s8: 3-9% more rounding error per product), 12 pairs of fits: alpha 3.4-4.4% of its norm,
+    # max |f diff| 0.26-1.2% of max |f|, every sign the same.
     # These fits predict in Z_2^32 (predict_bits=32): the default Z_2^24 ring adds up to about 5e-3 of max |f| per
-    # scoring (tests/test_fdskl_compress.py), half this tolerance, which is for the models' difference.
+    # scoring (tests/test_fdskl_compress.py), a quarter of this tolerance, which is for the models' difference.
     rel = float((a["alpha"] - b["alpha"]).norm() / b["alpha"].norm())
     assert rel < 0.08, rel
     fa, fb = np.asarray(a["f"]), np.asarray(b["f"])
-    np.testing.assert_allclose(fa, fb, rtol=0, atol=1e-2 * float(np.abs(fb).max()))
+    np.testing.assert_allclose(fa, fb, rtol=0, atol=2e-2 * float(np.abs(fb).max()))
     assert np.mean(np.sign(fa) == np.sign(fb)) > 0.98
     assert all(shared[r]["fits"][0]["alpha"] is None for r in (1, 2)) and shared[3]["fits"] == []
     # Federated == centralised (plain DSG at Q = 1), up to the 16-bit angles and the fixed point.

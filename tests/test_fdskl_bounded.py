@@ -626,21 +626,3 @@ def test_pipelined_iteration_sends_one_message_each_way_at_two_parties():
         a, a_ref = runs[0][name]["alpha"].double(), ref.alpha_.double()
         assert float((a - a_ref).norm() / a_ref.norm()) < 0.04, name
     assert runs[1]["delay1"]["alpha"] is None
-
-
-def test_gradient_pairs_by_column_words_equal_a_second_gather():
-    """StarProducts takes the gradient's [cos beta, sin beta] (per column) from the forward's gather when both
-    use the same table (the CPU round of issue 11): the same int32 words as gathering beta^T again."""
-    from vfltorch.kernels.shared import (_pairs_by_column, _pairs_by_column_words, cos_sin, cosine_table,
-                                         narrow_table, pair_table)
-
-    table = pair_table(cosine_table().to(torch.int64))
-    g = torch.Generator().manual_seed(3)
-    for m, d in ((1, 1), (7, 5), (64, 1024)):
-        beta = torch.randint(-2 ** 15, 2 ** 15, (m, d), generator=g).to(torch.int16)
-        for bits in (4, 10, 16):
-            nt = narrow_table(table, bits)
-            fwd = cos_sin(nt, beta)
-            again = cos_sin(nt, beta.T.contiguous())
-            assert torch.equal(_pairs_by_column_words(fwd), again)
-            assert torch.equal(_pairs_by_column(fwd), again)

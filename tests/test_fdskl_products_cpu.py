@@ -1,7 +1,7 @@
-"""The CPU round of issue 11 (s6): the 16-bit ring in int16, packing of many words, A's gradient operand layout.
+"""The CPU rounds of issue 11: the 16-bit ring in int16, packing of many words, A's operands (layout and scales).
 
-Every change here must leave the words on the wire and the opened values as they were: these tests compare the
-new paths with int64 references (mod 2**w), with the reference wire layout, and with the computation they replace.
+These tests compare the narrow-ring paths with int64 references (mod 2**w) and the reference wire layout; A's
+operands (laid out like S, scaled from the 1-norm of its factors: s8) with their definition and the no-wrap bound.
 """
 
 import numpy as np
@@ -83,25 +83,88 @@ def test_packing_beyond_the_numpy_threshold_keeps_the_wire_layout():
                     assert ring.dtype == torch.int16
 
 
-def test_gradient_operand_is_the_strided_product_it_replaced():
-    """A's gradient operand through the 8-byte-word transpose equals the strided multiplication into (D, m, 2)
-    that it replaced (the same float32 products), for one row, several rows and a subset of columns."""
-    from vfltorch.kernels.shared import SQRT2, StarProducts, all_columns
+def _products(m, D, g, cols=None, bits=(20, 16)):
+    from vfltorch.kernels.shared import StarProducts, all_columns, y_frac_bits
+
+    p = StarProducts.__new__(StarProducts)
+    p.m, p.D, p.pairs, p.classes = m, D, None, None
+    p.S = torch.randint(-2 ** 15, 2 ** 15, (m, D), generator=g, dtype=torch.int16)
+    p.grad_cols = all_columns(D) if cols is None else torch.as_tensor(cols)
+    p.bits = list(bits)
+    p.fbits = [y_frac_bits(2 * D, bits[0]), y_frac_bits(2 * m, bits[1])]
+    return p
+
+
+def test_gradient_operand_is_laid_out_like_S_and_scaled_once():
+    """A's gradient operand (since issue 11's s8 round): rows x [cos S, sin S] pairs of the columns grad_cols, each
+    row times s sqrt2 w_i in float32 (no transposed copy), and one scale s for every column sum."""
+    from vfltorch.kernels.shared import SQRT2
 
     g = torch.Generator().manual_seed(4)
-    for m, D, subset in ((1, 12, False), (7, 12, False), (7, 12, True), (5, 1, False)):
-        p = StarProducts.__new__(StarProducts)
-        p.m, p.D, p.pairs = m, D, None
-        p.S = torch.randint(-2 ** 15, 2 ** 15, (m, D), generator=g, dtype=torch.int16)
-        p.grad_cols = torch.tensor([0, 3, 4, 11]) if subset else all_columns(D)
+    for m, D, cols in ((1, 12, None), (7, 12, None), (7, 12, [0, 3, 4, 11]), (5, 1, None)):
+        p = _products(m, D, g, cols)
         w = torch.randn(m, generator=g, dtype=torch.float64)
         before = p._cos_sin_S().clone()
-        x = p._gradient_x(w)
+        x, s = p._gradient_x(w)
         assert torch.equal(p._cos_sin_S(), before)                      # the cached [cos S, sin S] untouched
-        cs = before.view(m, D, 2)[:, p.grad_cols]
-        ref = torch.empty(cs.shape[1], m, 2)
-        torch.mul(cs.transpose(0, 1), (SQRT2 * w.to(torch.float32)).view(1, m, 1), out=ref)
-        assert torch.equal(x, ref.view(cs.shape[1], 2 * m))
+        G = len(p.grad_cols)
+        assert x.shape == (m, 2 * G) and s.shape == (G,) and bool((s == s[0]).all())
+        ws = ((SQRT2 * w.to(torch.float32)).numpy().astype(np.float64) * float(s[0])).astype(np.float32)
+        ref = before.view(m, D, 2)[:, p.grad_cols] * torch.from_numpy(ws).view(m, 1, 1)
+        assert torch.equal(x, ref.reshape(m, 2 * G))
+
+
+def test_scales_from_the_coefficient_bound_keep_both_products_inside_their_rings():
+    """The no-wrap bound of A's operands scaled from sqrt2 times the 1-norm of its factors (``_scales``): with
+    x_enc = round(x) and the worst keeper operand (|y| = 2**F, signs matching x_enc), every opened f (a row of
+    2D products in Z_2^20) and every gradient sum (a column of 2m in Z_2^16) stays below 2**(w - 1), for typical,
+    heavy-tailed, spiked and zero factors and angles at the extremes of |cos| + |sin|; the scales still use at
+    least a third of the ring."""
+    g = torch.Generator().manual_seed(8)
+    for m, D in ((175, 1536), (32, 1024), (256, 64), (3, 5)):
+        p = _products(m, D, g)
+        for trial in range(5):
+            if trial == 1:
+                p.S.fill_(2 ** 13)                                      # every angle at pi / 4: |cos| + |sin| = sqrt2
+                p.pairs = None
+            v = torch.randn(D, generator=g, dtype=torch.float64)
+            w = torch.randn(m, generator=g, dtype=torch.float64)
+            if trial == 2:
+                v, w = v ** 5, w ** 5                                   # heavy-tailed
+            if trial == 3:
+                v, w = torch.full((D,), 1e-6, dtype=torch.float64), torch.full((m,), 1e-9, dtype=torch.float64)
+                v[0], w[0] = 3.0, 1e3                                   # one large factor, the rest tiny
+            for k, (x, s) in enumerate((p._forward_x(v), p._gradient_x(w))):
+                F, bits = p.fbits[k], p.bits[k]
+                xe = p._encode(k, x.clone()).to(torch.int64).abs() * 2 ** F
+                worst = xe.sum(-1) if k == 0 else xe.view(m, -1, 2).sum((0, 2))
+                assert int(worst.max()) < 2 ** (bits - 1), (m, D, trial, k)
+                assert int(worst.max()) > 2 ** (bits - 1) / 3, (m, D, trial, k)
+        zero_x, zero_s = p._forward_x(torch.zeros(D, dtype=torch.float64))
+        assert float(zero_s) == 1.0 and not bool(zero_x.any())
+
+
+def test_column_dots_of_pairs_open_exactly_in_narrow_rings():
+    """The gradient's product kind "coldot" (z_j = sum_i x_i,2j y_i,2j + x_i,2j+1 y_i,2j+1): e = x - a, the
+    keeper's share and the dealer's correction open to the exact column sums mod 2**w (int16 words for 16 bits,
+    int32 for 20), with terms that wrap on every product."""
+    from vfltorch.comm.sharing import _coldot
+
+    g = torch.Generator().manual_seed(12)
+    rows, G = 33, 70
+    for bits, dtype in ((16, torch.int16), (20, torch.int32)):
+        x = torch.randint(-2 ** 15, 2 ** 15, (rows, 2 * G), generator=g, dtype=torch.int32)
+        y = torch.randint(-2 ** 15, 2 ** 15, (rows, 2 * G), generator=g, dtype=torch.int32)
+        x[0], y[0] = -2 ** 15, -2 ** 15
+        a = _uniform(_stream_from(fresh_seed()), (rows, 2 * G), bits)
+        c1 = _uniform(_stream_from(fresh_seed()), (G,), bits)
+        mask = (1 << bits) - 1
+        e = dealt_operand(x.to(dtype), (a, None), bits)
+        z = dealt_share("coldot", e, y.to(dtype), c1, bits)
+        assert z.dtype == dtype and z.shape == (G,)
+        c0 = _coldot(a, y.to(dtype)) - c1
+        exact = (x.to(torch.int64) * y.to(torch.int64)).view(rows, G, 2).sum((0, 2))
+        assert torch.equal((c0.to(torch.int64) + z.to(torch.int64)) & mask, exact & mask)
 
 
 def ring16_job(fed):

@@ -50,8 +50,9 @@ Dealer bandwidth: the dealer sends seeds (16 bytes) for everything that is
 uniform and one explicit tensor (c_1) per triple, so a triple costs the size
 of its product, not three times that.
 
-``kind`` is ``"mul"`` (elementwise, broadcasting), ``"matmul"`` or ``"rowdot"``
-(row-wise inner products, (a * b).sum(-1): many dot products in one triple).
+``kind`` is ``"mul"`` (elementwise, broadcasting), ``"matmul"``, ``"rowdot"``
+(row-wise inner products, (a * b).sum(-1): many dot products in one triple) or
+``"coldot"`` (column inner products of pairs of (rows x 2G) operands: G sums).
 
 Narrow rings. Every function here computes in int64 (wrap-around, i.e. mod
 2**64), and arithmetic mod 2**64 is also arithmetic mod 2**w for every w <= 64.
@@ -62,10 +63,10 @@ mod 2**w), only the low w bits of each word travel (``send_words``: int32 for
 the opened value is read mod 2**w (``from_ring``: the signed representative).
 The masked operand e = x - a is still uniform (a is uniform mod 2**32, so its
 low w bits are uniform mod 2**w); the caller must keep the opened value inside
-[-2**(w-1), 2**(w-1)): ``rowdot_scales`` picks per-row fixed-point scales for
-h_0's operand that guarantee it for a row-wise product with |y| <= 2**y_bits
-(h_0 knows its operand, so it knows the bound exactly; the scales are its own
-and never travel). Below 32 bits the dealer's corrections c_0 travel packed
+[-2**(w-1), 2**(w-1)): ``dot_scales`` picks fixed-point scales for h_0's
+operand that guarantee it for dot products with |y| <= 2**y_bits from a bound
+of each product's sum of |x| (``rowdot_scales``: the exact row sums; h_0 knows
+its operand, so it knows a bound; the scales are its own and never travel). Below 32 bits the dealer's corrections c_0 travel packed
 too (at 32 bits they stay int64 words in the seed message, as before).
 
 Truncation. A product of two fixed-point values has 2 * frac_bits fractional
@@ -320,19 +321,30 @@ def rowdot_scales(x: torch.Tensor, bits: int, y_bits: int) -> torch.Tensor:
 
     With x_enc = round(s_i x_i), |sum_k x_enc,ik y_ik| <= 2**y_bits (s_i sum_k |x_ik| + k / 2) < 2**(bits - 1):
     the opened row dot never wraps in Z_2^bits, and uses (nearly) all of its bits. Rows of zeros get 1.
+    (``dot_scales`` with the exact sums of |x|.)
     """
-    k = x.shape[-1]
+    return dot_scales(x.abs().sum(-1, dtype=torch.float64).numpy(), x.shape[-1], bits, y_bits)
+
+
+def dot_scales(bound: np.ndarray, k: int, bits: int, y_bits: int) -> torch.Tensor:
+    """Scales s for dot products of k terms x . y in Z_2^bits, |y| <= 2**y_bits, from ``bound`` >= sum_k |x| of
+    each product (float64, any shape): with x_enc = round(s x) (x s in float32: 2**-24 per element),
+    |x_enc . y| <= 2**y_bits (s bound + k / 2) < 2**(bits - 1), so the opened value never wraps. A bound that
+    h_0 knows without a pass over x (FDSKL: sqrt2 times the 1-norm of its coefficients or row weights,
+    since |cos| + |sin| <= sqrt2) costs at most the bound's slack in resolution. A zero bound gets 1.
+    """
     # The margin 2**-10 covers float32 rounding of x * s (2**-24 per element).
     room = 2.0 ** (bits - 1 - y_bits) * (1 - 2.0 ** -10) - k / 2 - 1
     if room <= 0:
-        raise OverflowError(f"a row of {k} products does not fit Z_2^{bits} with |y| <= 2**{y_bits}")
-    total = x.abs().sum(-1, dtype=torch.float64).numpy()
+        raise OverflowError(f"a dot product of {k} terms does not fit Z_2^{bits} with |y| <= 2**{y_bits}")
+    total = np.asarray(bound, dtype=np.float64)
     # room / total, and 1 where total == 0 (total >= 0: x finite), in numpy (fewer calls) with torch's operations:
     # a Python number divided by a tensor is the tensor's reciprocal times the number (two roundings).
     with np.errstate(divide="ignore"):
         out = np.reciprocal(total) * room
-    out[total == 0] = 1.0
-    return torch.from_numpy(out)
+    out = np.atleast_1d(out)
+    out[np.atleast_1d(total) == 0] = 1.0
+    return torch.from_numpy(out.reshape(total.shape))
 
 
 # ------------------------------------------------------------------ sharing
@@ -419,6 +431,16 @@ def _rowdot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return p.sum(-1, dtype=p.dtype)         # int32 stays int32 (mod 2**32, 2.5x faster than promoting to int64)
 
 
+def _coldot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Column dot products of pairs: (rows x 2G) operands, z_j = sum_i a_i,2j b_i,2j + a_i,2j+1 b_i,2j+1.
+
+    FDSKL's gradient sums over the batch rows, in the layout of the row products' operands (no transposed copy
+    at any role). Summed down the rows first (a vectorised pass), in the operands' type (it wraps in the ring)."""
+    p = a * b
+    cols = p.sum(0, dtype=p.dtype)
+    return cols.view(-1, 2).sum(-1, dtype=p.dtype)
+
+
 def _op(kind: str):
     if kind == "mul":
         return torch.mul
@@ -426,7 +448,10 @@ def _op(kind: str):
         return torch.matmul
     if kind == "rowdot":
         return _rowdot                      # row-wise inner products: bilinear, so Beaver's identity holds
-    raise ValueError(f"triple kind must be 'mul' or 'matmul' (or 'rowdot': row-wise dot products), got {kind!r}")
+    if kind == "coldot":
+        return _coldot                      # column inner products of pairs: bilinear too
+    raise ValueError(f"triple kind must be 'mul' or 'matmul' (or 'rowdot' / 'coldot': row-wise dot products, "
+                     f"column dot products of pairs), got {kind!r}")
 
 
 def _broadcast(a, b) -> tuple:
@@ -444,6 +469,10 @@ def _out_shape(kind: str, shape_a, shape_b) -> tuple:
         return tuple((torch.empty(tuple(shape_a), dtype=torch.float32)
                       @ torch.empty(tuple(shape_b), dtype=torch.float32)).shape)
     full = _broadcast(shape_a, shape_b)
+    if kind == "coldot":
+        if len(full) != 2 or full[1] % 2:
+            raise ValueError(f"'coldot' takes (rows x 2G) operands, got {full}")
+        return (full[1] // 2,)
     return full[:-1] if kind == "rowdot" else full
 
 
@@ -649,7 +678,8 @@ def deal_dealt(fed: Federation, ys, *, holders, dealer: int, kind: str, shapes_x
     """The dealer's part of several ``mul_dealt`` products at once: one message to each holder.
 
     SPMD like ``mul_dealt``: the dealer and h_1 pass the list ``ys`` (ring
-    tensors they both know), h_0 passes ``shapes_y``. Returns, at h_0, a list
+    tensors they both know), h_0 passes ``shapes_y``. ``kind``: one for all
+    products, or one per product. Returns, at h_0, a list
     of ``(a, c_0)`` and, at h_1, a list of ``c_1``; pass item i as
     ``dealt=`` to the i-th ``mul_dealt`` (fewer synchronisations: the material
     of a whole round travels ahead of the data messages). ``bits`` (one width,
@@ -663,10 +693,11 @@ def deal_dealt(fed: Federation, ys, *, holders, dealer: int, kind: str, shapes_x
     h0, h1 = holders
     if fed.rank not in (h0, h1, dealer):
         return None
-    op = _op(kind)
     shapes_x = [tuple(s) for s in shapes_x]
+    kinds = [kind] * len(shapes_x) if isinstance(kind, str) else list(kind)
+    ops = [_op(k) for k in kinds]
     shapes_y = [tuple(y.shape) for y in ys] if fed.rank != h0 else [tuple(s) for s in shapes_y]
-    outs = [_out_shape(kind, sx, sy) for sx, sy in zip(shapes_x, shapes_y)]
+    outs = [_out_shape(k, sx, sy) for k, sx, sy in zip(kinds, shapes_x, shapes_y)]
     widths = [int(bits)] * len(outs) if isinstance(bits, int) else [int(b) for b in bits]
     for w in widths:
         _check_bits(w)
@@ -676,7 +707,7 @@ def deal_dealt(fed: Federation, ys, *, holders, dealer: int, kind: str, shapes_x
         s0, s1 = fresh_seed(), (fresh_seed() if h1_seed is None else h1_seed)
         g0, g1 = _stream_from(s0), _stream_from(s1)
         c0s = []
-        for sx, out, y, w in zip(shapes_x, outs, ys, widths):
+        for op, sx, out, y, w in zip(ops, shapes_x, outs, ys, widths):
             a = _uniform(g0, sx, w)
             if packed:          # (the small corrections' difference and packing in numpy: the same words)
                 c = op(a, _word(y, w)).numpy() - _uniform(g1, out, w).numpy()     # wraps in the ring's type

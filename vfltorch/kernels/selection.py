@@ -60,12 +60,13 @@ import functools
 import math
 import time
 
+import numpy as np
 import torch
 
 from ..comm import Federation
 from .budget import DEALER_WINDOW, _Optimizer, _shared_round, leak_limit, step_columns
 from .random_features import FourierSampler, counter_words
-from .shared import SQRT2, TRAIN_BITS, StarProducts, DealerWindow, _finite, shared_decision_values
+from .shared import TRAIN_BITS, StarProducts, DealerWindow, _factors32, shared_decision_values
 from .trainer import BatchSampler
 
 SELECT_MIN_ROWS = 5000
@@ -143,15 +144,17 @@ class _LockstepProducts(StarProducts):
         super().__init__(*args, **kw)
         self.half = half
 
-    def _gradient_x(self, weights: torch.Tensor) -> torch.Tensor:
-        w = _finite(SQRT2 * weights.to(torch.float32).cpu())                    # m x K
-        cols = self.grad_cols
+    def _gradient_x(self, weights: torch.Tensor):
+        """Column j's sum weighted by its candidate's row weights (j // half), scaled per candidate (``_scales``)."""
+        w = _factors32(weights)                                                 # m x K, sqrt2 w, float32
+        s = self._scales(1, w)                                                  # (K,): one per candidate
+        ws = torch.from_numpy((w * s).astype(np.float32))                 # (in float64, as in _forward_x)
+        which = self.grad_cols // self.half
         cs = self._cos_sin_S().view(self.m, self.D, 2)
-        if not self._all(cols):
-            cs = cs[:, cols]
-        x = torch.empty(cs.shape[1], self.m, 2, dtype=cs.dtype)
-        torch.mul(cs.transpose(0, 1), w[:, cols // self.half].T.unsqueeze(2), out=x)
-        return x.view(cs.shape[1], 2 * self.m)
+        if not self._all(self.grad_cols):
+            cs = cs[:, self.grad_cols]
+        x = cs * ws[:, which].unsqueeze(2)
+        return x.reshape(self.m, 2 * len(self.grad_cols)), torch.from_numpy(s[which.numpy()])
 
 
 def train_lockstep(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None, cfg, *, K: int,

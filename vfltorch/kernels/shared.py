@@ -78,8 +78,8 @@ import numpy as np
 import torch
 
 from ..comm import Federation, MaskStream, broadcast, masked_sum, pairwise_tree
-from ..comm.sharing import (_UINT16, _from_ring_np, deal_dealt, dealt_operand, dealt_share, fresh_seed,
-                             mul_dealt, open_shares, pack_words, ring_words_from_bytes, rowdot_scales,
+from ..comm.sharing import (_UINT16, _cpu_as, _from_ring_np, _ring_dtype, deal_dealt, dealt_operand, dealt_share,
+                             dot_scales, fresh_seed, mul_dealt, open_shares, pack_words, ring_words_from_bytes,
                              split_bytes, wire_bytes, word_bytes, words_from_bytes)
 from .circle import Circle, KeptPhases
 from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, log_interval, step_marks
@@ -294,7 +294,7 @@ TRAIN_BITS = (20, 16)
 def y_frac_bits(k: int, bits: int = PRODUCT_BITS) -> int:
     """Fractional bits of the keeper's [cos beta, sin beta] in a row dot of k products in Z_2^bits.
 
-    A's operand gets the rest of the bits - 1 (``rowdot_scales``). The rounding error of A's
+    A's operand gets the rest of the bits - 1 (``dot_scales``). The rounding error of A's
     factors grows like 2**(F - bits + 1) k**1.5, that of the keeper's like 2**-F k**0.5: they are
     equal at F = (bits - 0.5 - log2 k) / 2 (in Z_2^32: 10 for the forward pass at D = 1024, 12 to 13
     for a gradient over B = 256 to 32 rows; in Z_2^20 and Z_2^16: 4, and 3 to 5).
@@ -521,30 +521,6 @@ def _phase_words(fmap, blocks, features) -> torch.Tensor:
     return every[features.cpu()]
 
 
-def _pairs_by_column(pairs: torch.Tensor) -> torch.Tensor:
-    """(rows x 2k) interleaved [cos, sin] per column -> (k x 2 rows), the same pairs laid out per column."""
-    rows, width = pairs.shape
-    return pairs.view(rows, width // 2, 2).transpose(0, 1).reshape(width // 2, 2 * rows)
-
-
-def _pairs_by_column_words(pairs: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """``_pairs_by_column`` of 4-byte pairs, each [cos, sin] moved as one 8-byte word (2x faster).
-
-    ``dtype`` torch.int16 (values that fit it): the pairs narrowed first and moved as 4-byte words (a
-    quarter faster again), for a 16-bit ring's product (``sharing._ring_dtype``)."""
-    rows, width = pairs.shape
-    if pairs.element_size() != 4 or not pairs.is_contiguous() or rows == 1 or width == 2:
-        # (one row or one column: the layouts are the same words, and a "transposed" size-1 view keeps a stride
-        # that cannot be viewed as 4-byte entries)
-        out = _pairs_by_column(pairs)
-        return out if dtype is None else out.to(dtype)
-    # (viewing the last dimension as wider words already gives (rows, width / 2), and back (width / 2, 2 rows))
-    if dtype == torch.int16:
-        return pairs.to(torch.int16).view(torch.int32).t().contiguous().view(torch.int16)
-    out = pairs.view(torch.int64).t().contiguous().view(pairs.dtype)
-    return out if dtype is None else out.to(dtype)
-
-
 def _finite(v: torch.Tensor) -> torch.Tensor:
     if not bool(torch.isfinite(v).all()):
         raise OverflowError("FDSKL shared protocol: a non-finite coefficient or loss derivative")
@@ -595,29 +571,34 @@ class StarProducts:
         self.pending = None             # a deferred gradient opening: (this holder's share, A's row scales)
         self.scales = {}                # A's row scales of the products whose operand went out (operand / open)
         lead = () if classes is None else (classes,)
+        # Both products' operands are laid out like S: rows x [cos, sin] pairs of the features. f is a row dot
+        # ("rowdot"); the gradient sums are column dots of pairs down the rows ("coldot", sharing._coldot), so no
+        # role makes a transposed copy of its operand.
         shapes = [lead + (m, 2 * self.D)]
+        self.kinds = ["rowdot"]
         self.bits = [int(bits[0])] + ([int(bits[1])] if grad_cols is not None else [])
         self.fbits = [y_frac_bits(2 * self.D, self.bits[0])]
         if grad_cols is not None:
-            shapes.append((len(grad_cols), 2 * m))
+            shapes.append((m, 2 * len(grad_cols)))
+            self.kinds.append("coldot")
             self.fbits.append(y_frac_bits(2 * m, self.bits[1]))
         ys = None
         if beta is not None:                                    # keeper and dealer
             ys = [cos_sin(narrow_table(table, self.fbits[0]), beta)]
             if grad_cols is not None:
-                if self.fbits[1] == self.fbits[0] and classes is None and self._all(grad_cols):
-                    # The same table and angles: the gradient's pairs are the forward's, laid out per column
-                    # (one transposed copy of 8-byte [cos, sin] words instead of a second gather); in the
-                    # 16-bit ring as int16 (|y| <= 2**F fits), the type its products are computed in.
-                    ys.append(_pairs_by_column_words(ys[0], torch.int16 if self.bits[1] == 16 else None))
+                if self.fbits[1] == self.fbits[0] and self._all(grad_cols):
+                    y = ys[0]                                   # the same table and angles: the forward's pairs
                 else:
                     picked = beta if self._all(grad_cols) else beta[:, grad_cols]
-                    ys.append(cos_sin(narrow_table(table, self.fbits[1]), picked.T.contiguous()))
+                    y = cos_sin(narrow_table(table, self.fbits[1]), picked.contiguous())
+                # in the gradient's ring's own type (int16 for 16 bits: |y| <= 2**F fits), once
+                ys.append(_cpu_as(y, _ring_dtype(self.bits[1])))
         self.ys = ys
         self.shapes = shapes
         with fed.phase(f"{fed.current_phase}/deal"):
-            dealt = deal_dealt(fed if dealer_io is None else dealer_io, ys, holders=self.holders, dealer=dealer, kind="rowdot", shapes_x=shapes,
-                               shapes_y=[(m, 2 * self.D)] + ([(len(grad_cols), 2 * m)] if grad_cols is not None
+            dealt = deal_dealt(fed if dealer_io is None else dealer_io, ys, holders=self.holders, dealer=dealer,
+                               kind=self.kinds, shapes_x=shapes,
+                               shapes_y=[(m, 2 * self.D)] + ([(m, 2 * len(grad_cols))] if grad_cols is not None
                                                              else []), bits=self.bits, h1_seed=ph.product_seed)
         self.dealt = dealt if fed.rank in self.holders else None
 
@@ -639,31 +620,36 @@ class StarProducts:
         scales = None
         xe = None
         if fed.is_active:
-            xe, scales = self._encode(k, x)
+            x, scales = x
+            xe = self._encode(k, x)
         y = self.ys[k] if self.ys is not None else None
         with fed.phase(f"{fed.current_phase}/{'forward' if k == 0 else 'gradient'}"):
-            z = mul_dealt(fed, xe, y, holders=self.holders, dealer=self.dealer, kind="rowdot",
+            z = mul_dealt(fed, xe, y, holders=self.holders, dealer=self.dealer, kind=self.kinds[k],
                           shape_x=self.shapes[k], dealt=self.dealt[k], bits=self.bits[k])
         return z, scales
 
-    def _encode(self, k: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A's operand of product k in fixed point (int32, scaled per row) and its row scales.
+    def _encode(self, k: int, x: torch.Tensor) -> torch.Tensor:
+        """A's operand of product k in fixed point: x, already scaled (``_forward_x`` / ``_gradient_x``), rounded to
+        int32 words (int16 in Z_2^16, the ring's own type, ``sharing._ring_dtype``).
 
-        x is A's bounded [cos S, sin S] (|.| <= 1) times its float32 coefficients or row weights, which
-        forward / gradient / operand checked (_finite): x is finite, and no pass over x is needed here.
-        No wrap (the opened value is exact): with w = self.bits[k], F = self.fbits[k], |y| <= 2**F
-        (rounded cosines) and x_enc = round(s_i x_i) for rowdot_scales' s_i, every row's integer
-        |sum_k x_enc y| <= 2**F (s_i sum_k |x_ik| (1 + 2**-24) + k / 2) < 2**(w - 1), so the shares'
-        sum mod 2**w, read signed (from_ring), is that integer. tests/test_comm_sharing.py checks the
-        bound with |y| = 2**F and signs chosen against A's rounding.
+        No wrap (the opened value is exact): with w = self.bits[k], F = self.fbits[k], |y| <= 2**F (rounded
+        cosines) and the operand's scales from a bound of each product's sum of |x| (``_scales``, ``dot_scales``),
+        every opened integer |sum x_enc y| <= 2**F (s sum |x| (1 + 2**-23) + k / 2) < 2**(w - 1), so the shares'
+        sum mod 2**w, read signed (from_ring), is that integer; in Z_2^16 every |x_enc| < 2**(15 - F), so the
+        cast to int16 is exact. tests/test_fdskl_products_cpu.py checks the bound with |y| = 2**F and signs chosen
+        against A's rounding.
         """
-        scales = rowdot_scales(x, self.bits[k], self.fbits[k])
-        # x is ours: in place. In Z_2^16 as int16 words (the ring's own type, ``sharing._ring_dtype``): every
-        # |x_enc| <= s_i sum_k |x_ik| + 1/2 < 2**(15 - F), so the cast is exact. (The scales cast to x's type in
-        # numpy: the same rounding as torch's .to.)
-        word = torch.int16 if self.bits[k] == 16 else torch.int32
-        s = torch.from_numpy(scales.numpy().astype(_NP_REAL[x.dtype])[..., None])
-        return x.mul_(s).round_().to(word), scales
+        return x.round_().to(torch.int16 if self.bits[k] == 16 else torch.int32)         # x is ours: in place
+
+    def _scales(self, k: int, factors: np.ndarray, axis: int = 0) -> np.ndarray:
+        """A's scales for product k from its float32 ``factors`` (sqrt2 times the coefficients, or the row
+        weights), one per output along the other axis: each output's operand is factors_j [cos S, sin S] over its
+        pairs, and |cos S| + |sin S| <= sqrt2 (float32 table: (1 + 2**-23)), so sum |x| <= sqrt2 sum_j |factor_j|
+        without a pass over x; at most 11% (0.15 bit) above the exact sum on average (E |cos| + |sin| = 4 / pi)."""
+        f = self.fbits[k]
+        count = factors.shape[axis]
+        bound = np.abs(factors).astype(np.float64).sum(axis) * (SQRT2 * (1 + 2.0 ** -20))
+        return dot_scales(bound, 2 * count, self.bits[k], f).numpy()
 
     def _decode(self, k: int, v, scales: torch.Tensor) -> torch.Tensor:
         """v / (s 2**F) in float64 (numpy: the same IEEE operations on these small vectors, fewer calls)."""
@@ -679,31 +665,29 @@ class StarProducts:
             v = open_shares(fed, z, holders=self.holders, to=fed.active, shape=out_shape, bits=self.bits[k])
         return None if v is None else self._decode(k, v, scales)
 
-    def _forward_x(self, coef: torch.Tensor) -> torch.Tensor:
-        """A's real operand of f: [c_j cos S_ij, c_j sin S_ij] interleaved per row (m x 2D, or classes x m x 2D)."""
+    def _forward_x(self, coef: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A's operand of f, scaled: s [c_j cos S_ij, c_j sin S_ij] interleaved per row (m x 2D, or classes x m x 2D),
+        and its scales s (one per class: ``_scales``' bound holds for every row), as they divide f."""
+        c = _factors32(coef)                                            # sqrt2 c, float32, checked finite
         cs = self._cos_sin_S()
+        s = self._scales(0, c)                                          # (1,) or (classes,)
+        cscaled = (c * s).astype(np.float32)        # (in float64: s may exceed float32's range; |c s| < 2**15)
         if self.classes is None:
-            return cs * torch.from_numpy(np.repeat(_factors32(coef), 2))
-        c = _finite(SQRT2 * coef.to(torch.float32).cpu())
-        return cs.unsqueeze(0) * c.T.repeat_interleave(2, dim=1).unsqueeze(1)
+            return cs * torch.from_numpy(np.repeat(cscaled, 2)), torch.from_numpy(s)
+        scaled = torch.from_numpy(np.ascontiguousarray(np.repeat(cscaled.T, 2, axis=1)))     # classes x 2D
+        return cs.unsqueeze(0) * scaled.unsqueeze(1), torch.from_numpy(s[:, None])
 
-    def _gradient_x(self, weights: torch.Tensor) -> torch.Tensor:
-        """A's real operand of the gradient sums: x[j] = [w_i cos S_ij, w_i sin S_ij] over the rows i."""
+    def _gradient_x(self, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A's operand of the gradient sums, scaled, laid out like S: x[i] = s w_i [cos S_ij, sin S_ij] over the
+        columns ``grad_cols`` (m x 2G), and the scales s (G,) of the column sums."""
         w = _factors32(weights)
+        s = self._scales(1, w)                                          # one scale: every column has these weights
+        ws = torch.from_numpy((w * s).astype(np.float32))                 # (in float64, as in _forward_x)
         cs = self._cos_sin_S()
-        if self._all(self.grad_cols):
-            # The per-column layout of _pairs_by_column: each [cos, sin] pair moved as one 8-byte word, then
-            # one contiguous multiplication by [w_i, w_i] along the rows (the same float32 products as a
-            # strided multiplication into (D, m, 2), whose inner loop of 2 elements took twice as long).
-            x = _pairs_by_column_words(cs)
-            if x.data_ptr() == cs.data_ptr():           # one row or one column: the "transposed copy" is a view
-                x = x.clone()
-            return x.mul_(torch.from_numpy(np.repeat(w, 2)))
-        w = torch.from_numpy(w)
-        cs = cs.view(self.m, self.D, 2)[:, self.grad_cols]
-        x = torch.empty(cs.shape[1], self.m, 2, dtype=cs.dtype)
-        torch.mul(cs.transpose(0, 1), w.view(1, self.m, 1), out=x)
-        return x.view(cs.shape[1], 2 * self.m)
+        G = len(self.grad_cols)
+        if not self._all(self.grad_cols):
+            cs = cs.view(self.m, self.D, 2)[:, self.grad_cols].reshape(self.m, 2 * G)
+        return cs * ws.unsqueeze(1), torch.from_numpy(np.repeat(s, G))
 
     def forward(self, coef: torch.Tensor | None) -> torch.Tensor | None:
         """f at A: (m,) for coefficients (D,), (m x classes) for (D x classes); None elsewhere."""
@@ -756,14 +740,14 @@ class StarProducts:
 
     def operand(self, k: int, value: torch.Tensor) -> torch.Tensor:
         """At A: e = x - a of product k as bytes, for coefficients (k = 0) or row weights (k = 1) ``value``."""
-        x = self._forward_x(value) if k == 0 else self._gradient_x(value)
-        xe, self.scales[k] = self._encode(k, x)
+        x, self.scales[k] = self._forward_x(value) if k == 0 else self._gradient_x(value)
+        xe = self._encode(k, x)
         return word_bytes(dealt_operand(xe, self.dealt[k], self.bits[k]), self.bits[k])
 
     def share(self, k: int, e: torch.Tensor) -> torch.Tensor:
         """At the keeper: its share of product k, as bytes, from A's e (bytes)."""
         e = ring_words_from_bytes(e, self.shapes[k], self.bits[k])
-        z = dealt_share("rowdot", e, self.ys[k], self.dealt[k], self.bits[k])
+        z = dealt_share(self.kinds[k], e, self.ys[k], self.dealt[k], self.bits[k])
         return word_bytes(z, self.bits[k])
 
     def open(self, k: int, share: torch.Tensor) -> torch.Tensor:
