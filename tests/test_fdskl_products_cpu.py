@@ -203,3 +203,21 @@ def test_sixteen_bit_products_open_exactly_over_gloo():
     out, split, x, y = res[H0]
     expect = (x.long() * y.long()).sum(-1)
     assert torch.equal(out, expect) and torch.equal(split, expect)
+
+
+def test_narrow_tables_are_the_rounded_cosines_in_the_narrowest_type():
+    """The keeper's and dealer's [cos, sin] tables below FRAC_BITS: round(table / 2**(16 - F)) (ties up), int8 up
+    to 6 bits (a 128 KB table), int16 up to 14, int32 above; a gather of them equals a gather of the int64 rows."""
+    from vfltorch.kernels.shared import cos_sin, cosine_table, narrow_table, pair_table
+
+    table = pair_table(cosine_table().to(torch.int64))
+    beta = torch.randint(-2 ** 15, 2 ** 15, (9, 33), generator=torch.Generator().manual_seed(2), dtype=torch.int16)
+    for bits, dtype in ((2, torch.int8), (4, torch.int8), (6, torch.int8), (7, torch.int16), (14, torch.int16),
+                        (15, torch.int32), (16, torch.int32)):
+        nt = narrow_table(table, bits)
+        shift = 16 - bits
+        ref = table if shift == 0 else (table + (1 << (shift - 1))) >> shift
+        assert nt.dtype == dtype and torch.equal(nt.to(torch.int64), ref), bits
+        assert int(ref.abs().max()) <= 2 ** bits
+        got = cos_sin(nt, beta)
+        assert got.dtype == dtype and torch.equal(got.to(torch.int64), cos_sin(ref, beta)), bits

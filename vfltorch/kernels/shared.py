@@ -135,9 +135,9 @@ def _index(words: torch.Tensor) -> torch.Tensor:
 def cos_sin(pairs: torch.Tensor, words: torch.Tensor) -> torch.Tensor:
     """[cos, sin] of 16-bit angle words, interleaved along the last dimension (... x 2k) from a pair table."""
     index = _index(words).reshape(-1)
-    if pairs.element_size() == 4 and pairs.is_contiguous():
-        # A pair of 4-byte entries is one 8-byte word: one gather of words (2x faster than of rows),
-        # then the words read back as their two entries. The same values, bit for bit.
+    if pairs.element_size() in _WORD_OF and pairs.is_contiguous():
+        # A pair of 4-byte entries is one 8-byte word (of 1-byte entries one 2-byte word: the narrow tables): one
+        # gather of words (2x faster than of rows), then the words read back as their two entries. The same values.
         out = _pair_words(pairs).index_select(0, index).view(pairs.dtype)
     else:
         out = pairs.index_select(0, index)                       # 3x faster than pairs[index] here
@@ -149,7 +149,7 @@ def _pair_words(pairs: torch.Tensor) -> torch.Tensor:
     cached = _PAIR_WORDS.get(id(pairs))
     if cached is not None and cached[0] is pairs:
         return cached[1]
-    words = pairs.view(torch.int64).reshape(-1)
+    words = pairs.view(_WORD_OF[pairs.element_size()]).reshape(-1)
     if len(_PAIR_WORDS) >= 8:
         _PAIR_WORDS.clear()
     _PAIR_WORDS[id(pairs)] = (pairs, words)        # the table itself is kept: its id cannot be reused meanwhile
@@ -157,6 +157,7 @@ def _pair_words(pairs: torch.Tensor) -> torch.Tensor:
 
 
 _PAIR_WORDS: dict = {}
+_WORD_OF = {1: torch.int16, 2: torch.int32, 4: torch.int64}     # a pair of entries of this size as one word
 
 
 def encode_factor(x: torch.Tensor) -> torch.Tensor:
@@ -303,7 +304,9 @@ def y_frac_bits(k: int, bits: int = PRODUCT_BITS) -> int:
 
 
 def narrow_table(table: torch.Tensor | None, bits: int) -> torch.Tensor | None:
-    """The dealer's [cos, sin] table (FRAC_BITS) rounded to ``bits``: the same int32 at keeper and dealer.
+    """The dealer's [cos, sin] table (FRAC_BITS) rounded to ``bits``: the same integers at keeper and dealer, in the
+    narrowest type that holds them (int8 up to 6 bits, as training's 3-5: a 128 KB table, which stays in a core's
+    cache where the 512 KB of int32 pairs did not; int16 up to 14, else int32).
 
     Computed once per table and width (training asks for it every iteration); the result is read-only."""
     if table is None:
@@ -312,10 +315,8 @@ def narrow_table(table: torch.Tensor | None, bits: int) -> torch.Tensor | None:
     if cached is not None and cached[0] is table:
         return cached[1]
     shift = FRAC_BITS - bits
-    if shift == 0:
-        out = table.to(torch.int32)
-    else:
-        out = ((table + (1 << (shift - 1))) >> shift).to(torch.int32)
+    out = table if shift == 0 else (table + (1 << (shift - 1))) >> shift
+    out = out.to(torch.int8 if bits <= 6 else torch.int16 if bits <= 14 else torch.int32)     # |cos| <= 2**bits
     if len(_NARROW) >= 8:
         _NARROW.clear()
     _NARROW[(id(table), bits)] = (table, out)       # the table itself is kept: its id cannot be reused meanwhile
@@ -584,14 +585,14 @@ class StarProducts:
             self.fbits.append(y_frac_bits(2 * m, self.bits[1]))
         ys = None
         if beta is not None:                                    # keeper and dealer
-            ys = [cos_sin(narrow_table(table, self.fbits[0]), beta)]
+            # Each product's [cos beta, sin beta] in its ring's own type (int16 for 16 bits: |y| <= 2**F fits), cast
+            # once from the narrow gather (a mixed-type product would be 10x slower).
+            y = cos_sin(narrow_table(table, self.fbits[0]), beta)
+            ys = [_cpu_as(y, _ring_dtype(self.bits[0]))]
             if grad_cols is not None:
-                if self.fbits[1] == self.fbits[0] and self._all(grad_cols):
-                    y = ys[0]                                   # the same table and angles: the forward's pairs
-                else:
+                if not (self.fbits[1] == self.fbits[0] and self._all(grad_cols)):   # else: the forward's pairs
                     picked = beta if self._all(grad_cols) else beta[:, grad_cols]
                     y = cos_sin(narrow_table(table, self.fbits[1]), picked.contiguous())
-                # in the gradient's ring's own type (int16 for 16 bits: |y| <= 2**F fits), once
                 ys.append(_cpu_as(y, _ring_dtype(self.bits[1])))
         self.ys = ys
         self.shapes = shapes
