@@ -86,6 +86,7 @@ return on the device of the inputs.
 
 from __future__ import annotations
 
+import functools
 import math
 import secrets
 
@@ -172,18 +173,19 @@ _UINT16 = getattr(torch, "uint16", None)                 # torch >= 2.3
 
 def _pack_np(x: np.ndarray, bits: int) -> np.ndarray:
     """``pack_words`` below 32 bits in numpy (the same layout); x: flat integer words. Bits 16-23 are read as byte
-    2 of each little-endian int32 word (a strided view: no shift, no temporary)."""
+    2 of each little-endian int32 word (a strided view), copied once into a contiguous row of bytes: the nibble
+    operations then run on contiguous bytes (15-25% faster at 2 B D words than on the strided view)."""
     x = np.ascontiguousarray(x.astype(np.int32, copy=False))       # int64 -> int32 keeps the low bits
     n = x.size
     out = np.empty(wire_bytes(n, bits), dtype=np.uint8)
     out[:2 * n].view(np.int16)[:] = x                               # (unsafe cast: the low 16 bits)
     if bits == 16:
         return out
-    third = x.view(np.uint8)[2::4]                                  # bits 16-23 of each word
     high = out[2 * n:]
     if bits == 24:
-        high[:] = third
+        high[:] = x.view(np.uint8)[2::4]                            # bits 16-23 of each word
     else:                                                           # 20: word i's nibble with word i + ceil(n / 2)'s
+        third = x.view(np.uint8)[2::4].copy()
         half = (n + 1) // 2
         np.bitwise_and(third[:half], 0xF, out=high)
         high[:n - half] |= third[half:] << 4                        # uint8 << 4 drops bits 20-23
@@ -192,7 +194,8 @@ def _pack_np(x: np.ndarray, bits: int) -> np.ndarray:
 
 def _unpack_np(buf: np.ndarray, count: int, bits: int) -> np.ndarray:
     """``unpack_words`` below 32 bits in numpy: int32 words, the unsigned representative in [0, 2**bits). The
-    high bits are written as byte 2 of each little-endian word (a strided view)."""
+    high bits are written as byte 2 of each little-endian word (a strided view), once: the nibbles are first
+    spread into a contiguous row of bytes (40% faster at 2 B D words than two strided writes)."""
     x = buf[:2 * count].view(np.uint16).astype(np.int32)           # (a slice at an odd byte: numpy reads it)
     if bits > 16:
         third = x.view(np.uint8)[2::4]
@@ -201,8 +204,10 @@ def _unpack_np(buf: np.ndarray, count: int, bits: int) -> np.ndarray:
             third[:] = high
         else:
             half = (count + 1) // 2
-            np.bitwise_and(high, 0xF, out=third[:half])
-            np.right_shift(high[:count // 2], 4, out=third[half:])
+            spread = np.empty(count, dtype=np.uint8)
+            np.bitwise_and(high, 0xF, out=spread[:half])
+            np.right_shift(high[:count // 2], 4, out=spread[half:])
+            third[:] = spread
     return x
 
 
@@ -426,30 +431,33 @@ def truncate(mine: torch.Tensor, index: int, frac_bits: int) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------ dealer
-def _rowdot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    p = a * b
+def _rowdot(a: torch.Tensor, b: torch.Tensor, into_a: bool = False) -> torch.Tensor:
+    p = a.mul_(b) if into_a else a * b
     return p.sum(-1, dtype=p.dtype)         # int32 stays int32 (mod 2**32, 2.5x faster than promoting to int64)
 
 
-def _coldot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def _coldot(a: torch.Tensor, b: torch.Tensor, into_a: bool = False) -> torch.Tensor:
     """Column dot products of pairs: (rows x 2G) operands, z_j = sum_i a_i,2j b_i,2j + a_i,2j+1 b_i,2j+1.
 
     FDSKL's gradient sums over the batch rows, in the layout of the row products' operands (no transposed copy
     at any role). Summed down the rows first (a vectorised pass), in the operands' type (it wraps in the ring)."""
-    p = a * b
+    p = a.mul_(b) if into_a else a * b
     cols = p.sum(0, dtype=p.dtype)
     return cols.view(-1, 2).sum(-1, dtype=p.dtype)
 
 
-def _op(kind: str):
+def _op(kind: str, into_a: bool = False):
+    """The bilinear map of a product ``kind``. ``into_a``: the elementwise products of ``rowdot`` / ``coldot`` are
+    written over the first operand (a tensor of the product's type and shape that the caller discards: a dealer's
+    fresh mask, a received e), which saves a fresh multi-MB temporary per product."""
     if kind == "mul":
         return torch.mul
     if kind == "matmul":
         return torch.matmul
-    if kind == "rowdot":
-        return _rowdot                      # row-wise inner products: bilinear, so Beaver's identity holds
-    if kind == "coldot":
-        return _coldot                      # column inner products of pairs: bilinear too
+    if kind == "rowdot":                    # row-wise inner products: bilinear, so Beaver's identity holds
+        return functools.partial(_rowdot, into_a=True) if into_a else _rowdot
+    if kind == "coldot":                    # column inner products of pairs: bilinear too
+        return functools.partial(_coldot, into_a=True) if into_a else _coldot
     raise ValueError(f"triple kind must be 'mul' or 'matmul' (or 'rowdot' / 'coldot': row-wise dot products, "
                      f"column dot products of pairs), got {kind!r}")
 
@@ -624,7 +632,7 @@ def mul_dealt(fed: Federation, x: torch.Tensor | None, y: torch.Tensor | None, *
             send_words(fed, dealt_operand(x, dealt, bits, fp), h1, bits)
             return dealt[1]
         if fed.rank == h1:
-            return dealt_share(kind, recv_ring_words(fed, h0, shape_x, bits), y, dealt, bits)
+            return dealt_share(kind, recv_ring_words(fed, h0, shape_x, bits), y, dealt, bits, into_e=True)
         return None                     # the dealer and other ranks
     if bits != 64:
         raise ValueError("mul_dealt: a narrow ring needs the material of deal_dealt(..., bits=...)")
@@ -668,9 +676,19 @@ def dealt_operand(x: torch.Tensor, dealt, bits: int = 64, fp: FixedPoint | None 
     return xe - a
 
 
-def dealt_share(kind: str, e: torch.Tensor, y: torch.Tensor, c1: torch.Tensor, bits: int = 64) -> torch.Tensor:
-    """h_1's share of a dealt product from h_0's e (``dealt_operand``): op(e, y) + c_1."""
-    return _op(kind)(e, _word(y, bits)) + c1
+def dealt_share(kind: str, e: torch.Tensor, y: torch.Tensor, c1: torch.Tensor, bits: int = 64,
+                into_e: bool = False) -> torch.Tensor:
+    """h_1's share of a dealt product from h_0's e (``dealt_operand``): op(e, y) + c_1. ``into_e``: e is the
+    caller's to discard (a received message), and a row or column dot's products overwrite it (``_op``)."""
+    return (_over_first(kind, e, _word(y, bits)) if into_e else _op(kind)(e, _word(y, bits))) + c1
+
+
+def _over_first(kind: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """op(a, b) with a discarded by the caller: a row or column dot writes its elementwise products over a where
+    they fit it (same type, b broadcasting to a's shape), else it computes as ``_op``."""
+    fits = a.dtype == b.dtype and a.dim() >= b.dim() and all(
+        y in (1, x) for x, y in zip(a.shape[::-1], b.shape[::-1]))
+    return _op(kind, into_a=fits)(a, b)
 
 
 def deal_dealt(fed: Federation, ys, *, holders, dealer: int, kind: str, shapes_x, shapes_y=None, bits=64,
@@ -695,7 +713,6 @@ def deal_dealt(fed: Federation, ys, *, holders, dealer: int, kind: str, shapes_x
         return None
     shapes_x = [tuple(s) for s in shapes_x]
     kinds = [kind] * len(shapes_x) if isinstance(kind, str) else list(kind)
-    ops = [_op(k) for k in kinds]
     shapes_y = [tuple(y.shape) for y in ys] if fed.rank != h0 else [tuple(s) for s in shapes_y]
     outs = [_out_shape(k, sx, sy) for k, sx, sy in zip(kinds, shapes_x, shapes_y)]
     widths = [int(bits)] * len(outs) if isinstance(bits, int) else [int(b) for b in bits]
@@ -707,13 +724,13 @@ def deal_dealt(fed: Federation, ys, *, holders, dealer: int, kind: str, shapes_x
         s0, s1 = fresh_seed(), (fresh_seed() if h1_seed is None else h1_seed)
         g0, g1 = _stream_from(s0), _stream_from(s1)
         c0s = []
-        for op, sx, out, y, w in zip(ops, shapes_x, outs, ys, widths):
-            a = _uniform(g0, sx, w)
+        for kd, sx, out, y, w in zip(kinds, shapes_x, outs, ys, widths):
+            a = _uniform(g0, sx, w)             # (fresh and the dealer's own: the products go over it)
             if packed:          # (the small corrections' difference and packing in numpy: the same words)
-                c = op(a, _word(y, w)).numpy() - _uniform(g1, out, w).numpy()     # wraps in the ring's type
+                c = _over_first(kd, a, _word(y, w)).numpy() - _uniform(g1, out, w).numpy()   # wraps in the ring's type
                 c0s.append(_pack_np(c.reshape(-1), w) if w < 32 else c.reshape(-1).view(np.uint8))
             else:
-                c0s.append(from_ring(op(a, _word(y, w)) - _uniform(g1, out, w), w).to(torch.int64).reshape(-1))
+                c0s.append(from_ring(_over_first(kd, a, _word(y, w)) - _uniform(g1, out, w), w).to(torch.int64).reshape(-1))
         if packed:                              # the seed's 16 bytes, then each product's corrections packed
             fed.send(torch.from_numpy(np.concatenate([s0.numpy().view(np.uint8), *c0s])), h0)
         else:

@@ -78,9 +78,9 @@ import numpy as np
 import torch
 
 from ..comm import Federation, MaskStream, broadcast, masked_sum, pairwise_tree
-from ..comm.sharing import (_UINT16, _cpu_as, _from_ring_np, _ring_dtype, deal_dealt, dealt_operand, dealt_share,
+from ..comm.sharing import (_UINT16, _cpu_as, _from_ring_np, _ring_dtype, deal_dealt, dealt_share,
                              dot_scales, fresh_seed, mul_dealt, open_shares, pack_words, ring_words_from_bytes,
-                             split_bytes, wire_bytes, word_bytes, words_from_bytes)
+                             send_words, split_bytes, wire_bytes, word_bytes, words_from_bytes)
 from .circle import Circle, KeptPhases
 from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, log_interval, step_marks
 
@@ -522,6 +522,9 @@ def _phase_words(fmap, blocks, features) -> torch.Tensor:
 
 
 _SQRT2_32 = np.float32(SQRT2)
+# 1.5 * 2**23 as a float32 scalar tensor: v + it, for |v| < 2**22, is 0x4B400000 + round(v) bit for bit
+# (``StarProducts._masked_operand``).
+_ROUND_BIAS = torch.tensor(1.5 * 2.0 ** 23, dtype=torch.float32)
 
 
 def _factors32(v: torch.Tensor) -> np.ndarray:
@@ -606,21 +609,41 @@ class StarProducts:
             self.pairs = cos_sin(REAL_PAIRS32, self.S)          # (m x 2D) real [cos S, sin S]
         return self.pairs
 
-    def _multiply(self, k: int, x: torch.Tensor | None):
-        """This holder's share of product k (mod 2**bits) and, at A, its row scales; (None, None) elsewhere."""
+    def _multiply(self, k: int, value: torch.Tensor | None):
+        """This holder's share of product k (mod 2**bits) and, at A, its row scales; (None, None) elsewhere. A passes
+        the product's coefficients or row weights (``value``): its part of ``mul_dealt`` with the dealt material is
+        to send e (``_masked_operand``) and keep its correction c_0 as its share."""
         fed = self.fed
         if fed.rank not in self.holders:
             return None, None
-        scales = None
-        xe = None
-        if fed.is_active:
-            x, scales = x
-            xe = self._encode(k, x)
-        y = self.ys[k] if self.ys is not None else None
         with fed.phase(f"{fed.current_phase}/{'forward' if k == 0 else 'gradient'}"):
-            z = mul_dealt(fed, xe, y, holders=self.holders, dealer=self.dealer, kind=self.kinds[k],
+            if fed.is_active:
+                e, scales = self._masked_operand(k, value)
+                send_words(fed, e, self.keeper, self.bits[k])
+                return self.dealt[k][1], scales
+            z = mul_dealt(fed, None, self.ys[k], holders=self.holders, dealer=self.dealer, kind=self.kinds[k],
                           shape_x=self.shapes[k], dealt=self.dealt[k], bits=self.bits[k])
-        return z, scales
+        return z, None
+
+    def _masked_operand(self, k: int, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """At A: e = x_enc - a of product k (``dealt_operand``, ring words) for coefficients (k = 0) or row weights
+        (k = 1) ``value``, and the scales that divide the opened values.
+
+        f's operand in Z_2^20 in two passes instead of five (scale, round, cast, subtract): ``addcmul`` adds
+        1.5 * 2**23 to each float32 product c_j [cos S, sin S]_ij, which leaves round(x) (half to even, as
+        ``torch.round``) in the low 22 bits of the float's bit pattern 0x4B400000 + round(x) while |x| < 2**22
+        (here |x| < 2**(w - 1 - F): ``_encode``); 0x4B400000 is a multiple of 2**22, so those bits read as int32,
+        minus a, are e mod 2**20 (the wire keeps only those bits). Other widths: ``_encode``, then the subtraction
+        in place.
+        """
+        a = self.dealt[k][0]
+        if k == 0 and self.bits[0] == 20:
+            cs, factors, scales = self._forward_parts(value)
+            y = torch.addcmul(_ROUND_BIAS, cs, factors)
+            return y.view(torch.int32).sub_(a), scales
+        x, scales = self._forward_x(value) if k == 0 else self._gradient_x(value)
+        xe = self._encode(k, x)
+        return (xe.sub_(a) if xe.dtype == a.dtype else xe - a), scales         # (64-bit words: int64 a)
 
     def _encode(self, k: int, x: torch.Tensor) -> torch.Tensor:
         """A's operand of product k in fixed point: x, already scaled (``_forward_x`` / ``_gradient_x``), rounded to
@@ -650,8 +673,8 @@ class StarProducts:
         v = v if isinstance(v, np.ndarray) else v.numpy()
         return torch.from_numpy(v.astype(np.float64) / (scales.numpy() * 2.0 ** self.fbits[k]))
 
-    def _product(self, k: int, x: torch.Tensor | None, out_shape) -> torch.Tensor | None:
-        z, scales = self._multiply(k, x)
+    def _product(self, k: int, value: torch.Tensor | None, out_shape) -> torch.Tensor | None:
+        z, scales = self._multiply(k, value)
         if z is None:
             return None
         fed = self.fed
@@ -659,17 +682,24 @@ class StarProducts:
             v = open_shares(fed, z, holders=self.holders, to=fed.active, shape=out_shape, bits=self.bits[k])
         return None if v is None else self._decode(k, v, scales)
 
-    def _forward_x(self, coef: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A's operand of f, scaled: s [c_j cos S_ij, c_j sin S_ij] interleaved per row (m x 2D, or classes x m x 2D),
-        and its scales s (one per class: ``_scales``' bound holds for every row), as they divide f."""
+    def _forward_parts(self, coef: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A's operand of f as its two factors: [cos S, sin S] (m x 2D) and the scaled coefficients s c_j, each
+        repeated for its pair (2D, or classes x 1 x 2D), broadcasting to the operand; and the scales s (one per
+        class: ``_scales``' bound holds for every row), as they divide f."""
         c = _factors32(coef)                                            # sqrt2 c, float32, checked finite
         cs = self._cos_sin_S()
         s = self._scales(0, c)                                          # a scalar, or (classes,)
         cscaled = (c * s).astype(np.float32)        # (in float64: s may exceed float32's range; |c s| < 2**15)
         if self.classes is None:
-            return cs * torch.from_numpy(np.repeat(cscaled, 2)), torch.from_numpy(s)
+            return cs, torch.from_numpy(np.repeat(cscaled, 2)), torch.from_numpy(s)
         scaled = torch.from_numpy(np.ascontiguousarray(np.repeat(cscaled.T, 2, axis=1)))     # classes x 2D
-        return cs.unsqueeze(0) * scaled.unsqueeze(1), torch.from_numpy(s[:, None])
+        return cs.unsqueeze(0), scaled.unsqueeze(1), torch.from_numpy(s[:, None])
+
+    def _forward_x(self, coef: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A's operand of f, scaled: s [c_j cos S_ij, c_j sin S_ij] interleaved per row (m x 2D, or classes x m x 2D),
+        and its scales s."""
+        cs, factors, scales = self._forward_parts(coef)
+        return cs * factors, scales
 
     def _gradient_x(self, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A's operand of the gradient sums, scaled, laid out like S: x[i] = s w_i [cos S_ij, sin S_ij] over the
@@ -685,9 +715,8 @@ class StarProducts:
 
     def forward(self, coef: torch.Tensor | None) -> torch.Tensor | None:
         """f at A: (m,) for coefficients (D,), (m x classes) for (D x classes); None elsewhere."""
-        x = self._forward_x(coef) if self.fed.is_active else None
         out_shape = (self.m,) if self.classes is None else (self.classes, self.m)
-        f = self._product(0, x, out_shape)
+        f = self._product(0, coef, out_shape)
         return f if f is None or self.classes is None else f.T
 
     # ``forward`` in two halves around the wait for the keeper's share, so that A can do other local work in it
@@ -699,8 +728,7 @@ class StarProducts:
         if fed.is_active:
             # e of f leaves with ``send_nowait`` (the bytes of mul_dealt's send_words): A goes on with round t + 1's
             # local part while the transfer runs (a blocking send held A 0.45 ms per iteration on phishing).
-            x, scales = self._forward_x(coef)
-            e = dealt_operand(self._encode(0, x), self.dealt[0], self.bits[0])
+            e, scales = self._masked_operand(0, coef)
             with fed.phase(f"{fed.current_phase}/forward"):
                 sent = fed.send_nowait(pack_words(e, self.bits[0]), self.keeper)
             self._begun = (self.dealt[0][1], scales, sent)          # A's share of f is its correction c_0
@@ -741,9 +769,8 @@ class StarProducts:
 
     def operand(self, k: int, value: torch.Tensor) -> torch.Tensor:
         """At A: e = x - a of product k as bytes, for coefficients (k = 0) or row weights (k = 1) ``value``."""
-        x, self.scales[k] = self._forward_x(value) if k == 0 else self._gradient_x(value)
-        xe = self._encode(k, x)
-        return word_bytes(dealt_operand(xe, self.dealt[k], self.bits[k]), self.bits[k])
+        e, self.scales[k] = self._masked_operand(k, value)
+        return word_bytes(e, self.bits[k])
 
     def share(self, k: int, e: torch.Tensor) -> torch.Tensor:
         """At the keeper: its share of product k, as bytes, from A's e (bytes)."""
@@ -765,12 +792,11 @@ class StarProducts:
         its next phase message, ``star_phases(carry=...)``) and A keeps its own; A then gets the sums
         from ``finish_gradient(words)``, or both call ``flush_gradient()`` (one message, as without defer).
         """
-        x = self._gradient_x(weights) if self.fed.is_active else None
         if not defer:
-            return self._product(1, x, (len(self.grad_cols),))
+            return self._product(1, weights, (len(self.grad_cols),))
         if self.bits[1] != 16:
             raise ValueError("a deferred gradient opening travels as int16 words: it needs a 16-bit ring")
-        self.pending = self._multiply(1, x)
+        self.pending = self._multiply(1, weights)
         return None
 
     @property
