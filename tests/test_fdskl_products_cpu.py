@@ -221,3 +221,49 @@ def test_narrow_tables_are_the_rounded_cosines_in_the_narrowest_type():
         assert int(ref.abs().max()) <= 2 ** bits
         got = cos_sin(nt, beta)
         assert got.dtype == dtype and torch.equal(got.to(torch.int64), cos_sin(ref, beta)), bits
+
+
+def test_two_width_table_reads_both_roundings_exactly():
+    """One gather for a round whose products want neighbouring widths (f at F, a gradient over B = 256 rows at
+    F - 1, or over 32 rows at F + 1): ``two_widths`` of the ``two_width_table`` entries are exactly the gathers of
+    the two ``narrow_table`` s, at every angle; more than 5 bits would not fit int8 and is refused."""
+    import pytest
+
+    from vfltorch.kernels.shared import cos_sin, cosine_table, narrow_table, pair_table, two_width_table, two_widths
+
+    table = pair_table(cosine_table().to(torch.int64))
+    every = torch.arange(2 ** 16, dtype=torch.int32).to(torch.int16).view(256, 256)
+    for bits in (2, 3, 4, 5):
+        v = two_width_table(table, bits)
+        assert v.dtype == torch.int8
+        hi, lo = two_widths(cos_sin(v, every))
+        assert torch.equal(hi, cos_sin(narrow_table(table, bits), every)), bits
+        assert torch.equal(lo, cos_sin(narrow_table(table, bits - 1), every)), bits
+    with pytest.raises(ValueError, match="int8"):
+        two_width_table(table, 6)
+
+
+def test_masked_operands_are_the_rounded_operands_minus_the_dealt_masks():
+    """A's e of each product (``_masked_operand``): f's through addcmul's bias 1.5 * 2**23 (round(x) in the low bits
+    of the float; 0x4B400000 = 0 mod 2**20) equals round(x) - a mod 2**20, but for ties of the float32 product,
+    where addcmul may round the exact product (one rounding, one unit apart); the gradient's (Z_2^16, int16) is
+    round(x) - a exactly. The masks themselves are untouched."""
+    g = torch.Generator().manual_seed(21)
+    for m, D in ((175, 1024), (3, 5)):
+        p = _products(m, D, g)
+        a_f = _uniform(_stream_from(fresh_seed()), (m, 2 * D), 20)
+        a_g = _uniform(_stream_from(fresh_seed()), (m, 2 * D), 16)
+        p.dealt = [(a_f.clone(), None), (a_g.clone(), None)]
+        v = torch.randn(D, generator=g, dtype=torch.float64)
+        w = torch.randn(m, generator=g, dtype=torch.float64)
+        e_f, s_f = p._masked_operand(0, v)
+        x, s = p._forward_x(v)
+        assert torch.equal(s_f, s) and e_f.dtype == torch.int32
+        diff = ((e_f.to(torch.int64) - (x.round().to(torch.int64) - a_f.to(torch.int64))) + 2 ** 19) % 2 ** 20 - 2 ** 19
+        near_tie = ((x - x.floor()) - 0.5).abs() < 2.0 ** -8
+        assert int(diff.abs().max()) <= 1 and not bool((diff != 0)[~near_tie].any())
+        e_g, s_g = p._masked_operand(1, w)
+        x, s = p._gradient_x(w)
+        assert torch.equal(s_g, s) and e_g.dtype == torch.int16
+        assert torch.equal(e_g, x.round().to(torch.int16) - a_g)
+        assert torch.equal(p.dealt[0][0], a_f) and torch.equal(p.dealt[1][0], a_g)

@@ -326,6 +326,41 @@ def narrow_table(table: torch.Tensor | None, bits: int) -> torch.Tensor | None:
 _NARROW: dict = {}
 
 
+def two_width_table(table: torch.Tensor, bits: int) -> torch.Tensor:
+    """The [cos, sin] table at ``bits`` and ``bits`` - 1 fractional bits in one int8 per entry: v = 2 y + b, where
+    y is the entry at ``bits`` (``narrow_table``) and y' = (y >> 1) + b the entry at ``bits`` - 1 (``two_widths``).
+
+    One bit b in {0, 1} carries the narrower rounding: with u the entry times 2**bits, y = floor(u + 1/2) and
+    y' = floor(u / 2 + 1/2); for even y = 2k, u / 2 lies in [k - 1/4, k + 1/4), so y' = k = y >> 1; for odd
+    y = 2k + 1 it lies in [k + 1/4, k + 3/4), so y' is k or k + 1. |v| <= 2**(bits + 1) + 1 fits int8 up to
+    ``_TWO_WIDTHS_MAX`` bits. The keeper and the dealer gather it once where a round's two products want
+    neighbouring widths (f at 4 bits, a gradient over B = 256 rows at 3), and read both widths exactly as the two
+    ``narrow_table`` gathers would (tests/test_fdskl_products_cpu.py). Cached and read-only like ``narrow_table``."""
+    cached = _NARROW.get((id(table), bits, "two"))
+    if cached is not None and cached[0] is table:
+        return cached[1]
+    if bits > _TWO_WIDTHS_MAX:
+        raise ValueError(f"two_width_table: {bits} fractional bits do not fit int8 (at most {_TWO_WIDTHS_MAX})")
+    y = narrow_table(table, bits).to(torch.int16)
+    b = narrow_table(table, bits - 1).to(torch.int16) - (y >> 1)
+    if not bool(((b == 0) | (b == 1)).all()):
+        raise AssertionError("two_width_table: the narrower rounding is not (y >> 1) + b with b in {0, 1}")
+    out = (2 * y + b).to(torch.int8)
+    if len(_NARROW) >= 8:
+        _NARROW.clear()
+    _NARROW[(id(table), bits, "two")] = (table, out)
+    return out
+
+
+def two_widths(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two roundings of gathered ``two_width_table`` entries: (y, y') = (v >> 1, (v >> 2) + (v & 1)), int8
+    (v >> 2 = y >> 1: b adds at most 1 / 4 to y / 2)."""
+    return v >> 1, (v >> 2).add_(v & 1)
+
+
+_TWO_WIDTHS_MAX = 5
+
+
 REAL_PAIRS32 = REAL_PAIRS.to(torch.float32)      # A's [cos S, sin S]: 24 bits, beyond the keeper's 10
 
 
@@ -583,13 +618,20 @@ class StarProducts:
         if beta is not None:                                    # keeper and dealer
             # Each product's [cos beta, sin beta] in its ring's own type (int16 for 16 bits: |y| <= 2**F fits), cast
             # once from the narrow gather (a mixed-type product would be 10x slower).
-            y = cos_sin(narrow_table(table, self.fbits[0]), beta)
+            both = grad_cols is not None and self._all(grad_cols)
+            if both and abs(self.fbits[0] - self.fbits[1]) == 1 and max(self.fbits) <= _TWO_WIDTHS_MAX:
+                # F and F - 1 (f at D = 1024-1536 and a gradient over B = 256 rows, or over 32): both roundings
+                # from one gather (``two_width_table``) instead of two.
+                hi, lo = two_widths(cos_sin(two_width_table(table, max(self.fbits)), beta))
+                y, y_grad = (hi, lo) if self.fbits[0] > self.fbits[1] else (lo, hi)
+            else:
+                y = y_grad = cos_sin(narrow_table(table, self.fbits[0]), beta)
+                if grad_cols is not None and not (self.fbits[1] == self.fbits[0] and both):   # else: f's pairs
+                    picked = beta if both else beta[:, grad_cols]
+                    y_grad = cos_sin(narrow_table(table, self.fbits[1]), picked.contiguous())
             ys = [_cpu_as(y, _ring_dtype(self.bits[0]))]
             if grad_cols is not None:
-                if not (self.fbits[1] == self.fbits[0] and self._all(grad_cols)):   # else: the forward's pairs
-                    picked = beta if self._all(grad_cols) else beta[:, grad_cols]
-                    y = cos_sin(narrow_table(table, self.fbits[1]), picked.contiguous())
-                ys.append(_cpu_as(y, _ring_dtype(self.bits[1])))
+                ys.append(_cpu_as(y_grad, _ring_dtype(self.bits[1])))
         self.ys = ys
         self.shapes = shapes
         with fed.phase(f"{fed.current_phase}/deal"):
