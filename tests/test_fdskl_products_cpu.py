@@ -267,3 +267,30 @@ def test_masked_operands_are_the_rounded_operands_minus_the_dealt_masks():
         assert torch.equal(s_g, s) and e_g.dtype == torch.int16
         assert torch.equal(e_g, x.round().to(torch.int16) - a_g)
         assert torch.equal(p.dealt[0][0], a_f) and torch.equal(p.dealt[1][0], a_g)
+
+
+def test_narrow_known_operands_widen_inside_the_products():
+    """The keeper's and dealer's cosines stay int8 (``_as_ring_operand``): a row or column dot over a discarded
+    first operand (``_over_first``: the dealer's fresh a, the keeper's received e) widens them inside numpy's
+    multiplication and gives the products of the operand cast to the ring's type, mod 2**w, wrapping terms
+    included; the first operand is overwritten, the narrow one is not."""
+    from vfltorch.comm.sharing import _as_ring_operand, _coldot, _over_first
+
+    g = torch.Generator().manual_seed(30)
+    rows, k = 17, 64
+    for bits, dtype in ((20, torch.int32), (16, torch.int16)):
+        y8 = torch.randint(-16, 17, (rows, k), generator=g, dtype=torch.int8)
+        y8[0] = -16
+        assert _as_ring_operand(y8, bits) is y8
+        e = _uniform(_stream_from(fresh_seed()), (rows, k), bits)
+        e[0] = torch.iinfo(dtype).min                                   # wraps on every term
+        c1 = _uniform(_stream_from(fresh_seed()), (rows,), bits)
+        mask = (1 << bits) - 1
+        ref = dealt_share("rowdot", e.clone(), y8.to(dtype), c1, bits)
+        got = dealt_share("rowdot", e.clone(), y8, c1, bits, into_e=True)
+        assert got.dtype == dtype and torch.equal(got.to(torch.int64) & mask, ref.to(torch.int64) & mask)
+        before = y8.clone()
+        a = e.clone()
+        cols = _over_first("coldot", a, y8)
+        assert torch.equal(cols.to(torch.int64) & mask, _coldot(e, y8.to(dtype)).to(torch.int64) & mask)
+        assert torch.equal(y8, before) and not torch.equal(a, e)

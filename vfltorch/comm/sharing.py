@@ -432,7 +432,10 @@ def truncate(mine: torch.Tensor, index: int, frac_bits: int) -> torch.Tensor:
 
 # ------------------------------------------------------------------ dealer
 def _rowdot(a: torch.Tensor, b: torch.Tensor, into_a: bool = False) -> torch.Tensor:
-    p = a.mul_(b) if into_a else a * b
+    return _row_sums(a.mul_(b) if into_a else a * b)
+
+
+def _row_sums(p: torch.Tensor) -> torch.Tensor:
     return p.sum(-1, dtype=p.dtype)         # int32 stays int32 (mod 2**32, 2.5x faster than promoting to int64)
 
 
@@ -441,7 +444,10 @@ def _coldot(a: torch.Tensor, b: torch.Tensor, into_a: bool = False) -> torch.Ten
 
     FDSKL's gradient sums over the batch rows, in the layout of the row products' operands (no transposed copy
     at any role). Summed down the rows first (a vectorised pass), in the operands' type (it wraps in the ring)."""
-    p = a.mul_(b) if into_a else a * b
+    return _pair_column_sums(a.mul_(b) if into_a else a * b)
+
+
+def _pair_column_sums(p: torch.Tensor) -> torch.Tensor:
     cols = p.sum(0, dtype=p.dtype)
     return cols.view(-1, 2).sum(-1, dtype=p.dtype)
 
@@ -680,15 +686,33 @@ def dealt_share(kind: str, e: torch.Tensor, y: torch.Tensor, c1: torch.Tensor, b
                 into_e: bool = False) -> torch.Tensor:
     """h_1's share of a dealt product from h_0's e (``dealt_operand``): op(e, y) + c_1. ``into_e``: e is the
     caller's to discard (a received message), and a row or column dot's products overwrite it (``_op``)."""
-    return (_over_first(kind, e, _word(y, bits)) if into_e else _op(kind)(e, _word(y, bits))) + c1
+    return (_over_first(kind, e, _as_ring_operand(y, bits)) if into_e else _op(kind)(e, _word(y, bits))) + c1
 
 
 def _over_first(kind: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """op(a, b) with a discarded by the caller: a row or column dot writes its elementwise products over a where
-    they fit it (same type, b broadcasting to a's shape), else it computes as ``_op``."""
-    fits = a.dtype == b.dtype and a.dim() >= b.dim() and all(
-        y in (1, x) for x, y in zip(a.shape[::-1], b.shape[::-1]))
-    return _op(kind, into_a=fits)(a, b)
+    they fit it (b broadcasting to a's shape), else it computes as ``_op``. b may be a narrower signed integer
+    than a (the keeper's and dealer's int8 cosines against int32 / int16 ring words: the same integers, hence the
+    same ring elements): numpy widens it in cache-sized pieces inside the multiplication (torch would need a
+    full-size cast first, and its mixed-type product is 10x slower)."""
+    fits = a.dim() >= b.dim() and all(y in (1, x) for x, y in zip(a.shape[::-1], b.shape[::-1]))
+    if fits and a.dtype != b.dtype and kind in ("rowdot", "coldot") and _narrower_signed(b.dtype, a.dtype) \
+            and a.device.type == b.device.type == "cpu" and a.is_contiguous() and b.is_contiguous():
+        an = a.numpy()
+        np.multiply(an, b.numpy(), out=an, casting="unsafe")
+        return _row_sums(a) if kind == "rowdot" else _pair_column_sums(a)
+    return _op(kind, into_a=fits and a.dtype == b.dtype)(a, b)
+
+
+def _narrower_signed(small: torch.dtype, wide: torch.dtype) -> bool:
+    ints = (torch.int8, torch.int16, torch.int32, torch.int64)
+    return small in ints and wide in ints and ints.index(small) < ints.index(wide)
+
+
+def _as_ring_operand(y: torch.Tensor, bits: int) -> torch.Tensor:
+    """A known operand for ``_over_first``: as it is where it is a narrower signed integer than the ring's type
+    (widened inside the product), else ``_word``."""
+    return y if y.device.type == "cpu" and _narrower_signed(y.dtype, _ring_dtype(bits)) else _word(y, bits)
 
 
 def deal_dealt(fed: Federation, ys, *, holders, dealer: int, kind: str, shapes_x, shapes_y=None, bits=64,
@@ -727,7 +751,7 @@ def deal_dealt(fed: Federation, ys, *, holders, dealer: int, kind: str, shapes_x
         for kd, sx, out, y, w in zip(kinds, shapes_x, outs, ys, widths):
             a = _uniform(g0, sx, w)             # (fresh and the dealer's own: the products go over it)
             if packed:          # (the small corrections' difference and packing in numpy: the same words)
-                c = _over_first(kd, a, _word(y, w)).numpy() - _uniform(g1, out, w).numpy()   # wraps in the ring's type
+                c = _over_first(kd, a, _as_ring_operand(y, w)).numpy() - _uniform(g1, out, w).numpy()  # (ring wraps)
                 c0s.append(_pack_np(c.reshape(-1), w) if w < 32 else c.reshape(-1).view(np.uint8))
             else:
                 c0s.append(from_ring(_over_first(kd, a, _word(y, w)) - _uniform(g1, out, w), w).to(torch.int64).reshape(-1))

@@ -78,7 +78,7 @@ import numpy as np
 import torch
 
 from ..comm import Federation, MaskStream, broadcast, masked_sum, pairwise_tree
-from ..comm.sharing import (_UINT16, _cpu_as, _from_ring_np, _ring_dtype, deal_dealt, dealt_share,
+from ..comm.sharing import (_UINT16, _as_ring_operand, _from_ring_np, deal_dealt, dealt_share,
                              dot_scales, fresh_seed, mul_dealt, open_shares, pack_words, ring_words_from_bytes,
                              send_words, split_bytes, wire_bytes, word_bytes, words_from_bytes)
 from .circle import Circle, KeptPhases
@@ -629,9 +629,11 @@ class StarProducts:
                 if grad_cols is not None and not (self.fbits[1] == self.fbits[0] and both):   # else: f's pairs
                     picked = beta if both else beta[:, grad_cols]
                     y_grad = cos_sin(narrow_table(table, self.fbits[1]), picked.contiguous())
-            ys = [_cpu_as(y, _ring_dtype(self.bits[0]))]
+            # Kept in the gather's narrow type (int8 at training's widths): the products widen them inside the
+            # multiplication (``sharing._over_first``), which saves a full-size cast per product at both roles.
+            ys = [_as_ring_operand(y, self.bits[0])]
             if grad_cols is not None:
-                ys.append(_cpu_as(y_grad, _ring_dtype(self.bits[1])))
+                ys.append(_as_ring_operand(y_grad, self.bits[1]))
         self.ys = ys
         self.shapes = shapes
         with fed.phase(f"{fed.current_phase}/deal"):
