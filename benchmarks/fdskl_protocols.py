@@ -15,7 +15,10 @@ to ``--output-dir``. Timings on a shared machine are noisy: compare ratios.
 come from ``--seed`` as the shared protocol's do (the same random features), so
 the accuracy difference is the protocol's alone (the paper run is then a
 simulation; the shared run keeps its OS-entropy masks). The load average
-before and after each run is recorded.
+before and after each run is recorded, and the model's choices: the width
+multiplier with its candidates' held-out scores, and whether the distilled
+student was kept (with its check), so that an accuracy that stands out can be
+traced to one of them.
 """
 
 from __future__ import annotations
@@ -43,13 +46,17 @@ def run_one(dataset: str, protocol: str, parties: int, extra: list[str]) -> dict
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
         rec = json.loads(out.read_text())
-    m = rec["metrics"]
+    m, fd = rec["metrics"], rec["fdskl"]
+    # The model's choices, kept to explain an accuracy that stands out: the width picked on held-out rows (its
+    # candidates' scores) and whether the distilled student was kept (its check against the full model).
+    compress = {k: v for k, v in (fd.get("compress") or {}).items() if k in ("decision", "features", "check")}
     return {"dataset": dataset, "protocol": protocol, "parties": parties, "test_accuracy": m["test_accuracy"],
             "test_auc": m.get("test_auc"), "train_seconds": rec["train_seconds"],
-            "bytes_per_iteration": m["bytes_per_iteration"], "iterations": rec["fdskl"]["iterations"],
-            "random_features": rec["fdskl"]["random_features"], "wall_seconds": wall,
-            "alpha_sha256": rec["fdskl"]["alpha_sha256"], "command": " ".join(cmd[1:]),
-            "load_average": [load_before, os.getloadavg()[0]]}
+            "bytes_per_iteration": m["bytes_per_iteration"], "iterations": fd["iterations"],
+            "random_features": fd["random_features"], "wall_seconds": wall,
+            "alpha_sha256": fd["alpha_sha256"], "command": " ".join(cmd[1:]),
+            "sigma_multiplier": fd.get("sigma_multiplier"), "sigma_selection": fd.get("sigma_selection"),
+            "compress": compress, "load_average": [load_before, os.getloadavg()[0]]}
 
 
 def table(rows: list[dict]) -> str:

@@ -616,8 +616,8 @@ class StarProducts:
             self.fbits.append(y_frac_bits(2 * m, self.bits[1]))
         ys = None
         if beta is not None:                                    # keeper and dealer
-            # Each product's [cos beta, sin beta] in its ring's own type (int16 for 16 bits: |y| <= 2**F fits), cast
-            # once from the narrow gather (a mixed-type product would be 10x slower).
+            # Each product's [cos beta, sin beta] rounded to its F fractional bits (|y| <= 2**F), gathered from the
+            # narrow tables.
             both = grad_cols is not None and self._all(grad_cols)
             if both and abs(self.fbits[0] - self.fbits[1]) == 1 and max(self.fbits) <= _TWO_WIDTHS_MAX:
                 # F and F - 1 (f at D = 1024-1536 and a gradient over B = 256 rows, or over 32): both roundings
