@@ -196,12 +196,12 @@ def test_dpsgd_noise_has_the_calibrated_variance():
 
 def test_dp_scd_learns_and_reports_its_budget(paper_data):
     X, y = paper_data
-    # 569 rows are few for DP: a loose budget, and the mean accuracy of five noise draws against the majority's 0.63.
-    # (Single draws range 0.75-0.86 with OS-entropy noise; a CI run saw a mean of 0.796 over three draws, under the
-    # 0.8 this test once asked of three.)
+    # 569 rows are few for DP: a loose budget, and the mean accuracy of five noise draws (majority: 0.63). 200 draws
+    # with OS-entropy noise: mean 0.864, sd 0.038 (0.71-0.94), so a mean of five has sd 0.017 and 0.8 lies 3.7 sd
+    # below it (a CI run once saw 0.796 as the mean of three draws, sd 0.022).
     models = [DPSCD(task="logistic", epsilon=10.0, L=20, C=0.2, lam=1e-2, epochs=10, accountant="rdp").fit(X, y)
               for s in range(5)]
-    assert np.mean([m.score(X, y) for m in models]) > 0.75
+    assert np.mean([m.score(X, y) for m in models]) > 0.8
     model = models[0]
     assert 9.9 < model.epsilon_ <= 10.0
     assert [h["epoch"] for h in model.history_] == list(range(1, 11))

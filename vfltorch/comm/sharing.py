@@ -86,7 +86,6 @@ return on the device of the inputs.
 
 from __future__ import annotations
 
-import functools
 import math
 import secrets
 
@@ -431,20 +430,20 @@ def truncate(mine: torch.Tensor, index: int, frac_bits: int) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------ dealer
-def _rowdot(a: torch.Tensor, b: torch.Tensor, into_a: bool = False) -> torch.Tensor:
-    return _row_sums(a.mul_(b) if into_a else a * b)
+def _rowdot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return _row_sums(a * b)
 
 
 def _row_sums(p: torch.Tensor) -> torch.Tensor:
     return p.sum(-1, dtype=p.dtype)         # int32 stays int32 (mod 2**32, 2.5x faster than promoting to int64)
 
 
-def _coldot(a: torch.Tensor, b: torch.Tensor, into_a: bool = False) -> torch.Tensor:
+def _coldot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Column dot products of pairs: (rows x 2G) operands, z_j = sum_i a_i,2j b_i,2j + a_i,2j+1 b_i,2j+1.
 
     FDSKL's gradient sums over the batch rows, in the layout of the row products' operands (no transposed copy
     at any role). Summed down the rows first (a vectorised pass), in the operands' type (it wraps in the ring)."""
-    return _pair_column_sums(a.mul_(b) if into_a else a * b)
+    return _pair_column_sums(a * b)
 
 
 def _pair_column_sums(p: torch.Tensor) -> torch.Tensor:
@@ -452,18 +451,15 @@ def _pair_column_sums(p: torch.Tensor) -> torch.Tensor:
     return cols.view(-1, 2).sum(-1, dtype=p.dtype)
 
 
-def _op(kind: str, into_a: bool = False):
-    """The bilinear map of a product ``kind``. ``into_a``: the elementwise products of ``rowdot`` / ``coldot`` are
-    written over the first operand (a tensor of the product's type and shape that the caller discards: a dealer's
-    fresh mask, a received e), which saves a fresh multi-MB temporary per product."""
+def _op(kind: str):
     if kind == "mul":
         return torch.mul
     if kind == "matmul":
         return torch.matmul
-    if kind == "rowdot":                    # row-wise inner products: bilinear, so Beaver's identity holds
-        return functools.partial(_rowdot, into_a=True) if into_a else _rowdot
-    if kind == "coldot":                    # column inner products of pairs: bilinear too
-        return functools.partial(_coldot, into_a=True) if into_a else _coldot
+    if kind == "rowdot":
+        return _rowdot                      # row-wise inner products: bilinear, so Beaver's identity holds
+    if kind == "coldot":
+        return _coldot                      # column inner products of pairs: bilinear too
     raise ValueError(f"triple kind must be 'mul' or 'matmul' (or 'rowdot' / 'coldot': row-wise dot products, "
                      f"column dot products of pairs), got {kind!r}")
 
@@ -690,18 +686,23 @@ def dealt_share(kind: str, e: torch.Tensor, y: torch.Tensor, c1: torch.Tensor, b
 
 
 def _over_first(kind: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """op(a, b) with a discarded by the caller: a row or column dot writes its elementwise products over a where
-    they fit it (b broadcasting to a's shape), else it computes as ``_op``. b may be a narrower signed integer
-    than a (the keeper's and dealer's int8 cosines against int32 / int16 ring words: the same integers, hence the
-    same ring elements): numpy widens it in cache-sized pieces inside the multiplication (torch would need a
-    full-size cast first, and its mixed-type product is 10x slower)."""
-    fits = a.dim() >= b.dim() and all(y in (1, x) for x, y in zip(a.shape[::-1], b.shape[::-1]))
-    if fits and a.dtype != b.dtype and kind in ("rowdot", "coldot") and _narrower_signed(b.dtype, a.dtype) \
-            and a.device.type == b.device.type == "cpu" and a.is_contiguous() and b.is_contiguous():
+    """op(a, b) with a discarded by the caller (a dealer's fresh mask, a received e): a row or column dot writes its
+    elementwise products over a where they fit it (b broadcasting to a's shape), which saves a multi-MB temporary
+    per product; else it computes as ``_op``. b may be a narrower signed integer than a (the keeper's and dealer's
+    int8 cosines against int32 / int16 ring words: the same integers, hence the same ring elements): numpy widens
+    it in cache-sized pieces inside the multiplication (torch would need a full-size cast first, and its
+    mixed-type product is 10x slower)."""
+    fits = kind in ("rowdot", "coldot") and a.dim() >= b.dim() and all(
+        y in (1, x) for x, y in zip(a.shape[::-1], b.shape[::-1]))
+    if fits and a.dtype == b.dtype:
+        a.mul_(b)
+    elif fits and _narrower_signed(b.dtype, a.dtype) and a.device.type == b.device.type == "cpu" \
+            and a.is_contiguous() and b.is_contiguous():
         an = a.numpy()
         np.multiply(an, b.numpy(), out=an, casting="unsafe")
-        return _row_sums(a) if kind == "rowdot" else _pair_column_sums(a)
-    return _op(kind, into_a=fits and a.dtype == b.dtype)(a, b)
+    else:
+        return _op(kind)(a, b)
+    return _row_sums(a) if kind == "rowdot" else _pair_column_sums(a)
 
 
 def _narrower_signed(small: torch.dtype, wide: torch.dtype) -> bool:
