@@ -192,6 +192,10 @@ def masked_sum(fed: Federation, value: torch.Tensor, *, keep: int, out: int, str
     t1, t2 = totally_different_trees(parties, keep)
     mask = stream.draw(group, value.shape, value.device)
     with fed.phase(f"{fed.current_phase}/masked-sum"):
+        if t1.root != out and fed.rank == out:
+            # T1's total is the next message from its root (which sends nothing in either reduce): its receive is
+            # posted before this rank's own sends, so the total leaves the root at once (``Federation.post_recv``).
+            fed.post_recv(t1.root, value.shape, group.dtype)
         # Line 2: sum of masked parts over T1 (ends at T1's root, which is `keep`).
         total = reduce(fed, group.add(value.to(group.dtype), mask), t1, add=group.add)
         # Line 3: sum of every mask but keep's over T2.

@@ -171,9 +171,10 @@ _UINT16 = getattr(torch, "uint16", None)                 # torch >= 2.3
 
 
 def _pack_np(x: np.ndarray, bits: int) -> np.ndarray:
-    """``pack_words`` below 32 bits in numpy (the same layout); x: flat integer words. Bits 16-23 are read as byte
-    2 of each little-endian int32 word (a strided view), copied once into a contiguous row of bytes: the nibble
-    operations then run on contiguous bytes (2-16% faster at 2 B D words than on the strided view, one-off timings)."""
+    """``pack_words`` below 32 bits in numpy (the same layout); x: flat integer words. The high bits come from
+    int32 shifts and masks on contiguous words, then one narrowing cast: 76 us against 134 us for 196,608 words
+    (f's operand at B = 64, D = 1536; the earlier strided byte copy and uint8 shifts; median of 500 calls, one-off
+    timings)."""
     x = np.ascontiguousarray(x.astype(np.int32, copy=False))       # int64 -> int32 keeps the low bits
     n = x.size
     out = np.empty(wire_bytes(n, bits), dtype=np.uint8)
@@ -182,12 +183,15 @@ def _pack_np(x: np.ndarray, bits: int) -> np.ndarray:
         return out
     high = out[2 * n:]
     if bits == 24:
-        high[:] = x.view(np.uint8)[2::4]                            # bits 16-23 of each word
+        high[:] = np.right_shift(x, 16)                             # bits 16-23 of each word (the cast drops 24-31)
     else:                                                           # 20: word i's nibble with word i + ceil(n / 2)'s
-        third = x.view(np.uint8)[2::4].copy()
         half = (n + 1) // 2
-        np.bitwise_and(third[:half], 0xF, out=high)
-        high[:n - half] |= third[half:] << 4                        # uint8 << 4 drops bits 20-23
+        low = np.right_shift(x[:half], 16)
+        low &= 0xF
+        up = np.right_shift(x[half:], 12)                           # bits 16-19 at bits 4-7
+        up &= 0xF0
+        low[:n - half] |= up
+        high[:] = low                                               # (the cast keeps the byte)
     return out
 
 
@@ -238,6 +242,17 @@ def recv_words(fed: Federation, src: int, shape, bits: int = 64) -> torch.Tensor
 def word_bytes(x: torch.Tensor, bits: int) -> torch.Tensor:
     """``pack_words`` as one flat uint8 tensor (``wire_bytes`` long): a part of a message that carries several."""
     return pack_words(x.cpu(), bits).reshape(-1).view(torch.uint8)
+
+
+def post_words(fed: Federation, src: int, shape, bits: int = 64) -> None:
+    """Post ahead the receive of ring words that ``recv_words`` or ``recv_ring_words`` will take
+    (``Federation.post_recv``: the same message shape and dtype)."""
+    _check_bits(bits)
+    shape = tuple(int(s) for s in shape)
+    if bits in (64, 32):
+        fed.post_recv(src, shape, _wire_dtype(bits))
+    else:
+        fed.post_recv(src, (wire_bytes(math.prod(shape), bits),), torch.uint8)
 
 
 def recv_ring_words(fed: Federation, src: int, shape, bits: int = 64) -> torch.Tensor:

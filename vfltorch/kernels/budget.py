@@ -103,8 +103,8 @@ import torch
 
 from ..comm import Federation, pairwise_tree
 from ..comm.sharing import split_bytes, words_from_bytes
-from .shared import (TRAIN_BITS, DealerWindow, DealtPhases, StarProducts, all_columns, shared_decision_values,
-                     star_local, star_send)
+from .shared import (TRAIN_BITS, DealerWindow, DealtPhases, StarProducts, all_columns, post_operand_recvs,
+                     post_star_recvs, shared_decision_values, star_local, star_send)
 from .trainer import (MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, TrainResult, _stop, log_interval,
                       step_marks)
 
@@ -364,8 +364,16 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                     if active:
                         opt.step(t, cols, sums, B)
                 else:
+                    # Round t + 1 certainly follows, with no other message first: its messages' receives are posted
+                    # now (``Federation.post_recv``: each then leaves its sender at once), A's for the phases (the
+                    # keeper's carrying its share of these sums), the next keeper's for A's two operands.
+                    # (A's before its e of these sums leaves; the keeper's once it has taken that e.)
+                    if active:
+                        post_star_recvs(fed, B, D, {prod.keeper: 2 * len(prod.grad_cols)})
                     prod.gradient(d_loss, defer=True)
                     pending = (prod, t, cols)
+                    if fed.rank == fmap.keeper_of(t + 1):
+                        post_operand_recvs(fed, B, D, len(step_columns(cfg.solver, D, r, t + 1)), prod.bits)
             else:
                 if active:
                     # (adam: every column, in order: no gathered copy)

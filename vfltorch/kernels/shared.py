@@ -79,7 +79,8 @@ import torch
 
 from ..comm import Federation, MaskStream, broadcast, masked_sum, pairwise_tree
 from ..comm.sharing import (_UINT16, _as_ring_operand, _from_ring_np, deal_dealt, dealt_share,
-                             dot_scales, fresh_seed, mul_dealt, open_shares, pack_words, ring_words_from_bytes,
+                             dot_scales, fresh_seed, mul_dealt, open_shares, pack_words, post_words,
+                             ring_words_from_bytes,
                              send_words, split_bytes, wire_bytes, word_bytes, words_from_bytes)
 from .circle import Circle, KeptPhases
 from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, log_interval, step_marks
@@ -504,6 +505,26 @@ def star_send(local: StarLocal, carry=None, carry_bytes: dict | None = None, now
     return ph
 
 
+def post_star_recvs(fed: Federation, m: int, D: int, carry_bytes: dict | None = None) -> None:
+    """At A: post the receives of the next star's phase messages (``star_send`` takes them: m rows, D features,
+    ``carry_bytes`` as there), for a caller that knows no other message of those parties comes first."""
+    for p in fed.parties:
+        if p == fed.active:
+            continue
+        extra = int((carry_bytes or {}).get(p, 0))
+        if extra:
+            fed.post_recv(p, (m * D * CIRCLE.dtype.itemsize + extra,), torch.uint8)
+        else:
+            fed.post_recv(p, (m, D), CIRCLE.dtype)
+
+
+def post_operand_recvs(fed: Federation, m: int, D: int, G: int, bits) -> None:
+    """At a keeper: post the receives of A's two masked operands of a ``StarProducts`` round (e of f, m x 2D
+    words, then e of the gradient sums over G features, m x 2G), in the order A sends them."""
+    post_words(fed, fed.active, (m, 2 * D), bits[0])
+    post_words(fed, fed.active, (m, 2 * G), bits[1])
+
+
 def all_columns(D: int) -> torch.Tensor:
     """torch.arange(D), one shared (read-only) tensor per D: training asks for it several times per iteration,
     and ``StarProducts`` recognises it without comparing D indices."""
@@ -774,6 +795,9 @@ class StarProducts:
             # local part while the transfer runs (a blocking send held A 0.45 ms per iteration on phishing).
             e, scales = self._masked_operand(0, coef)
             with fed.phase(f"{fed.current_phase}/forward"):
+                # The keeper's share is what it sends A next (``forward_end`` takes it): posted before e leaves, so
+                # the share leaves the keeper at once (``Federation.post_recv``).
+                post_words(fed, self.keeper, self._share_shape(), self.bits[0])
                 sent = fed.send_nowait(pack_words(e, self.bits[0]), self.keeper)
             self._begun = (self.dealt[0][1], scales, sent)          # A's share of f is its correction c_0
         elif fed.rank == self.keeper:
@@ -793,12 +817,15 @@ class StarProducts:
                 sent.wait()
             return None
         (z, scales, sent), self._begun = self._begun, None
-        out_shape = (self.m,) if self.classes is None else (self.classes, self.m)
         with fed.phase(f"{fed.current_phase}/forward"):
-            v = open_shares(fed, z, holders=self.holders, to=fed.active, shape=out_shape, bits=self.bits[0])
+            v = open_shares(fed, z, holders=self.holders, to=fed.active, shape=self._share_shape(), bits=self.bits[0])
         sent.wait()                     # (done: the keeper's share needed all of e)
         f = self._decode(0, v, scales)
         return f if self.classes is None else f.T
+
+    def _share_shape(self) -> tuple:
+        """The shape of f's shares (and of f opened, before the transpose for classes)."""
+        return (self.m,) if self.classes is None else (self.classes, self.m)
 
     # Split form of the two products, for a caller that carries e and the keeper's share inside messages of its
     # own (budget.py's pipelined iteration): the same values as forward / gradient, the same bytes.
