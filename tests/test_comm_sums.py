@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from vfltorch.comm import (FixedPoint, MaskStream, PhaseGroup, RingGroup, Transcript, allreduce, broadcast,
+from vfltorch.comm import (Federation, FixedPoint, MaskStream, PhaseGroup, RingGroup, Transcript, allreduce, broadcast,
                            launch, masked_sum, pairwise_tree, reduce, secure_allreduce, secure_sum, star)
 
 SHAPES = [(1,), (7,), (3, 5), (2, 3, 4), (1000,)]
@@ -177,3 +177,41 @@ def test_framed_messages_carry_shape_and_dtype():
     _, (t, obj) = launch(frame_job, 2)
     assert t.dtype == torch.int32 and t.shape == (3, 4) and int(t[2, 3]) == 11
     assert obj == {"a": [1, 2]}
+
+
+def posted_job(fed):
+    """Rank 1 posts two receives ahead, takes them in order, then one it did not post; then a mismatch."""
+    if fed.rank == 0:
+        fed.send(torch.arange(3, dtype=torch.int32), 1)
+        fed.send(torch.full((2, 2), 2.5, dtype=torch.float64), 1)
+        fed.send(torch.tensor([7], dtype=torch.int64), 1)
+        fed.send(torch.arange(3, dtype=torch.int32), 1)
+        return None
+    fed.post_recv(0, (3,), torch.int32)
+    fed.post_recv(0, (2, 2), torch.float64)
+    with fed.phase("p"):
+        a = fed.recv(0, (3,), torch.int32)
+        b = fed.recv(0, (2, 2), torch.float64)
+        c = fed.recv(0, (1,), torch.int64)
+    fed.post_recv(0, (3,), torch.int32)
+    try:
+        fed.recv(0, (4,), torch.int32)
+        error = None
+    except RuntimeError as exc:
+        error = str(exc)
+    return a.tolist(), b.tolist(), c.tolist(), fed.meter.as_dict()["p"], error
+
+
+def test_posted_receives_are_taken_in_order_and_checked():
+    """``Federation.post_recv``: the same tensors and meter counts as plain receives; a receive that asks for
+    another shape than the one posted is a protocol error, raised (never a silent mix-up)."""
+    _, (a, b, c, meter, error) = launch(posted_job, 2)
+    assert a == [0, 1, 2] and b == [[2.5, 2.5], [2.5, 2.5]] and c == [7]
+    assert meter["messages_received"] == 3 and meter["bytes_received"] == 12 + 32 + 8
+    assert error is not None and "posted for (3,)" in error and "protocol error" in error
+
+
+def test_posting_is_a_no_op_without_gloo():
+    fed = Federation.local()
+    fed.post_recv(0, (3,), torch.int32)          # (a single party: nothing to post, nothing raised)
+    assert fed._posted == {}

@@ -164,6 +164,9 @@ class Federation:
         if self._closed:
             return
         self._closed = True
+        left = {src: len(q) for src, q in self._posted.items() if q}
+        if left:        # (a protocol error: their messages never came, or came to no one; the barrier would hang)
+            raise RuntimeError(f"{self.name()} leaves the federation with receives posted but never taken: {left}")
         if self.transport is not None:
             try:
                 self.barrier()
@@ -296,9 +299,9 @@ class Federation:
         For protocol code that knows what a peer sends next before it is ready to read it. Over gloo a
         send is a rendezvous: the sender's bytes leave once the receiver has posted its buffer. A receive posted
         early lets the sender write at once, in its own thread, instead of waking gloo's loop thread in both
-        processes for the handshake: on these 2-core VMs a round trip took 170-190 us against 290-500 us, and
-        the loop threads' CPU fell 3-5x (``/tmp`` ping-pong, 4,000 round trips of 8 B and 200 kB; FDSKL's
-        shared iteration, ``docs/fdskl.md``). The next ``recv`` from ``src`` must ask for exactly this shape and
+        processes for the handshake: on these 2-core VMs a round trip of 8 B took 209 us against 443 us, of 200 kB
+        301 against 521, and the loop threads' CPU fell 3-7x (``python -m benchmarks.posted_receives``; FDSKL's
+        shared iteration: ``docs/fdskl.md``). The next ``recv`` from ``src`` must ask for exactly this shape and
         dtype (a protocol error otherwise, raised, never a silent mix-up); posted receives are taken in order.
         Over the TLS mesh and MPI this does nothing (their sends do not wait for the receiver's buffer).
         """
@@ -315,10 +318,11 @@ class Federation:
         if not queue:
             return None
         want, got_dtype, buf, work = queue.pop(0)
+        # (waited for first, also on a mismatch: gloo must not be left with a posted buffer that is freed)
+        self._guard(lambda: self._wait(work), src, "receiving from")
         if want != tuple(int(s) for s in shape) or got_dtype != dtype:
             raise RuntimeError(f"{self.name()}: a receive from {self.name(src)} was posted for {want} {got_dtype}, "
                                f"but {tuple(shape)} {dtype} was asked for (a protocol error)")
-        self._guard(lambda: self._wait(work), src, "receiving from")
         return buf
 
     def recv(self, src: int, shape, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:

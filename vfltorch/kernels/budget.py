@@ -89,7 +89,10 @@ share riding on the next phase message; each party makes round t + 1's local par
 dealer's material, the masks, its own partial phases: ``_local_round``) while round t's
 forward product is under way (A waiting for the keeper's share, the keeper, whose share
 leaves without waiting, for A's e of the gradient), except before a synchronisation
-(``sync`` in ``train_budget``: the dealer sends round t + 1 only after it). The same
+(``sync`` in ``train_budget``: the dealer sends round t + 1 only after it). A makes its own
+partial phases of round t + 1 later, once its e of the gradient has left: they fill its wait
+for the keeper's next message. Every receive of a steady iteration is posted ahead
+(``Federation.post_recv``), so each message leaves its sender at once. The same
 messages, bytes and values; only the order of each party's local work changes.
 """
 
@@ -274,9 +277,9 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
         out.t = t_round
         return out
 
-    def local_round(t_round, reserve):
+    def local_round(t_round, reserve, star=True):
         return _local_round(fed, fmap, X[batch_of(t_round).to(X.device)], blocks, dealer, table, B, t_round,
-                            cfg.solver, r, D, window, bits=bits, reserve=reserve)
+                            cfg.solver, r, D, window, bits=bits, reserve=reserve, star=star)
 
     t = 0
     while True:
@@ -342,7 +345,9 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                     # sent it, for A's e of the gradient): the dealer's material, the masks, the own partial phases.
                     # Not across a synchronisation (``sync``): the dealer sends round t + 1's material only after it.
                     reserve = 2 * len(prod.grad_cols) if defer and fed.rank == prod.keeper else 0
-                    ahead = local_round(t + 1, reserve)
+                    # A's own partial phases of round t + 1 wait until its e of the gradient has left (below): they
+                    # fill its wait for the keeper's next message, as the rest of its local part fills this one.
+                    ahead = local_round(t + 1, reserve, star=not active)
                 f_batch = prod.forward_end()
             else:
                 # Algorithm 3: B rows, all D features (computed in the map's dtype, handed over in float64).
@@ -374,6 +379,8 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                     pending = (prod, t, cols)
                     if fed.rank == fmap.keeper_of(t + 1):
                         post_operand_recvs(fed, B, D, len(step_columns(cfg.solver, D, r, t + 1)), prod.bits)
+                if ahead is not None:
+                    ahead.finish_star()         # (A: above)
             else:
                 if active:
                     # (adam: every column, in order: no gathered copy)
@@ -601,19 +608,26 @@ def _shared_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D, wind
 
 
 class _LocalRound:
-    """A round's work before any party's message (``_local_round``); ``_finish_round`` completes it."""
+    """A round's work before any party's message (``_local_round``); ``_finish_round`` completes it. ``star`` None:
+    A's own partial phases are still to be made (``make_star``; ``_local_round(..., star=False)``)."""
 
-    def __init__(self, t, prod, star, make):
-        self.t, self.prod, self.star, self.make = t, prod, star, make
+    def __init__(self, t, prod, star, make, make_star=None):
+        self.t, self.prod, self.star, self.make, self.make_star = t, prod, star, make, make_star
+
+    def finish_star(self) -> None:
+        if self.star is None:
+            self.star = self.make_star()
 
 
 def _local_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D, window=None, *, bits=TRAIN_BITS,
-                 grad_cols=None, products=StarProducts, reserve: int = 0) -> _LocalRound:
+                 grad_cols=None, products=StarProducts, reserve: int = 0, star: bool = True) -> _LocalRound:
     """The local part of round t (``_shared_round``'s arguments): the dealer's material, the masks and this party's
     own partial phases (``shared.star_local``); at A also its product material (``StarProducts``: the dealer's
     message, the masks a expanded from its seed). No party's message: only the dealer's, which it sends without
     waiting for anyone except at the synchronisations (so a round may be made ahead only within a stretch of
-    iterations without one: ``train_budget``). ``reserve``: bytes a passive party will append to its phases."""
+    iterations without one: ``train_budget``). ``reserve``: bytes a passive party will append to its phases.
+    ``star`` False, at A: its own partial phases wait for ``finish_star`` (A receives nothing in its star, so it can
+    make them at any point before the phase messages)."""
     keeper = fmap.keeper_of(t)
     if grad_cols is None:
         grad_cols = step_columns(solver, D, r, t)
@@ -625,13 +639,17 @@ def _local_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D, windo
         # A receives nothing from the dealer in the star, so it takes (and expands) its product material first;
         # it needs S only in forward.
         prod = make(DealtPhases(None, [(keeper, all_columns(D), None)]))
-    star = star_local(fmap, Xb, blocks, dealer, keeper, dealer_io=window, reserve=reserve)
-    return _LocalRound(t, prod, star, make)
+    def make_star():
+        return star_local(fmap, Xb, blocks, dealer, keeper, dealer_io=window, reserve=reserve)
+    if not star and not fed.is_active:
+        raise ValueError("only the active party's star can be made later: the others receive in theirs")
+    return _LocalRound(t, prod, make_star() if star else None, make, make_star)
 
 
 def _finish_round(local: _LocalRound, carry=None) -> StarProducts:
     """The phase messages of a round whose local part is made (``star_send`` with ``carry``: the keyword arguments
     of ``star_phases``), and the products at the parties other than A (beta at the keeper and the dealer)."""
+    local.finish_star()
     ph = star_send(local.star, **(carry or {}))
     if local.prod is not None:
         prod = local.prod

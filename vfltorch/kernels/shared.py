@@ -707,6 +707,12 @@ class StarProducts:
             y = torch.addcmul(_ROUND_BIAS, cs, factors)
             return y.view(torch.int32).sub_(a), scales
         x, scales = self._forward_x(value) if k == 0 else self._gradient_x(value)
+        if k == 1 and self.bits[1] == 16:
+            # The gradient's operand in Z_2^16: the same bias (after the product, so round(x) of the float32 product
+            # exactly as ``_encode``'s round), then the int32 bits' low 16 bits (the narrowing cast wraps):
+            # one pass fewer than round, cast.
+            e = x.add_(_ROUND_BIAS).view(torch.int32).to(torch.int16)
+            return e.sub_(a), scales
         xe = self._encode(k, x)
         return (xe.sub_(a) if xe.dtype == a.dtype else xe - a), scales         # (64-bit words: int64 a)
 
