@@ -161,6 +161,17 @@ class MaskStream:
             self._keystream.update_into(_ZEROS[:n], out[at:at + n + _AES_BLOCK - 1])
         return out[:count]
 
+    def fill(self, out: np.ndarray, count: int) -> None:
+        """Write the stream's next ``count`` bytes (the same as ``bytes(count)``) into ``out[:count]``: a contiguous
+        uint8 array with ``_AES_BLOCK - 1`` bytes of room after them (``update_into`` asks for it; what it may
+        write there is the caller's to overwrite). For callers that lay several streams' bytes side by side."""
+        count = int(count)
+        if out.dtype != np.uint8 or out.ndim != 1 or not out.flags.c_contiguous or out.size < count + _AES_BLOCK - 1:
+            raise ValueError("MaskStream.fill: a contiguous uint8 vector with room for count + 15 bytes")
+        for at in range(0, count, _CHUNK):
+            n = min(_CHUNK, count - at)
+            self._keystream.update_into(_ZEROS[:n], out[at:at + n + _AES_BLOCK - 1])
+
     def words(self, count: int) -> np.ndarray:
         """The stream's next ``count`` 64-bit words (uint64)."""
         return self.bytes(8 * int(count)).view(np.uint64)

@@ -707,17 +707,25 @@ def _over_first(kind: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     int8 cosines against int32 / int16 ring words: the same integers, hence the same ring elements): numpy widens
     it in cache-sized pieces inside the multiplication (torch would need a full-size cast first, and its
     mixed-type product is 10x slower)."""
-    fits = kind in ("rowdot", "coldot") and a.dim() >= b.dim() and all(
-        y in (1, x) for x, y in zip(a.shape[::-1], b.shape[::-1]))
-    if fits and a.dtype == b.dtype:
+    if kind not in ("rowdot", "coldot") or not _mul_into(a, b):
+        return _op(kind)(a, b)
+    return _row_sums(a) if kind == "rowdot" else _pair_column_sums(a)
+
+
+def _mul_into(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """a *= b elementwise in a's ring type where b broadcasts to a's shape (``_over_first``'s products; the dealer's
+    batched rounds, ``kernels.shared.deal_rounds``); False, doing nothing, where it cannot."""
+    if not (a.dim() >= b.dim() and all(y in (1, x) for x, y in zip(a.shape[::-1], b.shape[::-1]))):
+        return False
+    if a.dtype == b.dtype:
         a.mul_(b)
-    elif fits and _narrower_signed(b.dtype, a.dtype) and a.device.type == b.device.type == "cpu" \
+    elif _narrower_signed(b.dtype, a.dtype) and a.device.type == b.device.type == "cpu" \
             and a.is_contiguous() and b.is_contiguous():
         an = a.numpy()
         np.multiply(an, b.numpy(), out=an, casting="unsafe")
     else:
-        return _op(kind)(a, b)
-    return _row_sums(a) if kind == "rowdot" else _pair_column_sums(a)
+        return False
+    return True
 
 
 def _narrower_signed(small: torch.dtype, wide: torch.dtype) -> bool:

@@ -78,7 +78,8 @@ import numpy as np
 import torch
 
 from ..comm import Federation, MaskStream, broadcast, masked_sum, pairwise_tree
-from ..comm.sharing import (_UINT16, _as_ring_operand, _from_ring_np, deal_dealt, dealt_share,
+from ..comm.sharing import (_UINT16, _as_ring_operand, _from_ring_np, _mul_into, _pack_np, _row_sums, _stream_from,
+                             _uniform, deal_dealt, dealt_share,
                              dot_scales, fresh_seed, mul_dealt, open_shares, pack_words, post_words,
                              ring_words_from_bytes,
                              send_words, split_bytes, wire_bytes, word_bytes, words_from_bytes)
@@ -365,6 +366,29 @@ _TWO_WIDTHS_MAX = 5
 REAL_PAIRS32 = REAL_PAIRS.to(torch.float32)      # A's [cos S, sin S]: 24 bits, beyond the keeper's 10
 
 
+def keeper_operands(table, beta: torch.Tensor, fbits, bits, grad_cols, all_cols: bool) -> list:
+    """The keeper's (and dealer's) known operands of a ``StarProducts`` round: [cos beta, sin beta] rounded to each
+    product's F fractional bits (|y| <= 2**F), gathered from the narrow tables; one per product (f, then the
+    gradient sums over ``grad_cols``, all D features where ``all_cols``). Elementwise in beta's rows, so the rows of
+    several rounds may come in one call (``deal_rounds``)."""
+    if all_cols and abs(fbits[0] - fbits[1]) == 1 and max(fbits) <= _TWO_WIDTHS_MAX:
+        # F and F - 1 (f at D = 1024-1536 and a gradient over B = 256 rows, or over 32): both roundings
+        # from one gather (``two_width_table``) instead of two.
+        hi, lo = two_widths(cos_sin(two_width_table(table, max(fbits)), beta))
+        y, y_grad = (hi, lo) if fbits[0] > fbits[1] else (lo, hi)
+    else:
+        y = y_grad = cos_sin(narrow_table(table, fbits[0]), beta)
+        if grad_cols is not None and not (fbits[1] == fbits[0] and all_cols):      # else: f's pairs
+            picked = beta if all_cols else beta[:, grad_cols]
+            y_grad = cos_sin(narrow_table(table, fbits[1]), picked.contiguous())
+    # Kept in the gather's narrow type (int8 at training's widths): the products widen them inside the
+    # multiplication (``sharing._over_first``), which saves a full-size cast per product at both roles.
+    ys = [_as_ring_operand(y, bits[0])]
+    if grad_cols is not None:
+        ys.append(_as_ring_operand(y_grad, bits[1]))
+    return ys
+
+
 def star_phases(fmap, X: torch.Tensor, blocks, dealer: int, keeper: int, dealer_io=None, carry=None,
                 carry_bytes: dict | None = None, nowait: bool = False, *,
                 features: torch.Tensor | None = None) -> DealtPhases:
@@ -525,6 +549,69 @@ def post_operand_recvs(fed: Federation, m: int, D: int, G: int, bits) -> None:
     post_words(fed, fed.active, (m, 2 * G), bits[1])
 
 
+def deal_rounds(io, table, rounds, m: int, D: int, bits, workspace: dict | None = None) -> None:
+    """At the dealer: its part of several training rounds (``rounds``: (t, keeper) each; ``budget._shared_round``
+    with all D features in both products, the gradient over all of them, ``bits`` below 32 in at least one
+    product). The same draws in the same order, and the same messages, as one ``star_local`` and one
+    ``StarProducts`` per round; the gathers and both products of all the rounds in one pass each (issue 11: at
+    B = 64 the dealer's per-round calls cost more CPU than its arithmetic, on the two cores all processes share).
+    ``io``: the ``DealerWindow``, each round's messages tagged with its t. ``workspace``: a dict that keeps the
+    masks' buffers from one call to the next (the caller's, one per training run): multi-MB buffers allocated
+    afresh cost a page fault per 4 kB at every call.
+    """
+    k = len(rounds)
+    bits = [int(b) for b in bits]
+    if min(bits) >= 32:
+        raise ValueError("deal_rounds: the packed corrections of rings below 32 bits only (deal_dealt's other format)")
+    fbits = [y_frac_bits(2 * D, bits[0]), y_frac_bits(2 * m, bits[1])]
+    ring = [np.dtype(np.int16 if b == 16 else np.int32) for b in bits]
+    pad = 15                                                    # (MaskStream.fill's room after the last round)
+    n_beta, n_op = 2 * m * D, [2 * m * D * r.itemsize for r in ring]
+    space = {} if workspace is None else workspace
+
+    def buffer(name, size):
+        buf = space.get(name)
+        if buf is None or buf.size < size:
+            buf = space[name] = np.empty(size, dtype=np.uint8)
+        return buf
+    beta_buf = buffer("beta", k * n_beta + pad)
+    op_bufs = [buffer(f"a{j}", k * n + pad) for j, n in enumerate(n_op)]
+    active = io.active
+    passive = [p for p in io.parties if p != active]
+    heads, c1s = [], []
+    for i, (t, keeper) in enumerate(rounds):
+        # star_local's seeds (the keeper's mask, those of the other passive parties, the keeper's product seed),
+        # then deal_dealt's seed of A's masks: fresh_seed in star_local's and deal_dealt's order.
+        others = [p for p in passive if p != keeper]
+        seeds = [fresh_seed() for _ in range(2 + len(others))]
+        io.round = t
+        for p, seed in zip(others, seeds[1:]):
+            io.send(seed, p)
+        io.send(torch.cat(seeds), keeper)
+        _stream_from(seeds[0]).fill(beta_buf[i * n_beta:], n_beta)           # beta (``_masks``: the same bytes)
+        s0 = fresh_seed()
+        g0, g1 = _stream_from(s0), _stream_from(seeds[-1])
+        for buf, n in zip(op_bufs, n_op):                                      # a of f, then of the gradient
+            g0.fill(buf[i * n:], n)
+        c1s.append([_uniform(g1, (m,), bits[0]).numpy(), _uniform(g1, (D,), bits[1]).numpy()])
+        heads.append(s0.numpy().view(np.uint8))
+    beta = torch.from_numpy(beta_buf[:k * n_beta].view(CIRCLE.NUMPY[CIRCLE.bits]).reshape(k * m, D))
+    y_f, y_g = keeper_operands(table, beta, fbits, bits, all_columns(D), True)
+    a_f = torch.from_numpy(op_bufs[0][:k * n_op[0]].view(ring[0]).reshape(k * m, 2 * D))
+    a_g = torch.from_numpy(op_bufs[1][:k * n_op[1]].view(ring[1]).reshape(k, m, 2 * D))
+    if not (_mul_into(a_f, y_f) and _mul_into(a_g, y_g.view(k, m, 2 * D))):
+        raise AssertionError("deal_rounds: the products' operands do not multiply in place")
+    rows = _row_sums(a_f).numpy().reshape(k, m)                        # f: a row dot per row (``_rowdot``)
+    cols = a_g.sum(1, dtype=a_g.dtype).view(k, D, 2).sum(-1, dtype=a_g.dtype).numpy()   # ``_coldot``, per round
+    for i, (t, _) in enumerate(rounds):
+        c0s = []
+        for z, c1, w in ((rows[i], c1s[i][0], bits[0]), (cols[i], c1s[i][1], bits[1])):
+            c = z - c1                                                                  # (the ring wraps)
+            c0s.append(_pack_np(c, w) if w < 32 else c.view(np.uint8))
+        io.round = t
+        io.send(torch.from_numpy(np.concatenate([heads[i], *c0s])), active)
+
+
 def all_columns(D: int) -> torch.Tensor:
     """torch.arange(D), one shared (read-only) tensor per D: training asks for it several times per iteration,
     and ``StarProducts`` recognises it without comparing D indices."""
@@ -637,24 +724,8 @@ class StarProducts:
             self.fbits.append(y_frac_bits(2 * m, self.bits[1]))
         ys = None
         if beta is not None:                                    # keeper and dealer
-            # Each product's [cos beta, sin beta] rounded to its F fractional bits (|y| <= 2**F), gathered from the
-            # narrow tables.
-            both = grad_cols is not None and self._all(grad_cols)
-            if both and abs(self.fbits[0] - self.fbits[1]) == 1 and max(self.fbits) <= _TWO_WIDTHS_MAX:
-                # F and F - 1 (f at D = 1024-1536 and a gradient over B = 256 rows, or over 32): both roundings
-                # from one gather (``two_width_table``) instead of two.
-                hi, lo = two_widths(cos_sin(two_width_table(table, max(self.fbits)), beta))
-                y, y_grad = (hi, lo) if self.fbits[0] > self.fbits[1] else (lo, hi)
-            else:
-                y = y_grad = cos_sin(narrow_table(table, self.fbits[0]), beta)
-                if grad_cols is not None and not (self.fbits[1] == self.fbits[0] and both):   # else: f's pairs
-                    picked = beta if both else beta[:, grad_cols]
-                    y_grad = cos_sin(narrow_table(table, self.fbits[1]), picked.contiguous())
-            # Kept in the gather's narrow type (int8 at training's widths): the products widen them inside the
-            # multiplication (``sharing._over_first``), which saves a full-size cast per product at both roles.
-            ys = [_as_ring_operand(y, self.bits[0])]
-            if grad_cols is not None:
-                ys.append(_as_ring_operand(y_grad, self.bits[1]))
+            ys = keeper_operands(table, beta, self.fbits, self.bits, grad_cols,
+                                 grad_cols is not None and self._all(grad_cols))
         self.ys = ys
         self.shapes = shapes
         with fed.phase(f"{fed.current_phase}/deal"):
