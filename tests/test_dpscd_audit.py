@@ -96,11 +96,18 @@ def epsilon_lower_bound(stat0: np.ndarray, stat1: np.ndarray, delta: float, alph
 @pytest.fixture(scope="module")
 def mechanism():
     """What the library does at this setting, read off one real run."""
-    updates, visits, steps, model = run(True)
+    # A run whose sampling never picks the canary (q = 0.01 over 300 steps: 5% of runs) shows nothing: another one.
+    for _ in range(20):
+        updates, visits, steps, model = run(True)
+        if visits.any():
+            break
     assert model.epsilon_ <= EPSILON and model.sample_rate_ == L / N
-    # The canary's clipped step is C at every visit (its hinge step is far beyond C), so v_0 moves by
-    # C at the visits; elsewhere by noise alone. (Checked here, replayed below.)
-    assert visits.any() and np.allclose(steps, C)
+    # The canary's clipped step is C at its first visits (its hinge step is far beyond C), so v_0 moves by C at
+    # the visits; elsewhere by noise alone. (Checked here, replayed below.) From about the sixth visit on its
+    # margin has grown and its exact dual step may fall below C (7% of runs visit it six times or more; 200 runs:
+    # the first five steps were C in every one): the replay's C at every visit is then the worst case for the
+    # canary, which an upper bound on what the outsider finds may assume.
+    assert visits.any() and np.allclose(steps[:3], C)
     return model
 
 

@@ -101,7 +101,8 @@ _SEED_WORDS = 2     # a 128-bit seed travels as two int64 words
 
 def fresh_seed() -> torch.Tensor:
     """128 bits of OS entropy as two int64 words: the seed of a secret stream, sent only to its holders."""
-    return torch.from_numpy(np.frombuffer(secrets.token_bytes(8 * _SEED_WORDS), dtype=np.int64).copy())   # (not torch.tensor: 3x the time)
+    # (torch.from_numpy, not torch.tensor: 3x faster, and the dealer draws three seeds per round)
+    return torch.from_numpy(np.frombuffer(secrets.token_bytes(8 * _SEED_WORDS), dtype=np.int64).copy())
 
 
 def _stream_from(seed: torch.Tensor) -> MaskStream:

@@ -686,6 +686,7 @@ def _local_round(fed, fmap, Xb, blocks, dealer, table, B, t, solver, r, D, windo
         # A receives nothing from the dealer in the star, so it takes (and expands) its product material first;
         # it needs S only in forward.
         prod = make(DealtPhases(None, [(keeper, all_columns(D), None)]))
+
     def make_star():
         return star_local(fmap, Xb, blocks, dealer, keeper, dealer_io=window, reserve=reserve)
     if not star and not fed.is_active:
