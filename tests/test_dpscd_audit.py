@@ -103,10 +103,10 @@ def mechanism():
             break
     assert model.epsilon_ <= EPSILON and model.sample_rate_ == L / N
     # The canary's clipped step is C at its first visits (its hinge step is far beyond C), so v_0 moves by C at
-    # the visits; elsewhere by noise alone. (Checked here, replayed below.) From about the sixth visit on its
-    # margin has grown and its exact dual step may fall below C (7% of runs visit it six times or more; 200 runs:
-    # the first five steps were C in every one): the replay's C at every visit is then the worst case for the
-    # canary, which an upper bound on what the outsider finds may assume.
+    # the visits; elsewhere by noise alone. (Checked here, replayed below.) From the fourth visit on its
+    # margin has grown and its exact dual step may fall below C (1,000 runs: in 11 the first step below C came at
+    # the 4th to 8th visit, never earlier): the replay's C at every visit is then the worst case for the canary,
+    # which an upper bound on what the outsider finds may assume.
     assert visits.any() and np.allclose(steps[:3], C)
     return model
 

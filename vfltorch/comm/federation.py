@@ -344,6 +344,9 @@ class Federation:
 
     def sendrecv(self, tensor: torch.Tensor, dst: int, src: int, shape=None, dtype=None) -> torch.Tensor:
         """Send to ``dst`` while receiving from ``src`` (rings would deadlock on blocking sends)."""
+        if self._posted.get(src):
+            raise RuntimeError(f"{self.name()}: sendrecv from {self.name(src)} while receives from it are posted "
+                               "(a protocol error: the posted ones would take its message)")
         t = self._outgoing(tensor, dst)
         shape = tuple(t.shape if shape is None else shape)
         dtype = t.dtype if dtype is None else dtype

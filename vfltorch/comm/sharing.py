@@ -463,8 +463,10 @@ def _coldot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _pair_column_sums(p: torch.Tensor) -> torch.Tensor:
-    cols = p.sum(0, dtype=p.dtype)
-    return cols.view(-1, 2).sum(-1, dtype=p.dtype)
+    """Sums down the rows (dim -2), then over each pair of columns; leading dims are separate products (the
+    dealer's batched rounds, ``kernels.shared.deal_rounds``)."""
+    cols = p.sum(-2, dtype=p.dtype)
+    return cols.view(*cols.shape[:-1], -1, 2).sum(-1, dtype=p.dtype)
 
 
 def _op(kind: str):

@@ -78,8 +78,8 @@ import numpy as np
 import torch
 
 from ..comm import Federation, MaskStream, broadcast, masked_sum, pairwise_tree
-from ..comm.sharing import (_UINT16, _as_ring_operand, _from_ring_np, _mul_into, _pack_np, _row_sums, _stream_from,
-                             _uniform, deal_dealt, dealt_share,
+from ..comm.sharing import (_UINT16, _as_ring_operand, _from_ring_np, _mul_into, _pack_np, _pair_column_sums,
+                             _row_sums, _stream_from, _uniform, deal_dealt, dealt_share,
                              dot_scales, fresh_seed, mul_dealt, open_shares, pack_words, post_words,
                              ring_words_from_bytes,
                              send_words, split_bytes, wire_bytes, word_bytes, words_from_bytes)
@@ -602,7 +602,7 @@ def deal_rounds(io, table, rounds, m: int, D: int, bits, workspace: dict | None 
     if not (_mul_into(a_f, y_f) and _mul_into(a_g, y_g.view(k, m, 2 * D))):
         raise AssertionError("deal_rounds: the products' operands do not multiply in place")
     rows = _row_sums(a_f).numpy().reshape(k, m)                        # f: a row dot per row (``_rowdot``)
-    cols = a_g.sum(1, dtype=a_g.dtype).view(k, D, 2).sum(-1, dtype=a_g.dtype).numpy()   # ``_coldot``, per round
+    cols = _pair_column_sums(a_g).numpy()                              # the gradient: ``_coldot`` per round
     for i, (t, _) in enumerate(rounds):
         c0s = []
         for z, c1, w in ((rows[i], c1s[i][0], bits[0]), (cols[i], c1s[i][1], bits[1])):
