@@ -7,19 +7,8 @@ from __future__ import annotations
 
 import atexit
 import os
-import sys
 
-
-def _in_fork_server() -> bool:
-    """Whether this import runs inside multiprocessing's fork server main loop (its preloading)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        code = frame.f_code
-        if code.co_name == "main" and frame.f_globals.get("__name__") == "multiprocessing.forkserver":
-            return True
-        frame = frame.f_back
-    return False
-
+from ._server_threads import _in_fork_server
 
 if _in_fork_server():
     _SERVER = os.getpid()

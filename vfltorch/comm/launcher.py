@@ -31,7 +31,7 @@ import traceback
 from typing import TYPE_CHECKING
 
 from .errors import BackendUnavailable, FederationError, PartyFailure
-from .start import Stdio, adopt, default_timeout, name_process, profile_mark, server_started, start_context
+from .start import Stdio, adopt, default_timeout, name_process, party_threads, profile_mark, server_started, start_context
 from .roles import Roles
 
 if TYPE_CHECKING:
@@ -174,7 +174,7 @@ def launch(fn, parties: int, args: tuple = (), kwargs: dict | None = None, *, co
     options = dict(backend=backend, device=device, timeout=timeout,
                    join_timeout=timeout if join_timeout is None else float(join_timeout),
                    record_transcript=record_transcript,
-                   threads=threads or max(1, (os.cpu_count() or 1) // world),
+                   threads=party_threads(world, threads),
                    store_secret=secrets.token_bytes(32))   # reaches the children by spawn, never the network
     ctx = start_context(preload)
     options["environ"] = dict(os.environ) if server_started(ctx) else None

@@ -48,6 +48,7 @@ import torch
 from .errors import PartyFailure
 from .federation_file import FederationSpec, PartyEntry, load as load_federation_file
 from .identity import Identity, fingerprint_der
+from .start import party_threads
 
 log = logging.getLogger(__name__)
 
@@ -439,7 +440,7 @@ def launch_local(fn, path, identities: dict, args: tuple = (), *, timeout: float
 
     spec = load_federation_file(path)
     timeout = default_timeout() if timeout is None else float(timeout)
-    options = dict(timeout=timeout, threads=threads or max(1, (os.cpu_count() or 1) // len(spec.parties)))
+    options = dict(timeout=timeout, threads=party_threads(len(spec.parties), threads))
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     procs = {p.rank: ctx.Process(target=_local_party, name=f"vfl-tls-{p.name}",

@@ -15,7 +15,9 @@ import os
 # Party processes start from a fork server that has imported torch and the launcher once (one torch import per
 # launching process instead of one per party: 18-19 s -> 11-12 s for 3 parties and a coordinator on a loaded 2-core
 # machine); VFLTORCH_START_METHOD=spawn starts each party from a fresh interpreter instead.
-PRELOAD = ["torch", "torch.distributed", "vfltorch.comm.launcher"]
+# vfltorch.comm._server_threads first: the server runs torch on one thread, so that no preload starts a thread
+# pool that the forked parties would inherit broken (GNU OpenMP is not fork-safe; see that module).
+PRELOAD = ["vfltorch.comm._server_threads", "torch", "torch.distributed", "vfltorch.comm.launcher"]
 
 
 DEFAULT_TIMEOUT = 60.0
@@ -24,6 +26,24 @@ DEFAULT_TIMEOUT = 60.0
 def default_timeout() -> float:
     """Seconds a party waits for a peer before declaring it gone (VFLTORCH_TIMEOUT, default 60)."""
     return float(os.environ.get("VFLTORCH_TIMEOUT", DEFAULT_TIMEOUT))
+
+
+def party_threads(processes: int, threads: int | None = None) -> int:
+    """torch threads per party process: ``threads`` if given, else VFLTORCH_THREADS, else the cores divided among
+    the ``processes`` of this machine (so Q parties do not oversubscribe a small machine). The variable lets a
+    2-core test machine run parties with several threads each, as a many-core server does."""
+    if threads is None:
+        raw = os.environ.get("VFLTORCH_THREADS")
+        if raw:
+            try:
+                threads = int(raw)
+            except ValueError:
+                raise ValueError(f"VFLTORCH_THREADS must be a whole number of threads, got {raw!r}") from None
+    if threads is None:
+        return max(1, (os.cpu_count() or 1) // max(1, processes))
+    if not 1 <= int(threads) <= 1024:
+        raise ValueError(f"torch threads per party must be between 1 and 1024, got {threads}")
+    return int(threads)
 
 
 def profile_mark(event: str) -> None:
