@@ -64,7 +64,7 @@ def test_fdskl_from_party_files_equals_fdskl_by_name(tmp_path):
 
 
 @pytest.mark.parametrize("defect, message", [
-    ("dup", "b.csv: the ID column 'id' has 1 duplicate value(s) ('u2')"),
+    ("dup", "b.csv: the ID column 'id' has 1 duplicate value(s) ('u2' on lines 3 and 4)"),
     ("noid", "b.csv: no ID column 'id'"),
 ])
 def test_bad_party_files_are_refused_before_training_naming_the_file(tmp_path, capsys, defect, message):
@@ -150,3 +150,42 @@ def test_other_methods_from_party_files_equal_the_same_data_by_name(tmp_path, me
     for k, v in by_name["metrics"].items():
         if "seconds" not in k:
             assert by_file["metrics"][k] == pytest.approx(v, rel=rel, abs=rel * 1e-3), k
+
+
+def test_ids_are_matched_exactly_as_text(tmp_path):
+    """IDs above 2**53, `.0`-formatted and leading-zero IDs: every pair checked (issue 33: read as floats, the
+    first two were rounded or reformatted onto another customer's ID, and 0001000 matched 1000)."""
+    big = 2 ** 53
+    # Every ID looks numeric, so a reader that guesses types makes both columns numbers.
+    a_ids = [str(big + 1), str(big + 2), "123", "0001000", " 42 ", "55"]
+    b_ids = [str(big), str(big + 2), "123.0", "1000", "42", "0001000", "55", "77"]
+    a = "id,a,y\n" + "".join(f"{i},{k},{k % 2}\n" for k, i in enumerate(a_ids))
+    b = "id,b\n" + "".join(f"{i},{k}\n" for k, i in enumerate(b_ids))
+    (tmp_path / "a.csv").write_text(a)
+    (tmp_path / "b.csv").write_text(b)
+    out = tmp_path / "rows" / "p{party}.csv"
+    rec = _run(["align", "--parties", "2", "--psi", "ecdh", "--party-files", str(tmp_path / "a.csv"),
+                str(tmp_path / "b.csv"), "--id-column", "id", "--label-column", "y", "--rows-out", str(out)],
+               tmp_path / "r.json")
+    read = lambda q: [ln.split(",") for ln in (tmp_path / "rows" / f"p{q}.csv").read_text().splitlines()[2:]]  # noqa: E731
+    pairs = [(a_ids[int(ra)].strip(), b_ids[int(rb)].strip()) for (ra, _), (rb, _) in zip(read(0), read(1))]
+    # big + 2 (exact text), 0001000 (leading zeros kept), 42 (surrounding spaces stripped), 55; nothing else:
+    # not big + 1 with big (one float), not 123 with 123.0, not 1000 with 0001000.
+    assert pairs == [(str(big + 2), str(big + 2)), ("0001000", "0001000"), ("42", "42"), ("55", "55")]
+    assert rec["alignment"]["aligned"] == 4
+    assert [f["name"] for f in rec["alignment"]["files"].values()] == ["a.csv", "b.csv"]
+    assert rec["dataset"] == "a.csv + b.csv"
+
+
+@pytest.mark.parametrize("body, message", [
+    ("id,b\nu1,1\n,2\nu3,3\n", "b.csv: line 3 has a blank ID in column 'id'"),
+    ("id,b\nu1,1\n  ,2\nu3,3\n", "b.csv: line 3 has a blank ID in column 'id'"),
+    ("id,b\nu1,1\nu1 ,2\nu3,3\n", "'u1' on lines 2 and 3"),
+])
+def test_blank_or_duplicate_ids_are_refused_naming_file_and_line(tmp_path, capsys, body, message):
+    (tmp_path / "a.csv").write_text("id,a,y\nu1,1,0\nu2,2,1\nu3,3,0\n")
+    (tmp_path / "b.csv").write_text(body)
+    code = main(["inspect", "--parties", "2", "--party-files", str(tmp_path / "a.csv"), str(tmp_path / "b.csv"),
+                 "--id-column", "id", "--label-column", "y", "--quiet"])
+    assert code == 2
+    assert message in capsys.readouterr().err

@@ -18,8 +18,11 @@ def test_exponentiation_commutes_and_refuses_bad_points():
     ba = psi.exponentiate(psi.exponentiate(pts, b), a)
     assert (ab == ba).all() and len({r.tobytes() for r in ab}) == 3
     # the same ID (compared as text) hashes to the same point; a junk value is refused
-    assert (psi.hash_ids(["7"]) == pts[2:3]).all() and (psi.hash_ids([np.float64(7.0)]) == pts[2:3]).all()
-    assert not (psi.hash_ids([7.5]) == pts[2:3]).all()
+    assert (psi.hash_ids(["7"]) == pts[2:3]).all() and (psi.hash_ids([np.int64(7), " 7 "]) == pts[2:3]).all()
+    assert not (psi.hash_ids(["07"]) == pts[2:3]).all() and not (psi.hash_ids(["7.0"]) == pts[2:3]).all()
+    assert not (psi.hash_ids(["A"]) == pts[0:1]).all()                  # case is kept
+    with pytest.raises(psi.PSIError, match="floating-point"):    # a float ID has lost digits: never matched
+        psi.hash_ids([np.float64(7.0)])
     with pytest.raises(psi.PSIError, match="not a valid group element"):
         psi.exponentiate(np.full((1, 32), 0xFF, np.uint8), a)          # not canonical (u >= p)
     for small in (0, 1, (1 << 255) - 20, (1 << 255) - 19):           # small order (0, 1, p - 1); p: not canonical

@@ -174,12 +174,13 @@ def test_rr22_three_parties_align_on_the_plain_intersection_and_leak_no_other_id
 
 @needs_spu
 def test_rr22_string_and_numeric_ids_match_as_ecdh_does():
-    # 7 and 7.0 are one ID (canonical_id); rows present at one party only are dropped; shuffled files.
-    a = [7, 8.0, "x-1", "only-a", 12]
-    b = ["12", "x-1", 7.0, "8", "only-b"]
+    # 7 and "7" are one ID (canonical_id: an integer as its decimal text); rows present at one party only are
+    # dropped; shuffled files.
+    a = [7, 8, "x-1", "only-a", 12]
+    b = ["12", "x-1", "7", "8", "only-b"]
     rr22 = launch(_align_job, 2, args=([a, b],), record_transcript=True)
-    assert [a[r] for r in rr22[0][0]] == [7, 8.0, "x-1", 12]
-    assert [b[r] for r in rr22[1][0]] == [7.0, "8", "x-1", "12"]
+    assert [a[r] for r in rr22[0][0]] == [7, 8, "x-1", 12]
+    assert [b[r] for r in rr22[1][0]] == ["7", "8", "x-1", "12"]
     assert rr22[0][1]["rows"] == {"0": 5, "1": 5} and rr22[1][1]["aligned"] == 4
 
 

@@ -28,6 +28,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from . import __version__
@@ -370,7 +371,7 @@ def run_party(fed, argv: list[str]) -> dict | None:
             return None
         record = {
             "method": command.name,
-            "dataset": args.dataset,
+            "dataset": _dataset_name(args, data),
             "parties": fed.num_parties,
             "data_task": None if data is None else data.task,
             "labels": None if data is None else data.label_note,
@@ -393,6 +394,16 @@ def run_party(fed, argv: list[str]) -> dict | None:
         return record
     finally:
         log.close()
+
+
+def _dataset_name(args, data) -> str:
+    """What the run trained on: the parties' own files (each named by its owner over the link) or the dataset."""
+    files = (data.alignment or {}).get("files") if data is not None else None
+    if files:
+        return " + ".join(f["name"] for f in files.values())
+    if getattr(args, "party_files", None):
+        return " + ".join(Path(f).name for f in args.party_files)
+    return args.dataset
 
 
 def _comm_entry(meter: dict) -> dict:

@@ -68,6 +68,7 @@ def _inspect(fed, data, args, log):
 
 def _align(fed, data, args, log):
     """Every party writes its own file's aligned row order (``--rows-out``, ``{party}`` filled in)."""
+    from .party import own_party_file
     from .psi import canonical_id
 
     started = time.perf_counter()
@@ -76,7 +77,8 @@ def _align(fed, data, args, log):
     path = args.rows_out.replace("{party}", str(data.party))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
-        f.write(f"# aligned rows of {args.party_files[data.party]} (row: 0-based data row of the file)\n")
+        f.write(f"# aligned rows of {own_party_file(args.party_files, data.party, data.num_parties)} "
+                f"(row: 0-based data row of the file)\n")
         f.write(f"row,{args.id_column}\n")
         for r, i in zip(data.aligned_rows.tolist(), data.aligned_ids):
             f.write(f"{r},{canonical_id(i)}\n")

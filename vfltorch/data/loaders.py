@@ -102,7 +102,17 @@ def load_csv(path, label_column=None, id_column=None, drop_columns=(), header: b
 
     path = _exists(path)
     try:
-        frame = pd.read_csv(path, header=0 if header else None)
+        # The ID column is read as text, never as a number: 123.0 is not 123, 0001000 is not 1000, and an ID
+        # above 2**53 read as a float would be rounded onto another customer's (issue 33). A blank ID cell
+        # stays missing (NaN) so that it is refused with its line, not matched as "nan".
+        text_ids = None
+        if id_column is not None:
+            names = list(pd.read_csv(path, header=0 if header else None, nrows=0).columns)
+            if not header:
+                names = list(range(len(names)))
+            resolved = _resolve_column(pd.DataFrame(columns=names), id_column, path, "ID")
+            text_ids = {resolved: str}
+        frame = pd.read_csv(path, header=0 if header else None, dtype=text_ids)
     except pd.errors.EmptyDataError as exc:
         raise VFLInputError(f"{path} holds no columns (only blank lines?): give a CSV file with a header "
                             f"line and data rows") from exc
@@ -120,7 +130,7 @@ def load_csv(path, label_column=None, id_column=None, drop_columns=(), header: b
     label_column = _resolve_column(frame, label_column, path, "label")
     id_column = _resolve_column(frame, id_column, path, "ID")
     y = frame.pop(label_column).to_numpy() if label_column is not None else None
-    ids = frame.pop(id_column).to_numpy() if id_column is not None else None
+    ids = _text_ids(frame.pop(id_column), path, id_column, first_line) if id_column is not None else None
     for c in drop_columns:
         frame.pop(c)
     if frame.shape[1] == 0:
@@ -137,6 +147,20 @@ def load_csv(path, label_column=None, id_column=None, drop_columns=(), header: b
             f"example one-hot), fix the value, or name the label column with --label-column.")
     return Table(frame.to_numpy(dtype=np.float64), y, [str(c) for c in frame.columns], ids, source=str(path),
                  first_line=first_line, label_name=str(label_column))
+
+
+def _text_ids(column, path, name, first_line) -> np.ndarray:
+    """The ID column as text, each value stripped of surrounding whitespace (docs/alignment.md, "IDs"); a blank
+    ID is an error that names the file and the line."""
+    values = column.to_numpy(dtype=object)
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        text = "" if v is None or (isinstance(v, float) and v != v) else str(v).strip()
+        if not text:
+            raise VFLInputError(f"{path}: line {i + first_line} has a blank ID in column {name!r}: every row needs "
+                                f"an ID to be aligned; fill it in or drop the row")
+        out[i] = text
+    return out
 
 
 def _resolve_column(frame, column, path, what):

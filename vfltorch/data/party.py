@@ -247,17 +247,37 @@ def _check_both_classes(y_train, ds: Dataset, config: DataConfig) -> None:
                             f"classes in training; add rows of the other class or lower --test-fraction")
 
 
+def own_party_file(files, index: int, parties: int) -> str:
+    """This party's file among ``--party-files``: the only one given (each organisation on its own machine names
+    just its own file), or the ``index``-th of one file per party (the simulation of Q organisations on one
+    machine, where the first is the active party's)."""
+    files = list(files)
+    if len(files) == 1:
+        return files[0]
+    if len(files) != parties:
+        raise VFLInputError(f"--party-files gives {len(files)} files for {parties} parties: give this party's own "
+                            f"file only (across organisations), or one file per party (on one machine)")
+    return files[index]
+
+
+def file_digest(path) -> str:
+    """SHA-256 of a file's bytes, for the run record (which file a party trained on, without naming its rows)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def _load_own_file(fed: Federation, config: DataConfig) -> Dataset:
     """One file per party, aligned by private set intersection on the ID column (``psi.align_rows``).
 
     Every party first reports whether its file could be read (ID column present, no duplicate
     IDs, labels at the active party): any problem stops every party before the PSI, naming the file.
     """
-    if len(config.party_files) != fed.num_parties:
-        raise VFLInputError(f"--party-files gives {len(config.party_files)} files for {fed.num_parties} parties")
     if not config.id_column:
         raise VFLInputError("--party-files needs --id-column: the rows of the parties' files are matched on it")
-    path = config.party_files[fed.parties.index(fed.rank)]
+    path = own_party_file(config.party_files, fed.parties.index(fed.rank), fed.num_parties)
     table, problem, decided = None, None, None
     try:
         label = config.label_column if fed.is_active else None
@@ -267,16 +287,17 @@ def _load_own_file(fed: Federation, config: DataConfig) -> Dataset:
         check_user_table(table, config)
         if fed.is_active and table.y is None and not config.scoring:
             raise VFLInputError(f"the active party's file {path} has no label column: pass --label-column")
-        _check_unique_ids(table.ids, path, config.id_column)
+        _check_unique_ids(table.ids, path, config.id_column, table.first_line)
         if fed.is_active:
             decided = _user_dataset(path, table, None, config)
     except VFLInputError as exc:
         problem = str(exc)
+    mine = {"problem": problem, "file": Path(path).name, "sha256": None if problem else file_digest(path)}
     with fed.phase("data/align-check"):
-        problems = fed.gather_json(problem, fed.active, ranks=fed.parties)
+        views = fed.gather_json(mine, fed.active, ranks=fed.parties)
         verdict = None
         if fed.is_active:
-            found = [p for p in problems if p]
+            found = [v["problem"] for v in views if v["problem"]]
             verdict = {"error": "; ".join(found)} if found else {"task": decided.task, "note": decided.label_note}
         verdict = fed.broadcast_json(verdict, fed.active, ranks=fed.parties)
     if "error" in verdict:
@@ -289,7 +310,9 @@ def _load_own_file(fed: Federation, config: DataConfig) -> Dataset:
         except PSIError as exc:
             raise VFLInputError(str(exc)) from exc
     counts["dropped"] = {r: n - counts["aligned"] for r, n in counts["rows"].items()}
-    counts["files"] = {str(r): f for r, f in zip(fed.parties, config.party_files)} if fed.is_active else {}
+    # Each party's file name and content hash (the record says which files were trained on, not a default name).
+    counts["files"] = ({str(r): {"name": v["file"], "sha256": v["sha256"]} for r, v in zip(fed.parties, views)}
+                       if fed.is_active else {})
     train = type(table)(table.X[rows], None if table.y is None else table.y[rows], table.feature_names,
                         source=table.source, first_line=table.first_line, label_name=table.label_name)
     if fed.is_active:
@@ -363,15 +386,23 @@ def _saved_alignment(fed: Federation, config: DataConfig, ids, path: str) -> tup
                   "method": f"saved alignment ({config.aligned_rows})"}
 
 
-def _check_unique_ids(ids, path, column) -> None:
-    keys = [canonical_id(v) for v in ids]
-    if len(set(keys)) != len(keys):
-        seen, dup = set(), []
-        for k in keys:
-            if k in seen and k not in dup:
-                dup.append(k)
-            seen.add(k)
-        shown = ", ".join(repr(d) for d in dup[:5]) + (", ..." if len(dup) > 5 else "")
+def _check_unique_ids(ids, path, column, first_line: int = 2) -> None:
+    """Every ID usable (text or an integer, not blank) and unique, or an error naming the file and the lines."""
+    keys = []
+    for i, v in enumerate(ids):
+        try:
+            keys.append(canonical_id(v))
+        except PSIError as exc:
+            raise VFLInputError(f"{path}: line {i + first_line}, ID column {column!r}: {exc}") from None
+    first: dict[str, int] = {}
+    dup: list[tuple[str, int, int]] = []
+    for i, k in enumerate(keys):
+        if k in first:
+            dup.append((k, first[k] + first_line, i + first_line))
+        else:
+            first[k] = i
+    if dup:
+        shown = ", ".join(f"{k!r} on lines {a} and {b}" for k, a, b in dup[:5]) + (", ..." if len(dup) > 5 else "")
         raise VFLInputError(f"{path}: the ID column {column!r} has {len(dup)} duplicate value(s) ({shown}): "
                             f"each row needs its own ID to be aligned")
 

@@ -35,14 +35,23 @@ PEEK_LIMIT_BYTES = 256 * 2 ** 20     # own files up to this size are read in the
 
 
 def preflight(args, command, *, local: bool = True) -> dict:
-    """Everything that can be checked before the parties start; returns what was learnt (task, features)."""
+    """Everything that can be checked before the parties start; returns what was learnt (task, features).
+
+    Under ``--federation`` each organisation's machine holds only its own file: nothing here opens a data file
+    then (another party's path means nothing on this machine, and this party's own file is checked inside the
+    federation, where a defect stops every party with a message naming the file: ``party._load_own_file``)."""
     check_options(args)
     check_outputs(args)
-    info = check_dataset(args, local=local)
+    info = {} if _one_organisation(args) else check_dataset(args, local=local)
     tasks = getattr(command, "tasks", None)
     if tasks and info.get("task") and info["task"] not in tasks:
         raise VFLInputError(_task_refusal(command.name, tasks, info))
     return info
+
+
+def _one_organisation(args) -> bool:
+    """One party of a federation file with its own --party-files (docs/deployment.md): its data stays local."""
+    return bool(getattr(args, "federation", None)) and bool(getattr(args, "party_files", None))
 
 
 # ------------------------------------------------------------------ options
@@ -78,7 +87,11 @@ def check_options(args) -> None:
                 not psi_rr22.available():
             raise VFLInputError("--psi rr22 needs SecretFlow's spu==0.9.5 (`make install`, or `pip install --no-deps "
                                 "spu==0.9.5`; Linux or macOS, Python 3.10-3.11): install it, or pass --psi ecdh")
-        if parties is not None and len(files) != parties:
+        if getattr(args, "federation", None):
+            if len(files) != 1 and (parties is None or len(files) != parties):
+                raise VFLInputError(f"--party-files gives {len(files)} files: across organisations give this "
+                                    f"party's own file only (each machine holds just its own data)")
+        elif parties is not None and len(files) != parties:
             raise VFLInputError(f"--party-files gives {len(files)} files for --parties {parties}: give one file "
                                 f"per party (the first is the active party's, with the labels)")
         if getattr(args, "feature_groups", None):
@@ -250,7 +263,7 @@ def _check_party_files(args, parties, local) -> dict:
     for i, f in enumerate(args.party_files):
         table = load_file(f, label_column=args.label_column if i == 0 else None, id_column=args.id_column)
         check_user_table(table, cfg)
-        _check_unique_ids(table.ids, f, args.id_column)
+        _check_unique_ids(table.ids, f, args.id_column, table.first_line)
         if i == 0 and table.y is None and getattr(args, "command", None) == "predict":
             continue                          # rows without labels, scored by a saved model
         if i == 0:
