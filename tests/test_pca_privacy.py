@@ -226,9 +226,11 @@ def test_the_pooled_attack_fails_against_the_covariance_protocol(results):
         truth = others_gram(rank)
         assert nystrom_attack(msgs, rank) is None
         # What arrives: ring elements (masked column blocks at the holders, dealer seeds and shares, masked sums,
-        # the rotation's uniform bit-product messages), the seed, the (d + 1) x k output, X V and variance totals.
+        # the rotation's uniform bit-product messages, the 128-bit words of the own rows of V), the seed (holders),
+        # the k eigenvalues, X V and variance totals; no float d x k block (issue 39: W went to every party).
         floats = [t for phase, src, dst, t in msgs if t.dtype.is_floating_point]
-        assert all(t.numel() in ((18 + 1) * K, N * K, K + 1, 1) for t in floats), [t.shape for t in floats]
+        assert all(t.numel() in (K, N * K, K + 1, 1) for t in floats), [t.shape for t in floats]
+        assert bool([t for phase, src, dst, t in msgs if phase.endswith("/seed")]) == (rank == 1)   # P: the holders only (0 draws it)
         blocks = column_messages(results, rank)
         # Each party's columns are opened once, to the first holder; the first holder's masked share to the second.
         assert sorted(src for src, _ in blocks) == {0: [1, 2], 1: [0, 0], 2: []}[rank]

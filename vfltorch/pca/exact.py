@@ -6,8 +6,8 @@ pooled matrix has no more features than samples, d <= n, else ``"rotated"``):
 ``"covariance"``: the d x d covariance C = X^T X under a secret Haar rotation P
 (d x d), opened only as P C P^T / ||X||_F^2 at the coordinator.
 
-1. The data parties agree on a secret seed (as below) and draw P. Party l
-   scales its columns, Y_l = X_l / s with s^2 = ||X||_F^2 (a masked sum), so
+1. The two holders (below) agree on a secret seed (as below) and draw P; the
+   other parties never see it. Party l scales its columns, Y_l = X_l / s with s^2 = ||X||_F^2 (a masked sum), so
    that Y = [Y_1, ..., Y_Q] has unit Frobenius norm and every product below
    lies in [-1, 1].
 2. ``sharing.holder_gram``: the first two parties are the holders; every
@@ -21,20 +21,26 @@ pooled matrix has no more features than samples, d <= n, else ``"rotated"``):
 3. ``sharing.rotate_shares`` turns the two holders' shares of C / s^2 into
    shares of P C P^T / s^2 (in Z_2^128, since a ring multiplication by P
    needs more bits than Z_2^64 has next to 60 bits of data).
-4. One ring-masked sum opens P C P^T / s^2 at the coordinator, which sends
-   back the k leading eigenpairs (W, theta); each party takes V = P^T W, its
-   rows V_l (``components_``), and U = X V / sqrt(theta s^2) from a masked sum
-   of X_l V_l.
+4. One ring-masked sum opens P C P^T / s^2 at the coordinator, which takes
+   the k leading eigenpairs (W, theta) and sends theta to every data party and
+   W in Z_2^128 shares to the two holders only; they rotate the shares back,
+   V = P^T W, and open to each party its own rows V_l and nothing else
+   (``own_rows.open_own_rows``). U = X V / sqrt(theta s^2) comes from a masked
+   sum of X_l V_l; ``components_`` from U.
 
 The coordinator learns the normalised spectrum of C and nothing else; a data
-party the output. The coordinator (dealer and eigensolver) must not collude
+party the output: V_l, U, theta, the variances, and what they imply (with
+V^T V = I and X V = U sqrt(theta): the k x k sum of the others' V_m^T V_m and
+the n x k sum of the others' X_m V_m; docs/pca.md). Before issue 39 every
+party received W and knew P, hence every V_m: with the scores, the other
+parties' centred columns at rank k. The coordinator (dealer and eigensolver) must not collude
 with any data party: with a holder it unmasks the columns that holder
 received, or, knowing P, gets C; and the two holders must not collude with
 each other (together they hold both shares of every other party's columns).
 Cost: n (d + sum of the non-holders' widths) ring elements (1.5x the data
 at Q = 4 with equal widths; the first version, ``sharing.cross_products``,
 opened each party's columns to every other party, (Q - 1) n d) plus O(d^2)
-from the dealer, and a d x d eigenproblem.
+from the dealer, O(d k) for the output's rows, and a d x d eigenproblem.
 
 ``"rotated"``: one masked sum of rotated Gram matrices at the
 coordinator (a rank that holds no data).
@@ -88,6 +94,7 @@ from ..comm import (FixedPoint, Federation, MaskStream, RingGroup, allreduce, br
 from ..data import VFLInputError
 from .base import FederatedPCABase
 from .linalg import align_signs, center_columns, orthonormalize, rayleigh_ritz, shared_start, top_eigenpairs
+from .own_rows import open_own_rows
 
 SUM_TOPOLOGIES = ("tree", "star", "ring")
 PROTOCOLS = ("auto", "covariance", "rotated", "krylov")
@@ -355,9 +362,9 @@ class ExactFederatedPCA(FederatedPCABase):
         with fed.phase(f"pca/{self.method}"), fed.expect_work(n * d * d + d ** 3, "the covariance products"):
             P = None
             if client:
-                me = parties.index(fed.rank)
-                secret = rotation_seed(fed, parties, self.mask_seed)
-                P = haar_rotation(d, secret)
+                if fed.rank in holders:             # only the holders rotate (the shares, then W back)
+                    secret = rotation_seed(fed, list(holders), self.mask_seed)
+                    P = haar_rotation(d, secret)
                 norm2 = float(secure_allreduce(fed, (Xc ** 2).sum().reshape(1), parties=parties)[0])
                 scale2 = norm2 if norm2 > 0 else 1.0
                 Y = (Xc / scale2 ** 0.5).cpu()                   # n x f_l, ||Y||_F <= 1 over all parties
@@ -381,27 +388,32 @@ class ExactFederatedPCA(FederatedPCABase):
             total = masked_sum(fed, share, keep=parties[0], out=coordinator, stream=stream, group=RingGroup(),
                                reveal=True, parties=[*holders, coordinator])
             del share
+            W = None
             if fed.rank == coordinator:
                 M = fp_out.decode(total)
                 M = (M + M.T) / 2
                 theta, W = torch.linalg.eigh(M)
-                block = torch.cat([W.flip(1)[:, :k], theta.flip(0)[None, :k]])
-                del M, W, theta
-            block = broadcast(fed, block, star([coordinator, *parties], center=coordinator), shape=(d + 1, k),
+                block, W = theta.flip(0)[:k].contiguous(), W.flip(1)[:, :k].contiguous()
+                del M, theta
+            # 5. The eigenvalues to every data party; W only in shares at the two holders, which rotate them back,
+            #    V = P^T W, and open to each party its own rows V_l (own_rows.py; issue 39: W and P together gave
+            #    every party every other party's components).
+            block = broadcast(fed, block, star([coordinator, *parties], center=coordinator), shape=(k,),
                               dtype=torch.float64)
+            with fed.phase(f"pca/{self.method}/output"):
+                V_own = open_own_rows(fed, W, P, holders=holders, dealer=coordinator, parties=parties,
+                                      offsets=offsets, k=k)
+            del W, P
         if not client:
-            self.eigenvalues_ = block[d].to(self._device).contiguous()     # of P C P^T / s^2: ratios only
+            self.eigenvalues_ = block.to(self._device).contiguous()     # of P C P^T / s^2: ratios only
             self.rounds_, self.converged_, self.residuals_, self.history_ = 1, True, [], []
             self.sample_components_, self.loadings_ = None, None
             self.fit_seconds_ = time.perf_counter() - started
             self._count_bytes(fed)
             return self
-        V = P.T @ block[:d].cpu()                                 # eigenvectors of C = X^T X, d x k
-        V = V.to(Xc.device)
-        theta = block[d].to(Xc.device) * scale2
-        del P
+        theta = block.to(Xc.device) * scale2
         self._count_bytes(fed)
-        return self._covariance_output(fed, parties, Xc, V[offsets[me]:offsets[me + 1]], theta, started)
+        return self._covariance_output(fed, parties, Xc, V_own.to(Xc.device), theta, started)
 
     def _pairwise_shares(self, fed, Y, parties, coordinator, n: int, offsets, stream):
         """``covariance_sharing='pairwise'``: C / s^2 in shares at the two holders without trusting them apart.
