@@ -23,6 +23,7 @@ import torch
 
 from ..comm import Federation, MaskStream, secure_sum
 from ..data.validation import VFLInputError
+from ..devices import to_numpy
 
 
 def median_pairs(n: int, pairs: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,7 +51,7 @@ def median_sigma(fed: Federation, X: torch.Tensor, *, seed: int, pairs: int = 10
         sigma = None
         error = None
         if fed.is_active:
-            d2 = total.cpu().numpy()
+            d2 = to_numpy(total)
             med = float(np.median(d2))
             if med <= 0:
                 positive = d2[d2 > 0]

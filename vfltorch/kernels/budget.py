@@ -141,7 +141,8 @@ def leak_limit(n: int, n_features: int, batch: int, grad_per_step: int) -> int:
 class _Optimizer:
     """The active party's update of alpha from the gradient sums (module docstring)."""
 
-    def __init__(self, cfg, D: int, r: int, per_epoch: float, max_iter: int | None, delay: int = 0):
+    def __init__(self, cfg, D: int, r: int, per_epoch: float, max_iter: int | None, delay: int = 0,
+                 device="cpu"):
         self.cfg, self.D, self.r = cfg, D, r
         self.per_epoch = per_epoch
         # The step's settings: Adam (f_delay 0), or under f_delay 1 the delay-compensated step: Nesterov's form, a
@@ -155,10 +156,12 @@ class _Optimizer:
             self.warmup = DELAYED_WARMUP_EPOCHS * per_epoch
             if max_iter is not None:
                 self.warmup = min(self.warmup, max_iter * DELAYED_WARMUP_SHARE)
-        self.alpha = torch.zeros(D, dtype=torch.float64)
-        self.m = torch.zeros(D, dtype=torch.float64)
-        self.v = torch.zeros(D, dtype=torch.float64)
-        self.mean = torch.zeros(D, dtype=torch.float64)
+        # On the device of the gradient sums: the party's device under the paper's protocol (and Q = 1), the CPU
+        # under the shared one (its products are host arithmetic).
+        self.alpha = torch.zeros(D, dtype=torch.float64, device=device)
+        self.m = torch.zeros(D, dtype=torch.float64, device=device)
+        self.v = torch.zeros(D, dtype=torch.float64, device=device)
+        self.mean = torch.zeros(D, dtype=torch.float64, device=device)
         self.averaged = 0
         self.steps = 0                          # steps taken so far
         self.before = self.alpha.clone()        # alpha before the last step (f_delay 1: a_{k-1} after k steps)
@@ -244,20 +247,24 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
         fmap.add_block()                                         # Algorithm 1, line 4: once, for all D features
     D = fmap.n_features
     blocks = range(fmap.n_blocks)
-    sampler = BatchSampler(n, cfg.batch_size, cfg.seed)
+    # The active party's step runs on its device under the paper's protocol (and Q = 1): phases, f and the
+    # gradient sums never leave it during training. Under the shared protocol the products are host arithmetic.
+    opt_device = torch.device("cpu") if shared else X.device
+    sampler = BatchSampler(n, cfg.batch_size, cfg.seed, device=opt_device)
     batch_of = _Batches(sampler)
     B = sampler.batch_size
     max_iter = max(1, math.ceil(cfg.epochs * sampler.per_epoch - 1e-9)) if cfg.epochs is not None else None
     log_every = log_interval(cfg.log_every, max_iter)
     delay = int(getattr(cfg, "f_delay", 0))
-    opt = _Optimizer(cfg, D, r, sampler.per_epoch, max_iter, delay) if active else None
+    opt = _Optimizer(cfg, D, r, sampler.per_epoch, max_iter, delay, device=opt_device) if active else None
     grad_per_step = D if cfg.solver == "adam" else r
     limit = leak_limit(n, D, B, grad_per_step) if shared else None
     everyone = [fed.active] + [p for p in fed.parties if p != fed.active] + ([dealer] if shared else [])
     control_tree = pairwise_tree(everyone)
     if active:
-        y = y.to(torch.float64).cpu()
-    mon = _BudgetMonitor(fed, fmap, monitor, dealer, table, cfg.max_elements) if monitor is not None else None
+        y = y.to(device=opt_device, dtype=torch.float64)
+    mon = (_BudgetMonitor(fed, fmap, monitor, dealer, table, cfg.max_elements, opt_device)
+           if monitor is not None else None)
     loop = TrainingLoop(fed, max_iter, log=log, progress=progress)
     window = DealerWindow(fed, dealer) if shared else None
     pipe = _Pipeline(fed, opt) if shared and delay == 1 else None
@@ -383,13 +390,12 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             else:
                 # Algorithm 3: B rows, all D features (computed in the map's dtype, handed over in float64).
                 phi = fmap.features(X[batch.to(X.device)], blocks, dtype=torch.float64)
-                phi = phi.cpu() if active else None
                 f_batch = phi @ opt.coefficients(t, delay) if active else None
             d_loss = None
             if active:
                 y_batch = y[batch]
                 d_loss = cfg.loss.derivative(f_batch, y_batch)
-                loop.add_loss(float(cfg.loss.value(f_batch, y_batch).mean()))
+                loop.add_loss(cfg.loss.value(f_batch, y_batch).mean())        # (no host round trip)
             if pipe is not None:
                 pipe.gradient(t, prod, cols, d_loss, B, drain)
             elif shared:
@@ -711,11 +717,12 @@ def _finish_round(local: _LocalRound, carry=None) -> StarProducts:
 class _BudgetMonitor:
     """Held-out decision values of the current model (phases cached under the paper's protocol)."""
 
-    def __init__(self, fed, fmap, monitor, dealer, table, max_elements):
+    def __init__(self, fed, fmap, monitor, dealer, table, max_elements, device="cpu"):
         self.fed, self.fmap, self.dealer, self.table = fed, fmap, dealer, table
         self.max_elements = max_elements
         self.X = monitor[0]
-        self.y = None if monitor[1] is None else monitor[1].to(torch.float64).cpu()
+        # (on the device of the values: the coefficients' under the paper's protocol, the host under the shared one)
+        self.y = None if monitor[1] is None else monitor[1].to(device=device, dtype=torch.float64)
         self.phi = None
         self.fetched = False
 
@@ -728,5 +735,5 @@ class _BudgetMonitor:
             self.fetched = True
             self.phi = self.fmap.features(self.X, range(self.fmap.n_blocks))
             if self.phi is not None:
-                self.phi = self.phi.to(torch.float64).cpu()
+                self.phi = self.phi.to(device=alpha.device, dtype=torch.float64)
         return None if self.phi is None else self.phi @ alpha

@@ -85,6 +85,10 @@ class Circle:
             # Grid units, rounded. The int64 -> int32 / int16 cast keeps the low bits, i.e. reduces mod 2**bits.
             k = theta * (self.scale / TWO_PI)
             k.round_()                                         # (k is a fresh tensor: rounded in place)
+            if k.device.type != "cpu":
+                # On a GPU no host round trip for the range check: reduce mod 2**bits on the device (exact: k is
+                # integer-valued and 2**bits a power of two), the same low bits as every route below.
+                return torch.remainder(k, self.scale).to(torch.int64).to(self.dtype)
             lo, hi = torch.aminmax(k)
             peak = max(-float(lo), float(hi))
             if peak < 2.0 ** 31:
@@ -147,6 +151,12 @@ class Circle:
             raise ValueError(f"no cosine table for {self.bits}-bit angles")
         k = theta * (self.scale / TWO_PI)
         k.round_()
+        if k.device.type != "cpu":
+            # (no host round trip for the range check on a GPU: reduced mod 2**bits first, the same indices)
+            k = torch.remainder(k, self.scale).to(torch.int32)
+            if offset is not None:
+                k.add_(offset.to(torch.int32))
+            return k.bitwise_and_(2 ** self.bits - 1)
         lo, hi = torch.aminmax(k)
         if max(-float(lo), float(hi)) >= 2.0 ** 30:        # (int32 sums could wrap: the general route)
             words = self.encode(theta)

@@ -18,6 +18,7 @@ import hashlib
 import os
 
 from ..cli import Command
+from ..devices import to_host, to_numpy
 
 # The choices the parser offers, declared here so that `vfl fdskl --help` and option errors import no torch;
 # tests/test_startup.py checks that they equal the library's (random_features.KERNELS, losses.LOSSES).
@@ -240,8 +241,8 @@ def run(fed, data, args, log):
         f = est.decision_function(X_test)
         if f is not None:
             if data.task == "multiclass":
-                pred = est.classes_[np.asarray(torch.as_tensor(f).argmax(dim=1))]     # f: rows x classes
-                metrics["test_accuracy"] = float(np.mean(pred == np.asarray(data.y_test)))
+                pred = est.classes_[to_numpy(torch.as_tensor(f).argmax(dim=1))]     # f: rows x classes
+                metrics["test_accuracy"] = float(np.mean(pred == to_numpy(data.y_test)))
                 metrics["test_error"] = 1.0 - metrics["test_accuracy"]
             else:
                 metrics.update(_test_metrics(f, data.y_test, data.task))
@@ -254,7 +255,7 @@ def run(fed, data, args, log):
         metrics["train_loss"] = est.train_loss_
     metrics["batch_loss"] = est.batch_loss_
     metrics["bytes_per_iteration"] = est.comm_["bytes_per_iteration"]
-    alpha = est.alpha_.detach().cpu().to(torch.float64).contiguous().numpy()
+    alpha = to_numpy(est.alpha_, np.float64)          # (tobytes: C order, as the contiguous tensor's)
     return {"metrics": metrics, "train_seconds": est.train_seconds_, "task": data.task,
             "privacy_guarantee": _guarantee(args, fed.num_parties),
             "fdskl": {"protocol": args.protocol if fed.num_parties > 1 else "centralised",
@@ -289,12 +290,12 @@ def _test_metrics(f, y, task) -> dict:
 
     from .trainer import held_out_metrics
 
-    f, y = torch.as_tensor(f), torch.as_tensor(y)
+    f, y = to_host(f), to_host(y)                    # (a report: on the host, wherever the party computed)
     out = held_out_metrics(f, y, task, prefix="test_")
     if task == "binary" and len(torch.unique(y)) == 2:
         from sklearn.metrics import roc_auc_score
 
-        out["test_auc"] = float(roc_auc_score(y.numpy(), f.numpy()))
+        out["test_auc"] = float(roc_auc_score(to_numpy(y), to_numpy(f)))
     if task == "regression":
         out["test_rmse"] = float(out["test_mse"] ** 0.5)
     return out

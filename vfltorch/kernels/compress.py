@@ -68,6 +68,7 @@ from dataclasses import replace
 import torch
 
 from ..comm import Federation
+from ..devices import to_host
 from .budget import _Optimizer
 from .shared import StarProducts, shared_decision_values, star_phases
 from .trainer import BatchSampler, TrainResult, phase_totals
@@ -144,7 +145,7 @@ def faithful(f_teacher: torch.Tensor, f_student: torch.Tensor, y: torch.Tensor, 
     ``FAITHFUL_LOSS`` (relative) higher; regression: its mean squared error at most ``FAITHFUL_MSE`` higher.
     Returns the two models' check-set figures and ``keep`` (True: predict with the student).
     """
-    f_t, f_s, y = (v.to(torch.float64).cpu() for v in (f_teacher, f_student, y))
+    f_t, f_s, y = (to_host(v, torch.float64) for v in (f_teacher, f_student, y))
     out = {"rows": int(y.numel())}
     for name, f in (("teacher", f_t), ("student", f_s)):
         value = float(loss.value(f, y).mean())
@@ -189,7 +190,7 @@ def check_student(fed: Federation, fmap, X_check: torch.Tensor, y_check, teacher
 def choose_support(alpha: torch.Tensor, keep: int) -> torch.Tensor:
     """The indices (ascending) of the ``keep`` largest |alpha_j| (rows of alpha summed for one-vs-rest)."""
     weight = alpha.abs() if alpha.dim() == 1 else alpha.abs().sum(dim=1)
-    top = torch.topk(weight.to(torch.float64).cpu(), keep).indices
+    top = torch.topk(to_host(weight, torch.float64), keep).indices
     return torch.sort(top).values
 
 
@@ -225,7 +226,10 @@ def compress_budget(fed: Federation, fmap, X: torch.Tensor, cfg, alpha, *, keep:
         else:
             chosen = choose_support(alpha, keep).tolist() if fed.is_active else None
             support = torch.tensor(fed.broadcast_json(chosen, fed.active, ranks=everyone), dtype=torch.int64)
-        sampler = BatchSampler(X.shape[0], cfg.batch_size, cfg.seed ^ 0xC0411)
+        # The active party's refit runs where training's step ran: its device under the paper's protocol (and
+        # Q = 1), the host under the shared one (host products).
+        opt_device = torch.device("cpu") if dealer is not None else X.device
+        sampler = BatchSampler(X.shape[0], cfg.batch_size, cfg.seed ^ 0xC0411, device=opt_device)
         B = sampler.batch_size
         iters = max(MIN_STEPS, math.ceil(epochs * sampler.per_epoch - 1e-9)) if epochs > 0 else 0
         if dealer is not None:
@@ -241,10 +245,11 @@ def compress_budget(fed: Federation, fmap, X: torch.Tensor, cfg, alpha, *, keep:
             # -> restarted: phishing 94.44 -> 94.75%, hard 93.79 -> 93.92%, a9a 85.11 -> 85.05%.
             done = trained if rule == "alpha" else 0
             rate = cfg.gamma / math.sqrt(1.0 + done / sampler.per_epoch)
-            opt = _Optimizer(replace(cfg, gamma=rate, solver="adam"), keep, keep, sampler.per_epoch, iters)
-            opt.alpha = alpha.to(torch.float64).cpu()[support].clone()
+            opt = _Optimizer(replace(cfg, gamma=rate, solver="adam"), keep, keep, sampler.per_epoch, iters,
+                             device=opt_device)
+            opt.alpha = alpha.to(device=opt_device, dtype=torch.float64)[support].clone()
         cols = torch.arange(keep)
-        teacher = alpha.to(torch.float64).cpu() if fed.is_active else None
+        teacher = alpha.to(device=opt_device, dtype=torch.float64) if fed.is_active else None
         every = torch.arange(D)
         for t in range(iters):
             batch = sampler.next()
@@ -263,13 +268,13 @@ def compress_budget(fed: Federation, fmap, X: torch.Tensor, cfg, alpha, *, keep:
                 theta = fmap.star_phases(Xb, every)
                 sums = None
                 if opt is not None:
-                    phi = fmap.circle.scaled_cos(theta, torch.float64, math.sqrt(2.0)).cpu()   # (a table lookup)
+                    phi = fmap.circle.scaled_cos(theta, torch.float64, math.sqrt(2.0))   # (a table lookup)
                     sums = phi[:, support].T @ (phi @ coef)
             if opt is not None:
                 opt.step(t, cols, sums, B)
     out = None
     if fed.is_active:
-        out = torch.zeros(D, dtype=torch.float64)
+        out = torch.zeros(D, dtype=torch.float64, device=opt_device)
         out[support] = opt.model if iters else opt.alpha
         out = out.to(alpha.dtype)
     sent, messages = _sent(fed)

@@ -83,6 +83,7 @@ from ..comm import Federation, MaskStream
 from ..data.estimator_input import (BinaryLabels, check_fitted, features, proba_columns,
                                     require_y)
 from ..data.validation import VFLInputError
+from ..devices import same_device, to_numpy
 from ..model_store import ShardedModelMixin
 from .bandwidth import median_sigma
 from .checks import agree, check_hyperparameters, check_shared, label_problem, scaling_problem, warn_scaling
@@ -468,7 +469,8 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         return result
 
     def _finish(self, fed: Federation, result):
-        self.alpha_ = result.alpha
+        # alpha_ lives on the estimator's device (the shared protocol's host products hand it over on the CPU).
+        self.alpha_ = same_device(result.alpha, self.feature_map_.device)
         self.n_iter_ = result.iterations
         self.n_random_features_ = self.feature_map_.n_features
         self.train_seconds_ = result.train_seconds
@@ -563,7 +565,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         if f is None:
             return None
         f = self._untransform(f)
-        return f.cpu().numpy() if as_numpy else f
+        return to_numpy(f) if as_numpy else f
 
     def _untransform(self, f: torch.Tensor) -> torch.Tensor:
         return f
@@ -645,7 +647,7 @@ class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
 
         count, problem = None, None
         if fed.is_active and y is not None:
-            labels = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y).reshape(-1)
+            labels = to_numpy(y).reshape(-1)
             try:
                 check_classification_targets(labels)     # a continuous target is an error, not 500 classes
             except ValueError as exc:
@@ -670,10 +672,10 @@ class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
         if fed.is_active:
             from sklearn.utils.validation import column_or_1d
 
-            labels = column_or_1d(np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y), warn=True)  # (n, 1): warns
+            labels = column_or_1d(to_numpy(y), warn=True)  # (n, 1): warns
             self.classes_ = np.unique(labels)
             if monitor is not None and monitor[1] is not None:
-                mon_labels = np.asarray(monitor[1].cpu() if isinstance(monitor[1], torch.Tensor) else monitor[1])
+                mon_labels = to_numpy(monitor[1])
         self.estimators_ = []
         for k in range(count):
             est = FDSKLClassifier(**params)
@@ -750,7 +752,7 @@ class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
             return None
         if getattr(self, "estimators_", None):        # one-vs-rest: per-class sigmoids, normalised
             p = torch.sigmoid(torch.as_tensor(f, dtype=torch.float64))
-            return (p / p.sum(dim=1, keepdim=True)).cpu().numpy()
+            return to_numpy(p / p.sum(dim=1, keepdim=True))
         return proba_columns(torch.sigmoid(torch.as_tensor(f)))
 
     def score(self, X, y=None):
@@ -759,7 +761,7 @@ class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
             pred = self.predict(X)
             if pred is None:
                 return None
-            return float(np.mean(np.asarray(pred) == np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y)))
+            return float(np.mean(to_numpy(pred) == to_numpy(y)))
         f = self.decision_function(X)
         if f is None:
             return None

@@ -21,6 +21,7 @@ import copy
 import numpy as np
 import torch
 
+from ..devices import to_device, to_numpy
 from .circle import Circle
 from .protocol import FederatedFeatureMap
 from .random_features import FourierSampler
@@ -54,7 +55,7 @@ def fdskl_shard_state(est) -> tuple[dict, dict]:
         state["one_vs_rest"] = len(subs)
     arrays = {"columns": np.asarray(est.columns_, dtype=np.int64)}
     if est.alpha_ is not None and fed.is_active:
-        arrays["alpha"] = est.alpha_.detach().cpu().numpy()
+        arrays["alpha"] = to_numpy(est.alpha_)
         state["y_offset"] = float(getattr(est, "y_offset_", 0.0))
         state["y_scale"] = float(getattr(est, "y_scale_", 1.0))
     return state, arrays
@@ -85,7 +86,7 @@ def restore_fdskl_shard(est, manifest: dict, arrays: dict, fed) -> None:
     est.support_ = torch.tensor(state["support"], dtype=torch.int64) if state.get("support") is not None else None
     est.alpha_ = None
     if "alpha" in arrays:
-        est.alpha_ = torch.as_tensor(arrays["alpha"]).to(device)
+        est.alpha_ = to_device(arrays["alpha"], device)
         if "y_offset" in state:
             est.y_offset_, est.y_scale_ = state["y_offset"], state["y_scale"]
     shared = est._shared(fed)

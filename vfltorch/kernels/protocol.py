@@ -33,6 +33,7 @@ import torch
 
 from ..comm import Federation, MaskStream, masked_sum
 from ..comm.sharing import fresh_seed
+from ..devices import to_host
 from .circle import Circle, KeptPhases
 from .random_features import FourierSampler, counter_words, derive_key, splitmix64_int
 
@@ -230,7 +231,7 @@ class FederatedFeatureMap:
         passive message is Z_p + b, as in the masked sum). SPMD over the data parties.
         """
         fed = self.fed
-        features = features.to(torch.int64).cpu()
+        features = to_host(features, torch.int64)
         n = len(features)
         # Every feature so far, in order (an unpruned model): a slice, no gathered copy of W and b.
         cols = (slice(0, n) if n == self.n_features and n and int(features[0]) == 0
@@ -281,17 +282,18 @@ class FederatedFeatureMap:
         f = torch.zeros(m, dtype=self.dtype, device=self.device) if self.fed.is_active else None
         if not self.n_blocks:
             return f
-        feats = torch.arange(self.n_features) if support is None else support.to(torch.int64).cpu()
+        feats = torch.arange(self.n_features) if support is None else to_host(support, torch.int64)
         coef = None
         if alpha is not None:
-            coef = alpha[: self.n_features][feats.to(alpha.device)]
+            # (on the phases' device, in their dtype, once for all chunks)
+            coef = alpha[: self.n_features][feats.to(alpha.device)].to(device=self.device, dtype=self.dtype)
         step = max(1, self.max_elements // max(1, len(feats)))
         for start in range(0, m, step):
             rows = slice(start, min(m, start + step))
             theta = self.star_phases(X[rows], feats)
             if theta is not None:
                 phi = self.circle.scaled_cos(theta, self.dtype, SQRT2)
-                f[rows] = phi @ coef.to(phi.dtype)
+                f[rows] = phi @ coef
         return f
 
 

@@ -64,6 +64,7 @@ import numpy as np
 import torch
 
 from ..comm import Federation
+from ..devices import to_host
 from .budget import DEALER_WINDOW, _Optimizer, _shared_round, leak_limit, step_columns
 from .random_features import FourierSampler, counter_words
 from .shared import TRAIN_BITS, StarProducts, DealerWindow, _factors32, shared_decision_values
@@ -167,15 +168,19 @@ def train_lockstep(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | Non
     half = D // K
     shared = dealer is not None
     active = fed.is_active
-    sampler = BatchSampler(n, cfg.batch_size, cfg.seed)
+    # The candidates' steps run on the party's device under the paper's protocol (and Q = 1), on the host under the
+    # shared one (host products), as in training (budget.py).
+    opt_device = torch.device("cpu") if shared else X.device
+    sampler = BatchSampler(n, cfg.batch_size, cfg.seed, device=opt_device)
     B = sampler.batch_size
     max_iter = max(1, math.ceil(cfg.epochs * sampler.per_epoch - 1e-9))
     grad_per_step = half if cfg.solver == "adam" else r
     if shared:                  # each candidate's equations (B + its sums per step) below half its n x half unknowns
         max_iter = min(max_iter, leak_limit(n, half, B, grad_per_step))
-    opts = [_Optimizer(cfg, half, r, sampler.per_epoch, max_iter) for _ in range(K)] if active else None
+    opts = ([_Optimizer(cfg, half, r, sampler.per_epoch, max_iter, device=opt_device) for _ in range(K)]
+            if active else None)
     if active:
-        y = y.to(torch.float64).cpu()
+        y = y.to(device=opt_device, dtype=torch.float64)
     blocks = range(fmap.n_blocks)
     window = DealerWindow(fed, dealer) if shared else None
     window_size, buffered = 1, 0
@@ -186,7 +191,7 @@ def train_lockstep(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | Non
         cols = step_columns(cfg.solver, half, r, t)
         grad_cols = torch.cat([k * half + cols for k in range(K)])
         coef = None
-        if active:
+        if active and shared:
             coef = torch.zeros(D, K, dtype=torch.float64)
             for k, opt in enumerate(opts):
                 coef[k * half:(k + 1) * half, k] = opt.alpha
@@ -207,7 +212,7 @@ def train_lockstep(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | Non
                 phi = fmap.features(Xb, blocks)                                  # B x D at A
                 sums = None
                 if active:
-                    phi = phi.to(torch.float64).cpu()
+                    phi = phi.to(torch.float64)
                     f = torch.stack([phi[:, k * half:(k + 1) * half] @ opt.alpha for k, opt in enumerate(opts)], 1)
                     d_loss = cfg.loss.derivative(f, y[batch].unsqueeze(1))
                     sums = torch.cat([phi[:, k * half + cols].T @ d_loss[:, k] for k in range(K)])
@@ -242,7 +247,8 @@ def select_width(fed: Federation, make_map, X: torch.Tensor, y: torch.Tensor | N
     half = fmap.n_features // K
     coef = None
     if active:
-        coef = torch.zeros(fmap.n_features, K, dtype=torch.float64)
+        # (where the candidates' coefficients are: the host under the shared protocol, else the party's device)
+        coef = torch.zeros(fmap.n_features, K, dtype=torch.float64, device=alphas[0].device)
         for k, a in enumerate(alphas):
             coef[k * half:(k + 1) * half, k] = a
     X_held = X[held.to(X.device)]
@@ -252,14 +258,15 @@ def select_width(fed: Federation, make_map, X: torch.Tensor, y: torch.Tensor | N
                                        max_elements=cfg.max_elements, classes=K)
         else:
             phi = fmap.features(X_held, range(fmap.n_blocks))
-            f = None if phi is None else phi.to(torch.float64).cpu() @ coef
+            f = None if phi is None else phi.to(torch.float64) @ coef
     scores = None
     pick = None
     if active:
         scores = []
-        y_held = y[held].to(torch.float64).cpu()
+        y_held = to_host(y[held], torch.float64)          # (a score: on the host, one copy of f)
+        f = to_host(f, torch.float64)
         for k, c in enumerate(grid):
-            fk = f[:, k].to(torch.float64).cpu()
+            fk = f[:, k]
             loss = float(cfg.loss.value(fk, y_held).mean())
             if not math.isfinite(loss):
                 loss = float("inf")

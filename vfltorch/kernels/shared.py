@@ -83,6 +83,7 @@ from ..comm.sharing import (_UINT16, _as_ring_operand, _from_ring_np, _mul_into,
                              dot_scales, fresh_seed, mul_dealt, open_shares, pack_words, post_words,
                              ring_words_from_bytes,
                              send_words, split_bytes, wire_bytes, word_bytes, words_from_bytes)
+from ..devices import to_host
 from .circle import Circle, KeptPhases
 from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, log_interval, step_marks
 
@@ -1248,7 +1249,9 @@ def shared_decision_values(fed: Federation, fmap, X: torch.Tensor, alpha, *, dea
     if not fmap.n_blocks:
         return f
     width = fmap.n_features if support is None else len(support)
-    coef = None if alpha is None else (alpha[:fmap.n_features] if support is None else alpha[support.to(alpha.device)])
+    # (the products are host arithmetic: the coefficients go to the host once, wherever the estimator keeps them)
+    coef = None if alpha is None else to_host(alpha[:fmap.n_features] if support is None
+                                              else alpha[support.to(alpha.device)])
     step = max(1, max_elements // max(1, width * (classes or 1)))
     for chunk, start in enumerate(range(0, m, step)):
         rows = slice(start, min(m, start + step))

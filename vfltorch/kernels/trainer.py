@@ -113,11 +113,18 @@ class BatchSampler:
     large noisy step that can undo an epoch's progress when it is the last.)
     """
 
-    def __init__(self, n: int, batch_size: int, seed: int):
+    def __init__(self, n: int, batch_size: int, seed: int, device="cpu"):
         self.n = n
         self.batch_size = min(batch_size, n)
         self.generator = torch.Generator().manual_seed(int(seed) % (2 ** 63))
-        self.buffer = torch.randperm(n, generator=self.generator)
+        # ``device``: the batches' index tensors live there (drawn on the CPU, the same permutations; one copy per
+        # epoch instead of one per iteration on a GPU).
+        self.device = torch.device(device)
+        self.buffer = self._permutation()
+
+    def _permutation(self) -> torch.Tensor:
+        perm = torch.randperm(self.n, generator=self.generator)
+        return perm if self.device.type == "cpu" else perm.to(self.device)
 
     @property
     def per_epoch(self) -> float:
@@ -125,7 +132,7 @@ class BatchSampler:
 
     def next(self) -> torch.Tensor:
         if len(self.buffer) < self.batch_size:
-            self.buffer = torch.cat([self.buffer, torch.randperm(self.n, generator=self.generator)])
+            self.buffer = torch.cat([self.buffer, self._permutation()])
         batch, self.buffer = self.buffer[:self.batch_size], self.buffer[self.batch_size:]
         return batch
 
@@ -155,8 +162,12 @@ class TrainingLoop:
         self.last_batch_loss = float("nan")
         self.train_seconds = 0.0
 
-    def add_loss(self, value: float) -> None:
-        self.window_loss += value
+    def add_loss(self, value) -> None:
+        """A batch's mean loss: a float, or a one-element tensor on any device (summed there in float64, read at
+        the next curve point: no host round trip per iteration on a GPU; the same sums as Python floats)."""
+        if isinstance(value, torch.Tensor):
+            value = value.detach().to(torch.float64)
+        self.window_loss = self.window_loss + value
         self.window_count += 1
 
     def tick(self, started: float) -> None:
@@ -168,7 +179,7 @@ class TrainingLoop:
     def batch_loss(self) -> float:
         """The mean batch loss since the last call (the previous value when no batch was seen since)."""
         if self.window_count:
-            self.last_batch_loss = self.window_loss / self.window_count
+            self.last_batch_loss = float(self.window_loss) / self.window_count
         self.window_loss, self.window_count = 0.0, 0
         return self.last_batch_loss
 
@@ -239,7 +250,7 @@ def train_dsg(fed: Federation, fmap: FederatedFeatureMap, X: torch.Tensor, y: to
     n = X.shape[0]
     r = fmap.block_size
     dtype, device = X.dtype, X.device
-    sampler = BatchSampler(n, cfg.batch_size, cfg.seed)
+    sampler = BatchSampler(n, cfg.batch_size, cfg.seed, device=device)
     max_iter = max(1, math.ceil(cfg.epochs * sampler.per_epoch - 1e-9)) if cfg.epochs is not None else None
     log_every = log_interval(cfg.log_every, max_iter)
     shrink = 1.0 - cfg.gamma * cfg.lam
@@ -292,7 +303,7 @@ def train_dsg(fed: Federation, fmap: FederatedFeatureMap, X: torch.Tensor, y: to
                 alpha = torch.cat([alpha * shrink, a_new])           # line 9: earlier alphas shrink
                 if f_train is not None:
                     f_train = shrink * f_train + phi @ a_new
-                loop.add_loss(float(cfg.loss.value(f_batch, y_batch).mean()))
+                loop.add_loss(cfg.loss.value(f_batch, y_batch).mean())
         loop.tick(started)
         t += 1
         if t % log_every == 0 or (max_iter is not None and t == max_iter):
