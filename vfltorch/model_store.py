@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .devices import to_numpy
 from .data.validation import VFLInputError
 
 FORMAT = "vfltorch-model-shard"
@@ -71,7 +72,7 @@ def _npz_bytes(arrays: dict) -> bytes:
     buf = io.BytesIO()
     clean = {}
     for k, v in arrays.items():
-        a = np.asarray(v.detach().cpu().numpy() if hasattr(v, "detach") else v)
+        a = to_numpy(v)                       # (a tensor on any device, or an array)
         if a.dtype == object:
             raise TypeError(f"model array {k!r} has dtype object: shards hold numeric arrays only")
         clean[k] = a

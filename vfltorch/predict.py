@@ -31,6 +31,7 @@ import numpy as np
 from .cli import SAVE_HELP, Command, add_save_argument  # noqa: F401 - defined in cli.py: no numpy to parse options
 from .data.validation import VFLInputError
 from .model_store import ModelStoreError, describe, load_collective, settle
+from .devices import to_host, to_numpy
 
 # ----------------------------------------------------------------------------------- training side
 def data_manifest(fed, args, data) -> tuple[dict, dict]:
@@ -202,7 +203,7 @@ def _run(fed, data, args, log):
     X, y, ids = _rows(fed, data, args)
     if y is not None and data.task == "multiclass":
         # Multi-class labels are coded 0..k-1 by the values present in *this* data: compare by value.
-        y = np.asarray(data.classes, dtype=object)[y.cpu().numpy().astype(np.int64)]
+        y = np.asarray(data.classes, dtype=object)[to_numpy(y, np.int64)]
     method = manifest["method"]
     runner = {"fdskl": _predict_fdskl, "hetero-lr": _predict_hetero_lr, "dpscd": _predict_dpscd,
               "dpsgd": _predict_dpsgd, "pca": _predict_pca}.get(method)
@@ -269,10 +270,10 @@ def _predict_fdskl(fed, manifest, arrays, X, y):
     f = est.decision_function(X) if not fed.is_coordinator else est.decision_function()
     if not fed.is_active:
         return None
-    f = torch.as_tensor(f)
+    f = to_host(torch.as_tensor(f))                  # (the report and the table are made on the host)
     task = manifest.get("data", {}).get("task")
     if f.dim() == 2:                                   # one-vs-rest: the class of the largest f
-        pred = np.asarray(est.classes_)[f.argmax(dim=1).numpy()]
+        pred = np.asarray(est.classes_)[to_numpy(f.argmax(dim=1))]
         names = (manifest.get("labels") or {}).get("classes")
         if names:                                      # training's label codes -> the data's own labels
             pred = np.asarray(names, dtype=object)[pred.astype(np.int64)]
@@ -283,10 +284,10 @@ def _predict_fdskl(fed, manifest, arrays, X, y):
         return {"prediction": pred, **({} if y is None else {"label": np.asarray(y, dtype=object)})}, metrics
     metrics = {} if y is None else _test_metrics(f, y, task)
     if task == "binary":
-        signs = np.where(f.numpy() >= 0, 1.0, -1.0)
-        table = {"decision": f.numpy(), "prediction": _labels_out(manifest, signs)}
+        signs = np.where(to_numpy(f) >= 0, 1.0, -1.0)
+        table = {"decision": to_numpy(f), "prediction": _labels_out(manifest, signs)}
     else:
-        table = {"prediction": f.numpy()}
+        table = {"prediction": to_numpy(f)}
     return _with_labels(table, y, manifest), metrics
 
 
@@ -300,10 +301,11 @@ def _predict_hetero_lr(fed, manifest, arrays, X, y):
     u = est.decision_function(X) if fed.is_data_party else None
     if not fed.is_active:
         return None
-    u = u.cpu()
+    u = to_host(u)
     metrics = {} if y is None else _test_metrics(u, y)
-    signs = np.where(u.numpy() >= 0, 1.0, -1.0)
-    table = {"decision": u.numpy(), "probability": torch.sigmoid(u).numpy(), "prediction": _labels_out(manifest, signs)}
+    signs = np.where(to_numpy(u) >= 0, 1.0, -1.0)
+    table = {"decision": to_numpy(u), "probability": to_numpy(torch.sigmoid(u)),
+             "prediction": _labels_out(manifest, signs)}
     return _with_labels(table, y, manifest), metrics
 
 
@@ -318,11 +320,11 @@ def _glm_outputs(manifest, margins: torch.Tensor, y):
     scale, mean = command.get("label_scale", 1.0), command.get("label_mean", 0.0)
     metrics = {}
     if y is not None:
-        yy = y.cpu().to(torch.float64)
+        yy = to_host(y, torch.float64)
         if glm.kind == "regression":
             yy = yy / scale - mean
-        metrics = test_metrics(glm, margins, yy, scale)
-    m = margins.cpu().to(torch.float64).numpy()
+        metrics = test_metrics(glm, to_host(margins), yy, scale)
+    m = to_numpy(margins, np.float64)
     if glm.kind == "regression":
         table = {"prediction": (m + mean) * scale}
     else:
@@ -352,7 +354,7 @@ def _predict_dpsgd(fed, manifest, arrays, X, y):
     from .privacy.dpsgd import DPSGD
 
     est = _restore(manifest, arrays, fed, {"DPSGD": DPSGD})
-    margins = torch.as_tensor(est.decision_function(X.cpu().numpy()))
+    margins = torch.as_tensor(est.decision_function(to_numpy(X)))
     return _glm_outputs(manifest, margins, y)
 
 
@@ -378,22 +380,23 @@ def _predict_pca(fed, manifest, arrays, X, y):
     if not est.linear:                   # kernel scores: no explained variance of the columns to report
         if not fed.is_active:
             return None
-        s = scores.cpu().numpy()
+        s = to_numpy(scores)
         return {f"pc{j + 1}": s[:, j] for j in range(s.shape[1])}, {}
     part = ((X - est.mean_.to(X.device)) ** 2).sum().reshape(1)
     with fed.phase("pca/transform"):
         total = allreduce(fed, part, "tree", parties=fed.parties) if fed.num_parties > 1 else part
     if not fed.is_active:
         return None
-    ratio = float((scores ** 2).sum() / total) if float(total) > 0 else 0.0
-    s = scores.cpu().numpy()
+    total = to_host(total)
+    ratio = float(to_host((scores ** 2).sum()) / total) if float(total) > 0 else 0.0
+    s = to_numpy(scores)
     return {f"pc{j + 1}": s[:, j] for j in range(s.shape[1])}, {"test_explained_variance_ratio": ratio}
 
 
 def _with_labels(table: dict, y, manifest) -> dict:
     if y is None:
         return table
-    yy = y.cpu().numpy()
+    yy = to_numpy(y)
     classes = (manifest.get("labels") or {}).get("classes")
     if classes and len(classes) == 2 and manifest.get("data", {}).get("task") == "binary":
         yy = np.where(yy > 0, classes[1], classes[0]).astype(object)

@@ -42,12 +42,17 @@ def reduce(fed: Federation, tensor: torch.Tensor, topology, *, add=_plus) -> tor
 
 
 def broadcast(fed: Federation, tensor: torch.Tensor | None, topology, *, shape=None,
-              dtype=None) -> torch.Tensor:
+              dtype=None, device=None) -> torch.Tensor:
     """The root's ``tensor`` to every party of ``topology`` (tree: the reverse order of the reduction).
 
     Non-root parties pass ``tensor=None`` together with ``shape`` and ``dtype``,
     or a tensor of the right shape and dtype whose values are ignored.
+    ``device``: where every rank gets the result (default: a receiver its party's device, the root its own
+    tensor as it is); ``"cpu"`` for host-side protocol arithmetic.
     """
+    if device is not None:
+        out = broadcast(fed, tensor, topology, shape=shape, dtype=dtype)
+        return None if out is None else out.to(device)
     if fed.rank not in topology.order or len(topology.order) == 1:
         return tensor
     if tensor is not None:

@@ -33,11 +33,13 @@ Conventions (all estimators):
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from ..comm import Federation, broadcast, pairwise_tree, secure_allreduce
 from ..data import VFLInputError
+from ..devices import same_device, to_device, to_numpy
 from ..model_store import ShardedModelMixin
 from ..data.estimator_input import check_fitted, features, output, resolve_fed
 
@@ -260,9 +262,12 @@ class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_
         if X.dim() != 2 or X.shape[1] != self.loadings_.shape[0]:
             raise VFLInputError(f"expected this party's {self.loadings_.shape[0]} columns of the new samples "
                                 f"(m x {self.loadings_.shape[0]}), got shape {tuple(X.shape)}")
-        Xc = X.to(torch.float64) - self.mean_
-        s = torch.where(self.singular_values_ > 0, self.singular_values_, torch.ones_like(self.singular_values_))
-        part = Xc @ (self.loadings_ / s)
+        # (on the model's device: numpy rows, or rows on another device, move there)
+        X = to_device(X, self.loadings_.device, torch.float64)
+        Xc = X - same_device(self.mean_, X)
+        sv = same_device(self.singular_values_, X)
+        s = torch.where(sv > 0, sv, torch.ones_like(sv))
+        part = Xc @ (same_device(self.loadings_, X) / s)
         with fed.phase("pca/transform"):
             # Masked: a tree parent would otherwise see its child's m x k part (X_i V_i of the new rows).
             scores = secure_allreduce(fed, part, parties=self.parties_) if len(self.parties_) > 1 else part
@@ -319,7 +324,7 @@ class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_
         arrays = {"loadings": self.loadings_, "mean": self.mean_, "singular_values": self.singular_values_,
                   "explained_variance": self.explained_variance_,
                   "explained_variance_ratio": self.explained_variance_ratio_}
-        return state, {k: v.detach().cpu().to(torch.float64).numpy() for k, v in arrays.items()}
+        return state, {k: to_numpy(v, np.float64) for k, v in arrays.items()}
 
     def _layout_state(self) -> dict:
         """Who took part and the public shape of the fit (every shard has it)."""
@@ -335,7 +340,8 @@ class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_
     def _restore_shard(self, manifest, arrays, fed):
         self._restore_layout(manifest["state"])
         self.sample_components_ = None
-        t = {k: torch.as_tensor(v, dtype=torch.float64) for k, v in arrays.items()}
+        # (on the loading federation's device, as a fit there would leave them)
+        t = {k: to_device(v, fed.device, torch.float64) for k, v in arrays.items()}
         self.loadings_ = t.get("loadings")
         self.mean_ = t.get("mean")
         self.singular_values_ = t.get("singular_values")

@@ -38,10 +38,12 @@ from __future__ import annotations
 import secrets
 import time
 
+import numpy as np
 import torch
 
 from ..comm import Federation, MaskStream, broadcast, build, pairwise_tree, reduce, secure_sum
 from ..data import VFLInputError
+from ..devices import to_device, to_numpy
 from .base import FederatedPCABase, as_tensor
 from .exact import SUM_TOPOLOGIES
 from .kernels import center_kernel, check_kernel, kernel_from_gram
@@ -173,7 +175,7 @@ class ExactFederatedKernelPCA(FederatedPCABase):
         held = getattr(self, "_holder_state", None)
         if held is not None:
             arrays.update(col_mean=held[0], grand_mean=held[1].reshape(1), diag=held[2])
-        return state, {k: v.detach().cpu().to(torch.float64).numpy() for k, v in arrays.items()}
+        return state, {k: to_numpy(v, np.float64) for k, v in arrays.items()}
 
     def _restore_shard(self, manifest, arrays, fed):
         state = manifest["state"]
@@ -181,7 +183,7 @@ class ExactFederatedKernelPCA(FederatedPCABase):
         self.sample_components_ = self.loadings_ = self.components_ = None
         if "X_fit" not in arrays:
             return
-        t = {k: torch.as_tensor(v, dtype=torch.float64) for k, v in arrays.items()}
+        t = {k: to_device(v, fed.device, torch.float64) for k, v in arrays.items()}   # (on the loading party's device)
         self.X_fit_, self.sample_components_, self.eigenvalues_ = t["X_fit"], t["sample_components"], t["eigenvalues"]
         self.gamma_ = state["gamma"]
         self.n_features_in_ = int(self.X_fit_.shape[1])

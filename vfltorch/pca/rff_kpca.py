@@ -68,11 +68,13 @@ from __future__ import annotations
 import math
 import time
 
+import numpy as np
 import torch
 
 from ..comm import FixedPoint, Federation, MaskStream, RingGroup, broadcast, masked_sum, sharing, star
 from ..data import VFLInputError
 from ..data.estimator_input import check_fitted, resolve_fed
+from ..devices import to_host, to_numpy
 from ..kernels.circle import Circle, KeptPhases
 from ..kernels.random_features import FourierSampler, counter_uniform, derive_key
 from .base import FederatedPCABase, as_tensor
@@ -96,7 +98,7 @@ def phase_offsets(seed: int, n_random_features: int) -> torch.Tensor:
 def partial_phase_words(X_l: torch.Tensor, columns, sampler: FourierSampler, n_random_features: int) -> torch.Tensor:
     """Party l's partial phases X_l W_l on the 16-bit grid (what it puts into the masked sum)."""
     W = sampler.omega(columns, range(n_random_features), dtype=torch.float64, device=X_l.device)
-    return CIRCLE.encode(X_l.to(torch.float64) @ W).cpu()
+    return to_host(CIRCLE.encode(X_l.to(torch.float64) @ W))     # (the masked sum's words: host arithmetic)
 
 
 def reference_fit(theta_words: torch.Tensor, n_components: int, seed: int = 0):
@@ -288,7 +290,7 @@ class RandomFeatureKernelPCA(FederatedPCABase):
                         block = torch.cat([W.flip(1)[:, :k], theta.flip(0)[None, :k]])
                     del R, total
             block = broadcast(fed, block, star([coordinator, *parties], center=coordinator), shape=(D + 1, k),
-                              dtype=torch.float64)
+                              dtype=torch.float64, device="cpu")         # (host-side ring arithmetic follows)
             if not bool(torch.isfinite(block).all()):
                 raise TruncationFailure("rffkpca: a share truncation failed (probability about 2**-35 per feature "
                                         "entry); the opened matrix was out of range. Fit again (fresh masks).")
@@ -429,7 +431,7 @@ class RandomFeatureKernelPCA(FederatedPCABase):
         if not bool((scores.abs() <= 4.0).all()):
             raise TruncationFailure("rffkpca transform: a share truncation failed (probability about 2**-35 per "
                                     "feature entry); the opened scores are out of range. Transform again.")
-        return scores
+        return scores if X is None else scores.to(X.device)     # (opened on the host: back to the rows' device)
 
     # -------------------------------------------------- save / load: what transforming new rows needs
     def _shard_state(self):
@@ -441,15 +443,15 @@ class RandomFeatureKernelPCA(FederatedPCABase):
         state = {**self._layout_state(), "gamma": float(self.gamma_) if self.gamma_ == self.gamma_ else None}
         arrays = {}
         if self.eigenvalues_ is not None:
-            arrays["eigenvalues"] = self.eigenvalues_.detach().cpu().to(torch.float64).numpy()
+            arrays["eigenvalues"] = to_numpy(self.eigenvalues_, np.float64)
         if hasattr(self, "_columns_"):
             state["columns"] = list(self._columns_)
         if getattr(self, "_holder_state", None) is not None:
-            arrays["V_encoded"] = self._holder_state[0].cpu().numpy()
-            arrays["mean_projection_share"] = self._holder_state[1].cpu().numpy()
+            arrays["V_encoded"] = to_numpy(self._holder_state[0])
+            arrays["mean_projection_share"] = to_numpy(self._holder_state[1])
         if getattr(self, "_central_mean", None) is not None:
-            arrays["V"] = self.feature_components_.detach().cpu().numpy()
-            arrays["mean"] = self._central_mean.detach().cpu().numpy()
+            arrays["V"] = to_numpy(self.feature_components_)
+            arrays["mean"] = to_numpy(self._central_mean)
         return state, arrays
 
     def _restore_shard(self, manifest, arrays, fed):
