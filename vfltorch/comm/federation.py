@@ -506,7 +506,16 @@ class Federation:
             time.sleep(0.05)
 
     def report_error(self, exc: BaseException) -> None:
-        """File this party's own error in the store, so peers that lose it can say why."""
+        """Tell the peers why this party stops: in the store (gloo), or as an abort frame on every TLS link (across
+        organisations there is no store), so that they name this party and its reason, not a closed connection.
+        A failure this party only saw (a peer's) is passed on over TLS with the party it names."""
+        if self.transport is not None and hasattr(self.transport, "abort"):
+            if isinstance(exc, PartyFailure):
+                if exc.party is not None and exc.party != self.rank:
+                    self.transport.abort(str(exc), exc.party)
+            else:
+                self.transport.abort(f"{type(exc).__name__}: {exc}"[:2000], self.rank)
+            return
         if self.store is not None and not isinstance(exc, PartyFailure):
             self._store_set(f"vfl/error/{self.rank}", f"{type(exc).__name__}: {exc}"[:2000])
 

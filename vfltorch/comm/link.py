@@ -55,8 +55,14 @@ log = logging.getLogger(__name__)
 _FRAME = struct.Struct("!4sQBBxxQ")   # magic, sequence, kind, dtype code, byte count
 _MAGIC = b"VFL1"
 _HELLO = struct.Struct("!32sI")       # federation digest, rank
-KIND_DATA, KIND_BARRIER, KIND_HELLO = 1, 2, 3
-_KIND_NAMES = {KIND_DATA: "data", KIND_BARRIER: "barrier", KIND_HELLO: "hello"}
+KIND_DATA, KIND_BARRIER, KIND_HELLO, KIND_ABORT = 1, 2, 3, 4
+_KIND_NAMES = {KIND_DATA: "data", KIND_BARRIER: "barrier", KIND_HELLO: "hello", KIND_ABORT: "abort"}
+# An abort frame carries JSON {"party": rank, "reason": text}: why a party stops, so that its peers name the
+# party and the reason instead of a closed connection or a timeout (issue 33). At most this many bytes.
+_ABORT_MAX = 4096
+_ABORT_SEND_SECONDS = 2.0     # a peer that does not take the abort frame this fast is not waited for
+_ABORT_DIAL_SECONDS = 8.0     # a party that cannot listen dials its peers this long to tell them why
+_HANDSHAKE_GRACE = 3.0        # after a broken-off handshake, how long to wait for the peer's own abort
 _DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
            torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128]
 _DTYPE_CODE = {d: i for i, d in enumerate(_DTYPES)}
@@ -144,7 +150,10 @@ class TLSMesh:
         peers = [p for p in self.spec.parties if p.rank != self.me.rank]
         if not peers:
             return
-        self._listener = socket.create_server((self.me.listen_host, self.me.listen_port), backlog=64)
+        try:
+            self._listener = socket.create_server((self.me.listen_host, self.me.listen_port), backlog=64)
+        except OSError as exc:
+            self._cannot_listen(exc, peers)
         acceptor = threading.Thread(target=self._accept_loop, name="vfl-tls-accept", daemon=True)
         acceptor.start()
         deadline = time.monotonic() + self.join_timeout
@@ -152,6 +161,7 @@ class TLSMesh:
             for peer in peers:
                 self._dial(peer, deadline)
             while True:
+                self._poll_aborts()
                 with self._lock:
                     if self._fatal is not None:
                         raise self._fatal
@@ -164,8 +174,93 @@ class TLSMesh:
                     raise PartyFailure(f"{names} never dialled {self.me.name} within {self.join_timeout:g} s{why}",
                                        party=missing[0].rank, reporter=self.me.rank, phase="join")
                 time.sleep(0.02)
+        except PartyFailure as exc:
+            # A reason this party knows (another federation file, a refused certificate) or was told (an abort):
+            # tell every peer already linked, so that none of them waits out its timeout to report a closed
+            # connection. A link check names this party as the one stopping; a peer's abort is passed on.
+            self._tell_everyone(str(exc), self.me.rank if isinstance(exc, LinkError) else exc.party, peers)
+            raise
         finally:
             self._close_listener()
+
+    def _cannot_listen(self, exc: OSError, peers) -> None:
+        """This party cannot listen where the federation file says (a port in use, an address not of this
+        machine): dial the peers for a few seconds to tell them why, then stop with a clear message."""
+        import errno
+
+        where = f"{self.me.listen_host}:{self.me.listen_port}"
+        if exc.errno == errno.EADDRINUSE:
+            why = (f"{self.me.name} cannot listen on {where}: the port is in use by another process (a second run, "
+                   f"or another service): stop it, or give {self.me.name} another port in the federation file")
+        elif exc.errno == errno.EADDRNOTAVAIL:
+            why = (f"{self.me.name} cannot listen on {where}: this machine has no such address; give its own "
+                   f"address (or a \"listen\" entry) in the federation file")
+        else:
+            why = f"{self.me.name} cannot listen on {where} ({exc.strerror or exc})"
+        self._tell_everyone(why, self.me.rank, peers)
+        raise LinkError(why, party=self.me.rank, reporter=self.me.rank, phase="join")
+
+    def _tell_everyone(self, reason: str, party: int | None, peers) -> None:
+        """Stopping while joining: dial the peers not linked yet (for a few seconds) and send every linked peer
+        an abort frame, so that each of them names ``party`` and ``reason`` instead of waiting out its timeout."""
+        deadline = time.monotonic() + min(_ABORT_DIAL_SECONDS, self.join_timeout)
+        for peer in peers:
+            if peer.rank in self.out:
+                continue
+            try:
+                self._dial(peer, deadline)
+            except Exception:                     # noqa: BLE001 - unreachable or refusing: it learns otherwise
+                continue
+        self.abort(reason, party)
+
+    def abort(self, reason: str, party: int | None = None) -> None:
+        """Send every linked peer an abort frame naming ``party`` (default: this one) and ``reason``; best effort,
+        bounded by a short timeout per peer (a dead peer is not waited for)."""
+        import json
+
+        body = json.dumps({"party": self.me.rank if party is None else int(party),
+                           "reason": reason[:_ABORT_MAX // 2]}).encode()[:_ABORT_MAX]
+        payload = torch.frombuffer(bytearray(body), dtype=torch.uint8) if body else None
+        for dst, sock in list(self.out.items()):
+            try:
+                sock.settimeout(_ABORT_SEND_SECONDS)
+                self._send_frame(dst, KIND_ABORT, payload)
+            except Exception:                     # noqa: BLE001 - the peer may be gone: nothing more to do
+                pass
+
+    def _poll_aborts(self) -> None:
+        """While joining: an abort frame already sent by a linked peer (it stopped during its own join)."""
+        import select
+
+        with self._lock:
+            links = dict(self.inc)
+        for src, sock in links.items():
+            try:
+                ready = sock.pending() > 0 or bool(select.select([sock], [], [], 0)[0])
+            except (OSError, ValueError):
+                continue
+            if ready:
+                self._recv_frame(src, KIND_DATA, torch.uint8, (0,))    # raises on the abort; else out of step
+
+    def _abort_from(self, src: int, sock, nbytes: int, name: str):
+        """The error an abort frame from ``src`` stands for: a PartyFailure naming the party and its reason."""
+        import json
+
+        if not 0 < nbytes <= _ABORT_MAX:
+            return self._err(f"{name}: an abort frame of {nbytes} bytes", src)
+        raw = bytearray(nbytes)
+        _recv_exact(sock, memoryview(raw))
+        try:
+            doc = json.loads(raw.decode())
+            party, reason = int(doc["party"]), str(doc["reason"])
+        except (ValueError, KeyError, TypeError):
+            return self._err(f"{name}: a malformed abort frame", src)
+        if not 0 <= party < len(self.spec.parties):
+            party = src
+        who = self.spec.parties[party]
+        via = "" if party == src else f" (told by {self.spec.parties[src].name})"
+        return PartyFailure(f"party {who.name} (rank {party}) stopped{via}: {reason}", party=party,
+                            reporter=self.me.rank, phase="link")
 
     def _close_listener(self):
         if self._listener is not None:
@@ -184,6 +279,10 @@ class TLSMesh:
                 raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)   # small protocol messages: no Nagle
                 break
             except OSError as exc:
+                with self._lock:
+                    if self._fatal is not None:       # our listener learnt the real cause meanwhile
+                        raise self._fatal from None
+                self._poll_aborts()                   # a linked peer said why it stops
                 if time.monotonic() > deadline:
                     raise PartyFailure(f"{name}: {peer.name} is not reachable within {self.join_timeout:g} s "
                                        f"({exc})", party=peer.rank, reporter=self.me.rank, phase="join") from None
@@ -201,9 +300,17 @@ class TLSMesh:
                             f"certificate ({exc.verify_message}); refusing to talk to it", peer.rank) from None
         except (ssl.SSLError, OSError) as exc:
             raw.close()
-            with self._lock:
-                if self._fatal is not None:   # our listener already knows the real cause
-                    raise self._fatal from None
+            # Something at the peer's address broke the handshake off: give a peer that stops for a reason of its
+            # own (it cannot listen there, say) a moment to dial in and say so before blaming certificates.
+            until = min(deadline, time.monotonic() + _HANDSHAKE_GRACE)
+            while True:
+                with self._lock:
+                    if self._fatal is not None:   # our listener already knows the real cause
+                        raise self._fatal from None
+                self._poll_aborts()
+                if time.monotonic() >= until:
+                    break
+                time.sleep(0.05)
             raise self._err(f"{name}: TLS handshake failed ({exc}); {peer.name} refused this party's certificate "
                             "or the connection was tampered with", peer.rank) from None
         tls.settimeout(self.timeout)
@@ -309,6 +416,8 @@ class TLSMesh:
                 raise self._err(f"{name}: message {seq} arrived where {self.recv_seq[src]} was due "
                                 "(replayed, dropped or reordered)", src)
             self.recv_seq[src] = seq + 1
+            if got_kind == KIND_ABORT:
+                raise self._abort_from(src, sock, nbytes, name)
             if got_kind != kind:
                 raise self._err(f"{name}: expected a {_KIND_NAMES.get(kind)} frame, got "
                                 f"{_KIND_NAMES.get(got_kind, got_kind)}: the parties are out of step", src)
@@ -416,6 +525,9 @@ def _local_party(path, name, key, fn, args, options, results):
         try:
             out = fn(fed, *args)
             fed.close()
+        except BaseException as exc:
+            fed.report_error(exc)         # the peers name this party and its reason (abort frames)
+            raise
         finally:
             fed.transport.close()
         results.put((rank, "ok", pickle.dumps(out)))
