@@ -82,8 +82,14 @@ def job(fed):
                          "bytes": est.bytes_, "W": recorded[-1]}
     finally:
         exact.open_own_rows = opener
+    warned = None
+    if fed.rank != 2:                            # two parties of 10 columns, k = 10: the output gives the other's Gram
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ExactFederatedPCA(10, fed=fed).fit(X, parties=[0, 1])
+        warned = [str(w.message) for w in caught]
     msgs = [(m.phase, m.src, m.dst, m.tensor) for m in fed.transcript]
-    return {"out": out, "messages": msgs}
+    return {"out": out, "messages": msgs, "warned": warned}
 
 
 @pytest.fixture(scope="module")
@@ -281,3 +287,27 @@ def test_the_pooled_attack_finds_the_old_broadcast_and_opens_the_own_rows(result
     _, rows = candidates(results, mode, 2)
     mine = results[2]["out"][mode]["components"].T
     assert any(torch.allclose(R.abs(), mine.abs(), rtol=0, atol=1e-8) for R in rows if R.shape == mine.shape)
+
+
+def test_what_the_output_itself_implies():
+    """The products stated in docs/pca.md ('What the output implies'), from the output alone (U, theta, own columns):
+    the others' joint scores X_o V_o = U sqrt(theta) - X_l V_l and V_o^T V_o = I - V_l^T V_l give the others' pooled
+    Gram matrix on the k-dimensional span of V_o, X_o V_o (V_o^T V_o)^+ V_o^T X_o^T; exactly their Gram matrix when
+    they hold at most k columns together (the estimator warns then)."""
+    X = pooled()
+    for widths, exact in (((27, 3), True), ((10, 20), False)):
+        U, S, Vt = torch.linalg.svd(X, full_matrices=False)
+        U, theta, V = U[:, :K], S[:K] ** 2, Vt[:K].T
+        Xl, Xo, Vl = X[:, :widths[0]], X[:, widths[0]:], V[:widths[0]]
+        scores = U * theta.sqrt() - Xl @ Vl
+        G = torch.eye(K, dtype=torch.float64) - Vl.T @ Vl
+        err = rel(scores @ torch.linalg.pinv(G, rtol=1e-10, hermitian=True) @ scores.T, Xo @ Xo.T)
+        assert (err < 1e-10) if exact else (err > 0.1), (widths, err)
+
+
+
+def test_the_estimator_warns_when_the_others_hold_at_most_k_columns(results):
+    # The fixture's last fit: parties 0 and 1 (10 columns each) with k = 10.
+    for rank in (0, 1):
+        assert any("learns their Gram matrix exactly" in w for w in results[rank]["warned"]), results[rank]["warned"]
+    assert not results[Q]["warned"]

@@ -107,6 +107,9 @@ KRYLOV_LEAK = ("protocol='krylov': every party learns every block Q_t and every 
                "Gram matrix, so it can rebuild the other parties' Gram matrix (their data up to a rotation) on "
                "the explored subspace by subtracting its own part (Nystrom). Use protocol='rotated' (with a "
                "coordinator rank) unless that leak is acceptable; see docs/pca.md")
+OUTPUT_GRAM = ("{who}: the other parties hold {rest} column(s) together, at most n_components={k}: from the output "
+               "(U, theta) and its own columns a party learns their Gram matrix exactly (their data up to a rotation "
+               "of their columns; docs/pca.md, 'What the output implies'). Ask for fewer components, or accept it")
 SIMULATION = ("mask_seed is set: masks and the secret rotation come from a seeded generator (a reproducible "
               "simulation); this run carries no privacy guarantee")
 
@@ -158,6 +161,9 @@ class ExactFederatedPCA(FederatedPCABase):
     'pairwise': ``sharing.cross_products``, no coalition of data parties without the
     coordinator learns another's columns, at (Q - 1) n d ring elements).
 
+    Warns (every protocol) when the other parties hold at most k columns together: the output (U, theta) then
+    gives a party their Gram matrix exactly (docs/pca.md, 'What the output implies').
+
     Attributes: ``protocol_`` (the protocol 'auto' chose), ``sample_components_`` (n x k), ``eigenvalues_`` (of X X^T), ``loadings_``,
     ``history_`` (the k Ritz vectors after each round), ``residuals_``,
     ``rounds_``, ``converged_``, ``bytes_``, ``fit_seconds_``, explained variance.
@@ -197,6 +203,10 @@ class ExactFederatedPCA(FederatedPCABase):
             raise VFLInputError(f"unknown protocol {self.protocol!r}: choose 'auto' (default), 'covariance', "
                                 f"'rotated' or 'krylov'")
         fed, parties, X, n = self._setup(X, fed, parties)
+        if fed.rank in parties and len(parties) > 1:
+            rest = self.n_features_total_ - self.party_widths_[parties.index(fed.rank)]
+            if rest <= self.n_components:
+                warnings.warn(OUTPUT_GRAM.format(who=fed.name(), rest=rest, k=self.n_components), stacklevel=2)
         protocol = self.protocol
         if protocol == "auto":          # the cheaper exact protocol: d x d (covariance) or n x n (rotated)
             protocol = "covariance" if self.n_features_total_ <= n else "rotated"
