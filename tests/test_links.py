@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import socket
 import ssl
 import struct
@@ -562,3 +563,43 @@ def test_a_party_that_stops_mid_run_is_named_with_its_reason_over_tls(tmp_path):
     for rank in (0, 2):
         text = info.value.errors[rank]
         assert "shop" in text and "shop.csv: line 7 is not numeric" in text, text
+
+
+# --------------------------------------------------------------- liveness apart from progress (issue 33)
+def slow_then_send(fed, seconds):
+    import signal as sig
+
+    if fed.rank == 1:
+        if seconds == "stop":
+            time.sleep(0.3)
+            os.kill(os.getpid(), sig.SIGSTOP)        # frozen: alive to the kernel, silent on the link
+        elif seconds == "kill":
+            time.sleep(0.3)
+            os.kill(os.getpid(), sig.SIGKILL)
+        time.sleep(seconds)                           # long local work, no message
+        fed.send_tensor(torch.arange(3.0), 0)
+        return "sent"
+    started = time.monotonic()
+    t = fed.recv_tensor(1)
+    return t.tolist(), time.monotonic() - started
+
+
+def test_a_slow_peer_is_waited_for_beyond_the_timeout_over_tls(tmp_path):
+    """--timeout bounds silence, not work: 6 s of local work under a 2 s timeout; heartbeats keep the link live."""
+    path, keys = make_federation(tmp_path, 2)
+    out = launch_local(slow_then_send, path, keys, args=(6.0,), timeout=2.0)
+    assert out[0][0] == [0.0, 1.0, 2.0] and out[0][1] > 5.5 and out[1] == "sent"
+
+
+@pytest.mark.parametrize("how, within", [("kill", 5.0), ("stop", 12.0)])
+def test_a_dead_or_frozen_peer_is_named_over_tls(tmp_path, how, within):
+    """A killed peer's link closes: named at once. A frozen one (SIGSTOP) falls silent: named after the 3 s
+    timeout of silence (plus the launcher's own bookkeeping)."""
+    path, keys = make_federation(tmp_path, 2)
+    started = time.monotonic()
+    with pytest.raises(FederationError) as info:
+        launch_local(slow_then_send, path, keys, args=(how,), timeout=3.0)
+    took = time.monotonic() - started
+    text = info.value.errors[0]
+    assert "party 1" in text and ("closed" in text or "did not answer" in text), text
+    assert took < within + 8, took            # + process start and join of two spawned interpreters

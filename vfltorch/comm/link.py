@@ -28,6 +28,14 @@ the sequence number against its own count: TLS already rejects tampered,
 replayed, reordered or truncated records within a connection; the number
 catches any frame that is out of protocol. Every such failure raises
 ``LinkError`` naming the link and stops the run.
+
+Liveness apart from progress. Once joined, a background thread sends a heartbeat frame (no payload) on every
+outgoing link that has been idle for a quarter of the timeout (at most 5 s); the receiver skips heartbeats.
+So a read times out only after ``--timeout`` seconds of *silence*: a peer that is alive but slow (a busy
+machine, a long local step, a slow link) keeps its links warm and is waited for, while a dead peer's
+connection closes at once and a frozen or cut-off one falls silent and is named after ``--timeout`` seconds.
+The writer of each link holds its lock for a whole frame, so heartbeats never split a message.
+A party that stops sends an abort frame with its reason instead (``abort``).
 """
 
 from __future__ import annotations
@@ -55,8 +63,10 @@ log = logging.getLogger(__name__)
 _FRAME = struct.Struct("!4sQBBxxQ")   # magic, sequence, kind, dtype code, byte count
 _MAGIC = b"VFL1"
 _HELLO = struct.Struct("!32sI")       # federation digest, rank
-KIND_DATA, KIND_BARRIER, KIND_HELLO, KIND_ABORT = 1, 2, 3, 4
-_KIND_NAMES = {KIND_DATA: "data", KIND_BARRIER: "barrier", KIND_HELLO: "hello", KIND_ABORT: "abort"}
+KIND_DATA, KIND_BARRIER, KIND_HELLO, KIND_ABORT, KIND_HEARTBEAT = 1, 2, 3, 4, 5
+_KIND_NAMES = {KIND_DATA: "data", KIND_BARRIER: "barrier", KIND_HELLO: "hello", KIND_ABORT: "abort",
+               KIND_HEARTBEAT: "heartbeat"}
+_HEARTBEAT_MAX_SECONDS = 5.0   # heartbeats at least this often on an idle link (a quarter of the timeout if less)
 # An abort frame carries JSON {"party": rank, "reason": text}: why a party stops, so that its peers name the
 # party and the reason instead of a closed connection or a timeout (issue 33). At most this many bytes.
 _ABORT_MAX = 4096
@@ -136,6 +146,11 @@ class TLSMesh:
         self._listener: socket.socket | None = None
         self._digest = bytes.fromhex(spec.digest)
         self._sender: ThreadPoolExecutor | None = None
+        self._send_locks: dict[int, threading.Lock] = {}     # one writer at a time per outgoing link
+        self._stashed: dict[int, tuple[int, int, int]] = {}  # a header read while joining, for the next recv
+        self._last_sent: dict[int, float] = {}
+        self._stop_heartbeats = threading.Event()
+        self._heartbeat: threading.Thread | None = None
 
     # ---------------------------------------------------------------- naming
     def link_name(self, src: int, dst: int) -> str:
@@ -174,6 +189,7 @@ class TLSMesh:
                     raise PartyFailure(f"{names} never dialled {self.me.name} within {self.join_timeout:g} s{why}",
                                        party=missing[0].rank, reporter=self.me.rank, phase="join")
                 time.sleep(0.02)
+            self._start_heartbeats()
         except PartyFailure as exc:
             # A reason this party knows (another federation file, a refused certificate) or was told (an abort):
             # tell every peer already linked, so that none of them waits out its timeout to report a closed
@@ -182,6 +198,32 @@ class TLSMesh:
             raise
         finally:
             self._close_listener()
+
+    def _start_heartbeats(self) -> None:
+        if self._heartbeat is None and self.out:
+            self._heartbeat = threading.Thread(target=self._heartbeats, name="vfl-tls-heartbeat", daemon=True)
+            self._heartbeat.start()
+
+    def _heartbeats(self) -> None:
+        """Keep every idle outgoing link warm (see the module docstring): a heartbeat when nothing was sent for
+        a quarter of the timeout. A link whose writer is busy is skipped: its data is the sign of life."""
+        while not self._stop_heartbeats.is_set():
+            interval = max(0.05, min(self.timeout / 4, _HEARTBEAT_MAX_SECONDS))
+            self._stop_heartbeats.wait(interval / 2)
+            now = time.monotonic()
+            for dst in list(self.out):
+                lock = self._send_locks.get(dst)
+                if lock is None or now - self._last_sent.get(dst, now) < interval:
+                    continue
+                if not lock.acquire(blocking=False):
+                    continue
+                try:
+                    if dst in self.out and not self._stop_heartbeats.is_set():
+                        self._write_frame(dst, KIND_HEARTBEAT, None)
+                except Exception:                 # noqa: BLE001 - the main thread meets the broken link itself
+                    pass
+                finally:
+                    lock.release()
 
     def _cannot_listen(self, exc: OSError, peers) -> None:
         """This party cannot listen where the federation file says (a port in use, an address not of this
@@ -233,14 +275,25 @@ class TLSMesh:
         import select
 
         with self._lock:
-            links = dict(self.inc)
+            links = {r: s for r, s in self.inc.items() if r not in self._stashed}
         for src, sock in links.items():
             try:
                 ready = sock.pending() > 0 or bool(select.select([sock], [], [], 0)[0])
             except (OSError, ValueError):
                 continue
-            if ready:
-                self._recv_frame(src, KIND_DATA, torch.uint8, (0,))    # raises on the abort; else out of step
+            if not ready:
+                continue
+            name = self.link_name(src, self.me.rank)
+            try:
+                kind, code, nbytes = self._read_head(src, sock, name, skip_heartbeats=False)
+            except (OSError, ssl.SSLError):
+                continue                          # closed: the join names it
+            if kind == KIND_HEARTBEAT:
+                continue
+            if kind == KIND_ABORT:
+                raise self._abort_from(src, sock, nbytes, name)
+            # A peer that has joined already sent its first message: keep the header for the recv that takes it.
+            self._stashed[src] = (kind, code, nbytes)
 
     def _abort_from(self, src: int, sock, nbytes: int, name: str):
         """The error an abort frame from ``src`` stands for: a PartyFailure naming the party and its reason."""
@@ -314,6 +367,8 @@ class TLSMesh:
             raise self._err(f"{name}: TLS handshake failed ({exc}); {peer.name} refused this party's certificate "
                             "or the connection was tampered with", peer.rank) from None
         tls.settimeout(self.timeout)
+        self._send_locks[peer.rank] = threading.Lock()
+        self._last_sent[peer.rank] = time.monotonic()
         self.out[peer.rank] = tls
         self.sent_seq[peer.rank] = 1
 
@@ -384,6 +439,13 @@ class TLSMesh:
 
     # --------------------------------------------------------------- messages
     def _send_frame(self, dst: int, kind: int, t: torch.Tensor | None) -> None:
+        lock = self._send_locks.get(dst)
+        if lock is None:
+            return self._write_frame(dst, kind, t)
+        with lock:
+            return self._write_frame(dst, kind, t)
+
+    def _write_frame(self, dst: int, kind: int, t: torch.Tensor | None) -> None:
         sock = self.out[dst]
         view = _byte_view(t) if t is not None else memoryview(b"")
         seq = self.sent_seq[dst]
@@ -396,6 +458,7 @@ class TLSMesh:
             else:
                 sock.sendall(head)
                 sock.sendall(view)
+            self._last_sent[dst] = time.monotonic()
         except ssl.SSLError as exc:
             raise self._err(f"{self.link_name(self.me.rank, dst)}: TLS failure while sending ({exc})", dst) from None
         except socket.timeout:
@@ -406,16 +469,8 @@ class TLSMesh:
     def _recv_frame(self, src: int, kind: int, dtype: torch.dtype | None, shape) -> torch.Tensor | None:
         sock = self.inc[src]
         name = self.link_name(src, self.me.rank)
-        head = bytearray(_FRAME.size)
         try:
-            _recv_exact(sock, memoryview(head))
-            magic, seq, got_kind, code, nbytes = _FRAME.unpack(head)
-            if magic != _MAGIC:
-                raise self._err(f"{name}: malformed frame header", src)
-            if seq != self.recv_seq[src]:
-                raise self._err(f"{name}: message {seq} arrived where {self.recv_seq[src]} was due "
-                                "(replayed, dropped or reordered)", src)
-            self.recv_seq[src] = seq + 1
+            got_kind, code, nbytes = self._stashed.pop(src, None) or self._read_head(src, sock, name)
             if got_kind == KIND_ABORT:
                 raise self._abort_from(src, sock, nbytes, name)
             if got_kind != kind:
@@ -446,6 +501,25 @@ class TLSMesh:
             raise RuntimeError(f"Timed out receiving on {name}") from None
         except OSError as exc:
             raise RuntimeError(f"Connection closed on {name}: {exc}") from None
+
+    def _read_head(self, src: int, sock, name: str, *, skip_heartbeats: bool = True) -> tuple[int, int, int]:
+        """The next frame header from ``src`` past any heartbeats (a live peer's sign of life), checked for magic
+        and sequence: (kind, dtype code, byte count). Each read waits up to the timeout: silence, not work.
+        ``skip_heartbeats=False``: one header, whatever its kind."""
+        head = bytearray(_FRAME.size)
+        while True:
+            _recv_exact(sock, memoryview(head))
+            magic, seq, kind, code, nbytes = _FRAME.unpack(head)
+            if magic != _MAGIC:
+                raise self._err(f"{name}: malformed frame header", src)
+            if seq != self.recv_seq[src]:
+                raise self._err(f"{name}: message {seq} arrived where {self.recv_seq[src]} was due "
+                                "(replayed, dropped or reordered)", src)
+            self.recv_seq[src] = seq + 1
+            if kind == KIND_HEARTBEAT and nbytes:
+                raise self._err(f"{name}: a heartbeat frame carries {nbytes} bytes", src)
+            if kind != KIND_HEARTBEAT or not skip_heartbeats:
+                return kind, code, nbytes
 
     def set_timeout(self, seconds: float) -> None:
         """Seconds a send or receive may block from now on (``Federation.expect_work`` raises it)."""
@@ -486,6 +560,10 @@ class TLSMesh:
             self._recv_frame(0, KIND_BARRIER, None, None)
 
     def close(self) -> None:
+        self._stop_heartbeats.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join(timeout=2 * _ABORT_SEND_SECONDS)
+            self._heartbeat = None
         self._close_listener()
         if self._sender is not None:
             self._sender.shutdown(wait=False)
