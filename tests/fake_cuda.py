@@ -96,6 +96,7 @@ def _name(index):
 _T = torch.Tensor
 _CROSSING = {_T.__getitem__, _T.__setitem__, _T.copy_, _T.index_put_, _T.index_put}
 _TO_NUMPY = {_T.numpy, _T.__array__}
+_TYPE_CHECKS = {"_has_compatible_shallow_copy_type", "is_tensor", "is_floating_point", "is_complex"}
 _FACTORY_LIKE = {torch.tensor, torch.as_tensor, torch.zeros, torch.ones, torch.empty, torch.full, torch.arange,
                  torch.linspace, torch.eye, torch.rand, torch.randn, torch.randint, torch.randperm, torch.zeros_like,
                  torch.ones_like, torch.empty_like, torch.full_like, torch.rand_like, torch.randn_like}
@@ -115,6 +116,13 @@ class FakeCudaMode(TorchFunctionMode):
             if isinstance(out, torch.Tensor) and args and tag(args[0]) is not None:
                 _set_tags(out, tag(args[0]))
             return out
+        if name == "__set__":                     # t.data = other: t takes other's device (nn.Module.to)
+            out = func(*args, **kwargs)
+            if getattr(getattr(func, "__self__", None), "__name__", None) == "data" and len(args) > 1:
+                _set_tags(args[0], tag(args[1]))
+            return out
+        if name in _TYPE_CHECKS:
+            return func(*args, **kwargs)
         if func in _TO_NUMPY:
             if args and tag(args[0]) is not None:
                 _fail(TypeError, f"can't convert {_name(tag(args[0]))} device type tensor to numpy. Use Tensor.cpu() "
@@ -184,6 +192,36 @@ def fake_cuda():
         deactivate()
 
 
+class _FakeGenerator(torch.Generator):
+    """``torch.Generator(device="cuda")``: a CPU generator that reports its fake device."""
+
+    def __new__(cls, device=None):
+        return _REAL_GENERATOR.__new__(cls)
+
+    def __init__(self, device=None):
+        _REAL_GENERATOR.__init__(self)
+        self._fake_device = torch.device("cuda", _index(device) or 0)
+
+    @property
+    def device(self):
+        return self._fake_device
+
+
+class _AnyGenerator(type(torch.Generator)):
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, _REAL_GENERATOR)
+
+
+_REAL_GENERATOR = torch.Generator
+
+
+class _GeneratorProxy(torch.Generator, metaclass=_AnyGenerator):
+    """What ``torch.Generator`` is while active: cuda devices give a ``_FakeGenerator``, the rest a real one."""
+
+    def __new__(cls, device="cpu"):
+        return _FakeGenerator(device) if _index(device) is not None else _REAL_GENERATOR(device)
+
+
 def activate():
     mode = FakeCudaMode()
     mode.__enter__()
@@ -194,6 +232,8 @@ def activate():
         torch.cuda.is_available = lambda: True
         torch.cuda.device_count = lambda: 2
         torch.cuda.synchronize = lambda *a, **k: None
+        _real["Generator"] = torch.Generator
+        torch.Generator = _GeneratorProxy
 
 
 def deactivate():
@@ -203,6 +243,7 @@ def deactivate():
         torch.cuda.is_available = _real.pop("is_available")
         torch.cuda.device_count = _real.pop("device_count")
         torch.cuda.synchronize = _real.pop("synchronize")
+        torch.Generator = _real.pop("Generator")
 
 
 def fake_cuda_env(env=None) -> dict:

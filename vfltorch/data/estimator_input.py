@@ -29,6 +29,7 @@ from sklearn.exceptions import NotFittedError as _SkNotFittedError
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d, validate_data
 
+from ..devices import to_numpy
 from .validation import VFLInputError
 
 
@@ -82,7 +83,7 @@ def output(values: np.ndarray | torch.Tensor, as_torch: bool, like: torch.Tensor
     if as_torch:
         t = torch.as_tensor(values)
         return t.to(like.device) if like is not None else t
-    return values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
+    return to_numpy(values)
 
 
 class BinaryLabels:
@@ -93,7 +94,7 @@ class BinaryLabels:
         """Set ``est.classes_`` and return y as float64 -1 / +1 (numpy)."""
         require_y(est, y)
         if isinstance(y, torch.Tensor):
-            y = y.detach().cpu().numpy()
+            y = to_numpy(y)
         y = column_or_1d(y, warn=True)
         if n_rows is not None and y.shape[0] != n_rows:
             raise VFLInputError(f"y has {y.shape[0]} labels for {n_rows} rows of X: one label per row")
@@ -115,7 +116,7 @@ class BinaryLabels:
     def encode(est, y) -> np.ndarray:
         """Labels of fitted classes as -1 / +1 (for scoring and monitoring)."""
         if isinstance(y, torch.Tensor):
-            y = y.detach().cpu().numpy()
+            y = to_numpy(y)
         y = np.asarray(y).reshape(-1)
         return np.where(y == est.classes_[1], 1.0, -1.0)
 
@@ -123,7 +124,7 @@ class BinaryLabels:
     def decode(est, positive, as_torch: bool = False, like: torch.Tensor | None = None):
         """Original labels from a boolean mask of positive predictions."""
         if isinstance(positive, torch.Tensor):
-            positive = positive.detach().cpu().numpy()
+            positive = to_numpy(positive)
         labels = np.where(np.asarray(positive, dtype=bool), est.classes_[1], est.classes_[0])
         if as_torch and labels.dtype.kind in "biuf":
             t = torch.as_tensor(labels.astype(np.float64))
@@ -140,7 +141,7 @@ def require_y(est, y) -> None:
 def proba_columns(p_positive) -> np.ndarray:
     """(n, 2) probabilities [P(classes_[0]), P(classes_[1])] from P(positive)."""
     if isinstance(p_positive, torch.Tensor):
-        p_positive = p_positive.detach().cpu().numpy()
+        p_positive = to_numpy(p_positive)
     p = np.asarray(p_positive, dtype=np.float64).reshape(-1)
     return np.column_stack([1.0 - p, p])
 

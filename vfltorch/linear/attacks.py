@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..devices import to_numpy
 
 def gradients_from_trajectory(weights, etas, l2: float, penalized=None) -> list[np.ndarray]:
     """g_k = (w_{k-1} - w_k) / eta_k - lambda w_{k-1} from the iterates w_1, w_2, ... (w_0 = 0)."""
@@ -182,7 +183,7 @@ def record_views(host_rank: int = 1) -> dict:
 
 
 def as_numpy(x) -> np.ndarray:
-    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+    return to_numpy(x)
 
 
 __all__ = ["auc", "correlation", "first_batch_labels", "gradients_from_trajectory", "hessian_fit",

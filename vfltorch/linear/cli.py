@@ -224,10 +224,12 @@ def _test_metrics(scores, y) -> dict:
     import torch
     from sklearn.metrics import roc_auc_score
 
-    scores, y = torch.as_tensor(scores).cpu(), torch.as_tensor(y).cpu()
+    from ..devices import to_host, to_numpy
+
+    scores, y = to_host(torch.as_tensor(scores)), to_host(torch.as_tensor(y))     # (a report: on the host)
     out = {"test_accuracy": float((torch.where(scores >= 0, 1.0, -1.0) == y).double().mean())}
     if len(torch.unique(y)) == 2:
-        out["test_auc"] = float(roc_auc_score(y.numpy(), scores.numpy()))
+        out["test_auc"] = float(roc_auc_score(to_numpy(y), to_numpy(scores)))
     return out
 
 

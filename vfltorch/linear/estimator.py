@@ -67,6 +67,7 @@ from ..crypto import MIN_KEY_BITS, generate_keypair
 from ..data.estimator_input import (BinaryLabels, NotFittedError, binary_classifier_tags, features, output,
                                     proba_columns, require_y)
 from ..data.validation import VFLInputError
+from ..devices import to_numpy
 from ..model_store import ShardedModelMixin
 from .batches import BatchPlan, batch_too_large
 from .bounds import FEATURE_MAX, PublicBounds, quantize
@@ -539,7 +540,7 @@ class HeteroLogisticRegression(ShardedModelMixin, ClassifierMixin, BaseEstimator
             return None
         from sklearn.metrics import roc_auc_score
 
-        return float(roc_auc_score(torch.as_tensor(y_test).cpu().numpy(), scores.cpu().numpy()))
+        return float(roc_auc_score(to_numpy(y_test), to_numpy(scores)))
 
     def _epoch_record(self, fed, session, epoch, eta, k, rounds, online, offline, decision, auc, last_bytes):
         """Gather this epoch's bytes and offline time of every process at the guest."""
@@ -654,8 +655,8 @@ class HeteroLogisticRegression(ShardedModelMixin, ClassifierMixin, BaseEstimator
             return None
         from sklearn.metrics import accuracy_score
 
-        y = y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else np.asarray(y)
-        pred = pred.detach().cpu().numpy() if isinstance(pred, torch.Tensor) else pred
+        y = to_numpy(y)
+        pred = to_numpy(pred) if isinstance(pred, torch.Tensor) else pred
         return float(accuracy_score(y, pred, sample_weight=sample_weight))
 
     # -------------------------------------------------- save / load (vfltorch.model_store)
@@ -674,7 +675,7 @@ class HeteroLogisticRegression(ShardedModelMixin, ClassifierMixin, BaseEstimator
         w = None if fed.is_coordinator else role.w
         state = {"n_iter": getattr(self, "n_iter_", None), "n_features_in": None if w is None else
                  int(w.shape[0]) - int(bool(self.fit_intercept and fed.is_active))}
-        return state, ({} if w is None else {"w": w.detach().cpu().to(torch.float64).numpy()})
+        return state, ({} if w is None else {"w": to_numpy(w, np.float64)})
 
     def _restore_shard(self, manifest, arrays, fed):
         self.fed = fed if fed.world_size > 1 else None

@@ -29,6 +29,7 @@ import sys
 
 from ..cli import Command, check_key_option, planned_parties
 from ..data.validation import VFLInputError
+from ..devices import to_numpy
 
 # The parser's choices come from the torch-free config module, so that `vfl dpscd --help` and option errors
 # import neither torch nor opacus.
@@ -153,7 +154,9 @@ def test_metrics(glm, margins, y, label_scale: float = 1.0) -> dict:
     """Held-out metrics from the margins x^T theta (at the active party)."""
     import torch
 
-    m, yy = margins.cpu().to(torch.float64), y.cpu().to(torch.float64)
+    from ..devices import to_host
+
+    m, yy = to_host(margins, torch.float64), to_host(y, torch.float64)     # (a report: on the host)
     out = {"test_loss": float(glm.loss(m, yy).mean())}
     if glm.kind == "regression":
         mse = float(((m - yy) ** 2).mean())
@@ -166,7 +169,7 @@ def test_metrics(glm, margins, y, label_scale: float = 1.0) -> dict:
 
         out["test_accuracy"] = float(((m > 0).to(torch.float64) * 2 - 1 == yy).to(torch.float64).mean())
         if len(torch.unique(yy)) == 2:
-            out["test_auc"] = float(roc_auc_score(yy.numpy(), m.numpy()))
+            out["test_auc"] = float(roc_auc_score(to_numpy(yy), to_numpy(m)))
     return out
 
 
@@ -268,7 +271,7 @@ def _dpscd(fed, data, args, log):
     from ..predict import save_arrays
 
     # theta is the private release (this party's block); labels' scaling and encoding at the active party.
-    model_id = save_arrays(fed, args, data, "dpscd", arrays={"theta": result.theta.detach().cpu().numpy()},
+    model_id = save_arrays(fed, args, data, "dpscd", arrays={"theta": to_numpy(result.theta)},
                            state={"epsilon": result.epsilon, "delta": result.delta,
                                   "dp_guarantee": guarantee.get("dp_guarantee")},
                            command={"glm": task, "secure_sum": bool(args.secure_sum), **label_info})
@@ -341,7 +344,7 @@ def _dpsgd(fed, data, args, log):
     model = _dpsgd_model(args, task)
     C = model.C
     simulated = args.simulate_seed is not None
-    model.fit(data.X_train.cpu().numpy(), y_train.cpu().numpy())
+    model.fit(to_numpy(data.X_train), to_numpy(y_train))
     for record in model.history_:
         _epoch_logger(log, simulated)(record)
     private = not args.non_private
@@ -351,7 +354,7 @@ def _dpsgd(fed, data, args, log):
     if args.monitor_objective and model.history_:
         metrics["train_objective_not_private"] = model.history_[-1]["objective"]
     if data.X_test is not None:
-        margins = torch.as_tensor(model.decision_function(data.X_test.cpu().numpy()))
+        margins = torch.as_tensor(model.decision_function(to_numpy(data.X_test)))
         metrics.update(test_metrics(glm, margins, y_test, label_info.get("label_scale", 1.0)))
     from ..predict import save_estimator
 

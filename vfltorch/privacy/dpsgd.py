@@ -29,6 +29,8 @@ import warnings
 
 import numpy as np
 import torch
+
+from ..devices import to_numpy
 from sklearn.base import BaseEstimator
 
 from ..data import VFLInputError
@@ -161,7 +163,7 @@ class DPSGD(GLMPredictions, BaseEstimator):
                         w = _weight(model)
                         record["objective"] = float(glm.loss(X_dev @ w, y_dev).mean()) + 0.5 * self.lam * float(w @ w)
                 self.history_.append(record)
-        self.coef_ = _weight(model).detach().cpu().numpy()
+        self.coef_ = to_numpy(_weight(model))
         self.epsilon_ = self._spent(engine)
         self.delta_ = float(self.delta) if self.private else None
         self.n_features_in_ = d

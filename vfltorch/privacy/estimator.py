@@ -23,13 +23,14 @@ from sklearn.utils.validation import column_or_1d
 from ..comm import Federation
 from ..data import VFLInputError
 from ..model_store import ShardedModelMixin
+from ..devices import to_numpy
 from ..data.estimator_input import BinaryLabels, check_fitted, features, proba_columns, require_y
 from .glm import make_glm
 from .solver import DPSCDConfig, fit_glm
 
 
 def as_matrix(X, what: str = "X") -> np.ndarray:
-    X = np.asarray(X.detach().cpu().numpy() if isinstance(X, torch.Tensor) else X, dtype=np.float64)
+    X = to_numpy(X, np.float64)
     if X.ndim != 2:
         raise VFLInputError(f"{what} must be a 2-D array (rows x features), got shape {X.shape}")
     if not np.isfinite(X).all():
@@ -70,7 +71,7 @@ class GLMPredictions(ShardedModelMixin):
         require_y(self, y)
         if make_glm(self.task).kind == "regression":
             if isinstance(y, torch.Tensor):
-                y = y.detach().cpu().numpy()
+                y = to_numpy(y)
             y = column_or_1d(y, warn=True).astype(np.float64)
             if y.shape[0] != X.shape[0]:
                 raise VFLInputError(f"y has {y.shape[0]} targets for {X.shape[0]} rows of X")
@@ -212,9 +213,9 @@ class DPSCD(GLMPredictions, BaseEstimator):
         result = fit_glm(fed, Xt, yt, self._config(), simulation_seed=self.simulation_seed,
                          noise_blocks=noise_blocks, monitor_every=self.monitor_every,
                          monitor_objective=self.monitor_objective, on_epoch=self.history_.append, on_step=on_step)
-        self.coef_ = result.theta.cpu().numpy()
+        self.coef_ = to_numpy(result.theta)
         if self.variant == "nonprivate":
-            self.dual_coef_ = result.alpha.cpu().numpy()
+            self.dual_coef_ = to_numpy(result.alpha)
         elif hasattr(self, "dual_coef_"):
             del self.dual_coef_
         self.observers_ = result.observers

@@ -35,6 +35,8 @@ import math
 import numpy as np
 import torch
 
+from ..devices import to_host, to_numpy
+
 from .dpscd import clip
 
 
@@ -62,11 +64,12 @@ def seq_steps(ctx):
 
 def _lot_centralised(ctx, rows, XB, lam_n):
     st = ctx.state
-    gram = (XB @ XB.T).cpu().numpy()
-    m0 = (XB @ st.v).cpu().tolist()
-    alpha = st.alpha[rows].cpu().tolist()
-    y = ctx.y[rows].cpu().tolist()
-    s = (ctx.sqnorms[rows] / lam_n).cpu().tolist()
+    # (the lot's steps are sequential scalar work: on the host, one copy each)
+    gram = to_numpy(XB @ XB.T)
+    m0 = to_host(XB @ st.v).tolist()
+    alpha = to_host(st.alpha[rows]).tolist()
+    y = to_host(ctx.y[rows]).tolist()
+    s = to_host(ctx.sqnorms[rows] / lam_n).tolist()
     zeta = np.zeros(len(rows))
     step, C = ctx.glm.dual_step_scalar, ctx.C
     for j in range(len(rows)):

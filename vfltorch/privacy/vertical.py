@@ -21,6 +21,7 @@ import secrets
 import torch
 
 from ..comm import Federation, MaskStream, broadcast, pairwise_tree, reduce, secure_sum
+from ..devices import to_host
 
 
 class ActiveLink:
@@ -126,7 +127,7 @@ class EncryptedUpdates:
         fed, b = self.fed, int(zeta.numel())
         if b:
             with fed.phase("dpscd/enc-steps"):
-                enc = EncryptedTensor.encrypt(self.public_key, zeta.detach().cpu().to(torch.float64),
+                enc = EncryptedTensor.encrypt(self.public_key, to_host(zeta, torch.float64),
                                               frac_bits=self.ZETA_FRAC_BITS, max_abs=float(C))
                 for p in self.passive:
                     send_encrypted(fed, enc, p)
@@ -168,7 +169,7 @@ class EncryptedUpdates:
                 return fed.recv_tensor(fed.active, device="cpu").to(device=XB.device, dtype=XB.dtype)
         with fed.phase("dpscd/enc-steps"):
             enc = recv_encrypted(fed, fed.active, self.public_key)
-        product = enc.rmatmul(XB.detach().cpu().to(torch.float64).T, frac_bits=self.X_FRAC_BITS)
+        product = enc.rmatmul(to_host(XB, torch.float64).T, frac_bits=self.X_FRAC_BITS)
         if product.frac_bits != self.frac_bits:
             product = product.lift(self.frac_bits)
         if int(product.bound).bit_length() > self.WIRE_BITS - 8:
