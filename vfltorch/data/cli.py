@@ -59,7 +59,9 @@ def _inspect(fed, data, args, log):
             print(f"{p['role']}: {p['columns']} columns ({', '.join(map(str, p['feature_names']))}"
                   f"{', ...' if p['columns'] > 5 else ''}), {p['train_rows']} train / {p['test_rows']} test rows")
         if data.y_train is not None:
-            values, counts = np.unique(data.y_train.numpy(), return_counts=True)
+            from ..devices import to_numpy
+
+            values, counts = np.unique(to_numpy(data.y_train), return_counts=True)
             print(f"labels at {fed.name()}: " + ", ".join(f"{v:g}: {c}" for v, c in zip(values, counts))
                   if data.task != "regression" else f"labels at {fed.name()}: regression target")
     return {"metrics": metrics, "train_seconds": time.perf_counter() - started, "party_info": parties,
