@@ -230,7 +230,8 @@ def test_the_pooled_attack_fails_against_the_covariance_protocol(results):
         # the k eigenvalues, X V and variance totals; no float d x k block (issue 39: W went to every party).
         floats = [t for phase, src, dst, t in msgs if t.dtype.is_floating_point]
         assert all(t.numel() in (K, N * K, K + 1, 1) for t in floats), [t.shape for t in floats]
-        assert bool([t for phase, src, dst, t in msgs if phase.endswith("/seed")]) == (rank == 1)   # P: the holders only (0 draws it)
+        # P's seed: to the second holder only (the first draws it).
+        assert bool([t for phase, src, dst, t in msgs if phase.endswith("/seed")]) == (rank == 1)
         blocks = column_messages(results, rank)
         # Each party's columns are opened once, to the first holder; the first holder's masked share to the second.
         assert sorted(src for src, _ in blocks) == {0: [1, 2], 1: [0, 0], 2: []}[rank]
@@ -276,8 +277,8 @@ def test_the_coordinator_learns_the_normalised_spectrum_and_not_the_covariance(r
     torch.testing.assert_close(got, torch.linalg.eigvalsh(view).flip(0)[:K], rtol=1e-7, atol=1e-9)
     assert results[coordinator]["out"]["covariance"]["components"] is None
     assert rel(view * total_norm2(), C) > 0.5
-    # The stated trust assumption: a data party (which knows P and ||X||_F) colluding with the coordinator
-    # gets C exactly; see docs/pca.md.
+    # The stated trust assumption: a holder (which knows P and ||X||_F; since issue 39 the third party does not know P)
+    # colluding with the coordinator gets C exactly; see docs/pca.md.
     torch.testing.assert_close(P.T @ view @ P * total_norm2(), C, rtol=1e-9, atol=1e-9)
 
 
