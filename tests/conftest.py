@@ -9,6 +9,12 @@ from vfltorch.data import available, resolve_data_dir
 
 # Multi-process tests spawn real party processes; keep each bounded.
 os.environ.setdefault("VFLTORCH_TIMEOUT", "60")
+# Saved models are authenticated under a model key kept outside the model folder (vfltorch.model_store): the
+# tests use one of their own (inherited by every party process), not the user's ~/.config/vfltorch/model.key.
+if "VFLTORCH_MODEL_KEY" not in os.environ:
+    import tempfile
+
+    os.environ["VFLTORCH_MODEL_KEY"] = os.path.join(tempfile.mkdtemp(prefix="vfltorch-test-key-"), "model.key")
 
 
 def needs_dataset(name: str):

@@ -5,6 +5,8 @@ scores the held-out rows again in fresh processes with `vfl predict`, and checks
 the launching process; every other method's CLI round trip is marked slow. The rest runs in-process.
 """
 
+import hashlib
+import io
 import json
 import os
 import pickle
@@ -12,6 +14,7 @@ import shutil
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import joblib
 import numpy as np
@@ -94,6 +97,14 @@ def test_each_party_writes_only_what_it_holds(fdskl_model):
     assert dealer["role"] == "coordinator" and "alpha" not in arrays and "data" not in dealer
 
 
+def _remac(folder, manifest):
+    """Write ``manifest`` as a genuine shard would carry it (authenticated under this machine's model key)."""
+    from vfltorch.model_store import local_model_key, shard_mac
+
+    manifest["mac"] = shard_mac(local_model_key(create=False), manifest, (folder / "arrays.npz").read_bytes())
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
 def _copy(model, tmp, name):
     dst = tmp / name
     shutil.copytree(model, dst)
@@ -118,8 +129,8 @@ def test_predict_refuses_missing_tampered_and_mismatched_shards(fdskl_model, cap
 
     other = _copy(model, tmp, "other-run")
     m = json.loads((other / "party-1" / "manifest.json").read_text())
-    m["model_id"] = "0" * 32                                # party 1's shard from another training run
-    (other / "party-1" / "manifest.json").write_text(json.dumps(m))
+    m["model_id"] = "0" * 32                                # party 1's shard from another training run:
+    _remac(other / "party-1", m)                            # genuine (saved under this machine's key)
     assert main(["predict", "--model", str(other)]) == 2
     assert "different training runs" in capsys.readouterr().err
 
@@ -363,9 +374,10 @@ def test_exact_kernel_pca_saves_and_scores_new_rows(tmp_path):
     assert lines[0] == "pc1,pc2" and len({row.split(",")[0] for row in lines[1:]}) > 10
 
 
-def test_predict_without_dataset_reads_the_saved_models_dataset(tmp_path):
-    """`vfl predict --model DIR` with no --dataset scores the dataset the model was trained on (it used to read
-    breast_cancer, whatever the model); a model trained from --party-files asks for the files instead."""
+def test_predict_without_dataset_takes_only_a_registered_name_from_the_model(tmp_path):
+    """`vfl predict --model DIR` with no --dataset scores the registered dataset the model was trained on; a model
+    trained on a file asks for --dataset FILE (a model folder never names a file a command reads, issue 36) and
+    fills in that file's label column; a model trained from --party-files asks for the files."""
     rng = np.random.default_rng(0)
     X = rng.normal(size=(120, 5))
     y = (X[:, 0] + X[:, 3] > 0).astype(int)
@@ -374,16 +386,22 @@ def test_predict_without_dataset_reads_the_saved_models_dataset(tmp_path):
                                                  for row, t in zip(X, y)) + "\n")
     _round_trip(tmp_path, "csv", ["pca", "--dataset", str(path), "--label-column", "y", "--parties", "2",
                                   "--components", "2", "--test-fraction", "0.25"],
-                ["test_explained_variance_ratio"])
+                ["test_explained_variance_ratio"], predict_args=("--dataset", str(path), "--label-column", "y"))
     from vfltorch.predict import _resolve
 
-    args = type("Args", (), {"dataset": None, "model": tmp_path / "csv", "label_column": None})()
+    args = type("Args", (), {"dataset": None, "model": tmp_path / "csv", "label_column": None,
+                             "positive_label": None, "task": None})()
     _resolve(args)
-    assert args.dataset == str(path) and args.label_column == "y"
+    assert args.dataset is None and args.label_column is None
+    r = run_vfl("predict", "--model", str(tmp_path / "csv"), "--quiet")
+    assert r.returncode == 2 and "--dataset FILE" in r.stderr, r.stderr
+    r = run_vfl("predict", "--model", str(tmp_path / "csv"), "--dataset", str(path), "--label-column", "y",
+                "--rows", "test", "--quiet")
+    assert r.returncode == 0, r.stderr
     manifest = tmp_path / "csv" / "party-0" / "manifest.json"
     saved = json.loads(manifest.read_text())
     saved["data"]["party_files"] = True
-    manifest.write_text(json.dumps(saved))
+    _remac(manifest.parent, saved)
     r = run_vfl("predict", "--model", str(tmp_path / "csv"), "--quiet")
     assert r.returncode != 0 and "--party-files" in r.stderr, r.stderr
 
@@ -411,3 +429,80 @@ def test_random_feature_kernel_pca_predict_in_fresh_processes(tmp_path):
                                                  "2", "--random-features", "64", "--no-evaluate", "--scale",
                                                  "standard", "--test-fraction", "0.25"], [])
     assert lines[0] == "pc1,pc2" and len({row.split(",")[0] for row in lines[1:]}) > 10
+
+
+# --------------------------------------------------------------------------- tampering (issue 36)
+def _edit(model, tmp, name, rank, change):
+    dst = _copy(model, tmp, name)
+    m = json.loads((dst / f"party-{rank}" / "manifest.json").read_text())
+    change(m)
+    (dst / f"party-{rank}" / "manifest.json").write_text(json.dumps(m))   # the attacker has no model key
+    return dst
+
+
+@pytest.mark.parametrize("rank, change", [
+    # paths and options: a model folder must never choose what the command writes or reads
+    (0, lambda m: m["data"]["file_options"].update(output_csv="/tmp/vfl-owned.csv")),
+    (0, lambda m: m["data"].update(dataset="/etc/passwd")),
+    # labels: swapped classes would invert every prediction with the metrics unchanged
+    (0, lambda m: m["labels"].update(classes=m["labels"]["classes"][::-1])),
+    # hyperparameters and sizes
+    (0, lambda m: m["state"].update(sigma=(m["state"]["sigma"] or 1.0) * 3)),
+    (1, lambda m: m["state"].update(n_blocks=10 ** 9)),
+    # names looked up in registries
+    (0, lambda m: m.update(method="os.system")),
+    (0, lambda m: m.update(estimator="os.system")),
+], ids=["output-path", "dataset-path", "labels", "sigma", "n-blocks", "method", "estimator"])
+def test_a_changed_manifest_is_refused_whatever_field_changed(fdskl_model, capsys, rank, change):
+    tmp, model, _ = fdskl_model
+    bad = _edit(model, tmp, f"tamper-{rank}-{id(change)}", rank, change)
+    assert main(["predict", "--model", str(bad), "--rows", "test", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    # (a dataset path is not even read from the manifest: the pre-run check asks for --dataset first)
+    assert "fails its authentication" in err or "pass --dataset NAME" in err, err
+    assert "root:" not in err and not Path("/tmp/vfl-owned.csv").exists()
+
+
+def test_a_model_folder_supplies_no_path_even_when_authentic(fdskl_model, capsys):
+    """Even a genuine shard (re-authenticated: the key holder's own mistake, or an old model) gives `vfl predict`
+    no output path and no dataset path: only a registered name and the file's text options."""
+    tmp, model, _ = fdskl_model
+    dst = _copy(model, tmp, "paths")
+    for rank in (0, 1, 2):
+        folder = dst / f"party-{rank}"
+        m = json.loads((folder / "manifest.json").read_text())
+        if "data" in m:
+            m["data"]["file_options"] = {"output_csv": str(tmp / "owned.csv"), "logdir": str(tmp / "owned")}
+            m["data"]["dataset"] = "/etc/passwd"
+        _remac(folder, m)
+    code = main(["predict", "--model", str(dst), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--dataset FILE" in err, err
+    assert not (tmp / "owned.csv").exists() and not (tmp / "owned").exists()
+    assert "root:" not in err
+
+
+def test_an_array_file_that_would_inflate_is_refused_unread(fdskl_model, capsys):
+    import zipfile
+
+    tmp, model, _ = fdskl_model
+    dst = _copy(model, tmp, "bomb")
+    folder = dst / "party-1"
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:     # 64 MiB of zeros in a few kB
+        z.writestr("columns.npy", b"\0" * (64 << 20))
+    (folder / "arrays.npz").write_bytes(buf.getvalue())
+    m = json.loads((folder / "manifest.json").read_text())
+    m["arrays_sha256"] = hashlib.sha256(buf.getvalue()).hexdigest()
+    _remac(folder, m)                                              # even under the right key
+    assert main(["predict", "--model", str(dst), "--rows", "test", "--quiet"]) == 2
+    assert "would inflate" in capsys.readouterr().err
+
+
+def test_shards_and_the_model_folder_are_private(fdskl_model):
+    tmp, model, _ = fdskl_model
+    assert model.stat().st_mode & 0o777 == 0o700
+    for shard in model.iterdir():
+        assert shard.stat().st_mode & 0o777 == 0o700
+        for f in shard.iterdir():
+            assert f.stat().st_mode & 0o777 == 0o600, f

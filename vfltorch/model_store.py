@@ -11,9 +11,22 @@ party writes and reads ONLY its own:
   global column indices and names, its fitted preprocessing (imputation,
   scaling, clipping; the statistics are in ``arrays.npz``), the public data
   layout (dataset, partition, seed), the hyperparameters prediction needs,
-  the label encoding at the active party, and the SHA-256 of ``arrays.npz``;
+  the label encoding at the active party, the SHA-256 of ``arrays.npz`` and ``mac``:
+  an HMAC-SHA256 over the manifest and the arrays together, under the party's
+  model key (``model_key``), so that someone who can write the model folder but
+  does not hold the party's key cannot change a label, a hyperparameter, a size
+  or an array and have it accepted (issue 36);
 * ``arrays.npz``: numpy arrays only, read back with ``allow_pickle=False``
-  (nothing in a shard is ever unpickled).
+  (nothing in a shard is ever unpickled), refused unread if its members would
+  inflate beyond their stored size.
+
+The model key. Across organisations it is derived from the party's own federation
+identity (its private key, ``--identity``): only that party can write or read its
+shards' authentication. On one machine (``--parties Q``, the estimators) it is a
+key file kept outside every model folder: ``$VFLTORCH_MODEL_KEY`` if set, else
+``~/.config/vfltorch/model.key`` (32 random bytes, mode 0600, made on first save).
+A shard saved under another key (another machine, another user) is refused with a
+message that says so.
 
 Shards are written atomically (a temporary file beside the target, then
 ``os.replace``; the manifest last, so a shard with a manifest is complete)
@@ -44,9 +57,14 @@ from .devices import to_numpy
 from .data.validation import VFLInputError
 
 FORMAT = "vfltorch-model-shard"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2          # 2: manifest and arrays authenticated together (``mac``); 1 had a hash of the arrays only
 MANIFEST = "manifest.json"
 ARRAYS = "arrays.npz"
+MAC_DOMAIN = b"vfltorch/model-shard/v2\0"
+KEY_BYTES = 32
+# An arrays.npz is written uncompressed (np.savez): its members hold what the file holds. A member that would
+# inflate beyond its stored size by more than this slack is a decompression bomb, refused before it is read.
+INFLATE_SLACK = 1 << 16
 
 
 class ModelStoreError(VFLInputError):
@@ -59,6 +77,79 @@ def shard_dir(root, rank: int) -> Path:
 
 def new_model_id() -> str:
     return secrets.token_hex(16)
+
+
+# ------------------------------------------------------------------------------------ the model key
+def local_key_path() -> Path:
+    env = os.environ.get("VFLTORCH_MODEL_KEY")
+    if env:
+        return Path(env).expanduser()
+    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return base / "vfltorch" / "model.key"
+
+
+def local_model_key(*, create: bool) -> bytes:
+    """This machine's (this user's) model key, outside every model folder; made on the first save."""
+    path = local_key_path()
+    try:
+        key = path.read_bytes()
+    except FileNotFoundError:
+        if not create:
+            raise ModelStoreError(f"no model key at {path}: the model was saved on another machine or by another "
+                                  f"user (each keeps its shards' key outside the model folder; set "
+                                  f"VFLTORCH_MODEL_KEY to the key file it was saved with)") from None
+        # Whole or not at all, and the first writer wins: several parties of one machine may save at once.
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(KEY_BYTES))
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+        key = path.read_bytes()
+    except OSError as exc:
+        raise ModelStoreError(f"cannot read the model key {path} ({exc.strerror or exc})") from None
+    if len(key) != KEY_BYTES:
+        raise ModelStoreError(f"the model key {path} is not {KEY_BYTES} bytes: it was damaged; restore it (models "
+                              f"saved under it cannot be read without it)")
+    return key
+
+
+def identity_model_key(identity_path) -> bytes:
+    """A party's model key across organisations, derived from its own identity's private key (HMAC as a KDF)."""
+    import hmac
+
+    try:
+        text = Path(identity_path).read_bytes()
+    except OSError as exc:
+        raise ModelStoreError(f"cannot read the identity {identity_path} ({exc.strerror or exc})") from None
+    start = text.find(b"-----BEGIN")
+    private = text[start:] if b"PRIVATE KEY-----" in text else b""
+    if not private:
+        raise ModelStoreError(f"{identity_path} holds no private key to authenticate model shards with")
+    return hmac.new(private, b"vfltorch model shard key v2", hashlib.sha256).digest()
+
+
+def model_key(fed=None, *, create: bool = False) -> bytes:
+    """The key of this party's shards: from its federation identity over TLS links, else the local key file."""
+    identity = getattr(getattr(fed, "transport", None), "identity", None)
+    if identity is not None:
+        return identity_model_key(identity.path)
+    return local_model_key(create=create)
+
+
+def shard_mac(key: bytes, manifest: dict, data: bytes) -> str:
+    """HMAC-SHA256 over the manifest (canonical JSON, without ``mac``) and the arrays' bytes."""
+    import hmac
+
+    body = {k: v for k, v in manifest.items() if k != "mac"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=_jsonable).encode()
+    msg = MAC_DOMAIN + hashlib.sha256(text).digest() + hashlib.sha256(data).digest()
+    return hmac.new(key, msg, hashlib.sha256).hexdigest()
 
 
 # ------------------------------------------------------------------------------------ writing
@@ -80,8 +171,15 @@ def _npz_bytes(arrays: dict) -> bytes:
     return buf.getvalue()
 
 
-def write_shard(root, rank: int, manifest: dict, arrays: dict | None = None) -> Path:
-    """Write this rank's shard (arrays first, then the manifest naming their hash); return its folder."""
+def write_shard(root, rank: int, manifest: dict, arrays: dict | None = None, *, key: bytes | None = None) -> Path:
+    """Write this rank's shard (arrays first, then the manifest naming their hash and the MAC of both, under
+    ``key``: default the local model key); return its folder."""
+    key = local_model_key(create=True) if key is None else key
+    root_dir = Path(root)
+    made_root = not root_dir.exists()
+    root_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if made_root:
+        os.chmod(root_dir, 0o700)             # the model's folder: as private as its shards
     folder = shard_dir(root, rank)
     folder.mkdir(parents=True, exist_ok=True)
     os.chmod(folder, 0o700)
@@ -89,6 +187,8 @@ def write_shard(root, rank: int, manifest: dict, arrays: dict | None = None) -> 
     full = {"format": FORMAT, "format_version": FORMAT_VERSION, **manifest, "rank": int(rank),
             "arrays_sha256": hashlib.sha256(data).hexdigest(),
             "saved_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    full = json.loads(json.dumps(full, default=_jsonable))       # what will be read back, for the MAC
+    full["mac"] = shard_mac(key, full, data)
     _write_bytes_atomic(folder / ARRAYS, data)
     _write_bytes_atomic(folder / MANIFEST, (json.dumps(full, indent=2, default=_jsonable) + "\n").encode())
     return folder
@@ -117,6 +217,9 @@ def read_manifest(root, rank: int) -> dict:
         raise ModelStoreError(f"{path} is not a readable model manifest ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ModelStoreError(f"{path} is not a vfltorch model shard")
+    if manifest.get("format_version") == 1:
+        raise ModelStoreError(f"{path} was saved by an older vfltorch without authentication (shard format 1): "
+                              f"anyone who could write the folder could have changed it; train and save it again")
     if manifest.get("format_version") != FORMAT_VERSION:
         raise ModelStoreError(f"{path} has shard format version {manifest.get('format_version')}; this vfltorch "
                               f"reads version {FORMAT_VERSION}")
@@ -126,8 +229,10 @@ def read_manifest(root, rank: int) -> dict:
     return manifest
 
 
-def read_shard(root, rank: int, *, method=None) -> tuple[dict, dict]:
-    """(manifest, arrays) of this rank's shard, checked; ``method``: the method(s) the caller can load."""
+def read_shard(root, rank: int, *, method=None, key: bytes | None = None, verify: bool = True) -> tuple[dict, dict]:
+    """(manifest, arrays) of this rank's shard, checked and authenticated under ``key`` (default: the local model
+    key); ``method``: the method(s) the caller can load. ``verify=False`` only where the caller lacks the party's
+    key and uses nothing of the shard but its public facts (a launching process across organisations)."""
     manifest = read_manifest(root, rank)
     if method is not None:
         allowed = (method,) if isinstance(method, str) else tuple(method)
@@ -142,12 +247,37 @@ def read_shard(root, rank: int, *, method=None) -> tuple[dict, dict]:
     if hashlib.sha256(data).hexdigest() != manifest.get("arrays_sha256"):
         raise ModelStoreError(f"{path} does not match its manifest (SHA-256 differs): the shard was modified or "
                               f"damaged after it was saved")
+    if verify:
+        import hmac
+
+        key = local_model_key(create=False) if key is None else key
+        if not isinstance(manifest.get("mac"), str) or not hmac.compare_digest(manifest["mac"],
+                                                                               shard_mac(key, manifest, data)):
+            raise ModelStoreError(f"{shard_dir(root, rank)} fails its authentication (the MAC over its manifest and "
+                                  f"arrays differs): it was changed after it was saved, or saved under another "
+                                  f"model key (another machine, user or identity); it is not used")
+    _check_inflation(data, path)
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
     except (ValueError, OSError) as exc:
         raise ModelStoreError(f"{path} is not a readable array file ({exc})") from None
     return manifest, arrays
+
+
+def _check_inflation(data: bytes, path) -> None:
+    """Refuse an array file whose members would inflate beyond what it stores (a zip bomb), before reading."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            infos = z.infolist()
+    except (zipfile.BadZipFile, ValueError, OSError) as exc:
+        raise ModelStoreError(f"{path} is not a readable array file ({exc})") from None
+    total = sum(i.file_size for i in infos)
+    if total > len(data) + INFLATE_SLACK or any(i.file_size > i.compress_size + INFLATE_SLACK for i in infos):
+        raise ModelStoreError(f"{path} would inflate to {total} bytes from {len(data)}: shards are stored "
+                              f"uncompressed, so this file was not written by vfltorch; it is not read")
 
 
 def find_ranks(root) -> list[int]:
@@ -177,7 +307,7 @@ def check_local_shards(root, *, complete: bool) -> dict:
     Returns ``describe(root)``. The parties check again, each its own shard (across organisations
     each machine holds only its own)."""
     ranks = find_ranks(root)
-    shards = {r: read_shard(root, r)[0] for r in ranks}
+    shards = {r: read_shard(root, r, verify=complete)[0] for r in ranks}
     ids = {r: m.get("model_id") for r, m in shards.items()}
     if len(set(ids.values())) > 1:
         raise ModelStoreError(f"the shards in {root} come from different training runs (model ids differ: "
@@ -225,7 +355,7 @@ def save_collective(fed, root, manifest: dict, arrays: dict, ranks=None) -> str:
     model_id = agree_model_id(fed)
     error = None
     try:
-        write_shard(root, fed.rank, {**manifest, "model_id": model_id}, arrays)
+        write_shard(root, fed.rank, {**manifest, "model_id": model_id}, arrays, key=model_key(fed, create=True))
     except (OSError, TypeError, ValueError) as exc:
         error = f"could not write its shard under {root}: {exc}"
     settle(fed, error, ranks)
@@ -237,7 +367,7 @@ def load_collective(fed, root, *, method=None, ranks=None) -> tuple[dict, dict]:
     ranks = list(range(fed.world_size)) if ranks is None else list(ranks)
     manifest, arrays, error = None, None, None
     try:
-        manifest, arrays = read_shard(root, fed.rank, method=method)
+        manifest, arrays = read_shard(root, fed.rank, method=method, key=model_key(fed))
         if manifest.get("parties") != fed.num_parties:
             error = (f"the model was trained by {manifest.get('parties')} data parties, this federation has "
                      f"{fed.num_parties}: start as many parties as in training")

@@ -98,21 +98,31 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _resolve(args) -> None:
-    """``--dataset`` left out: the dataset the model was trained on (each party reads its own shard's manifest:
-    across organisations each machine holds only its own). A model trained from ``--party-files`` has no dataset
-    to fall back on; ``_check`` then asks for the files."""
+    """``--dataset`` left out: the registered dataset the model was trained on (each party reads its own shard's
+    manifest: across organisations each machine holds only its own). A model trained on a file asks for
+    ``--dataset FILE`` (with its ``--label-column``) and one trained from ``--party-files`` for the files: a model
+    folder supplies model state, never a path or an option of the command."""
     if args.dataset is not None:
         return
     try:
         saved = describe(args.model).get("data") or {}
     except ModelStoreError:
         saved = {}                       # the check names the missing or unreadable model
-    args.dataset = saved.get("dataset") or "breast_cancer"
+    from .data.registry import REGISTRY
+
+    # A model folder supplies model state, never a path or an option of this command (issue 36): only a
+    # registered dataset's name is taken from it; a model trained on a file needs --dataset FILE again.
+    saved = saved if isinstance(saved, dict) else {}
+    name = saved.get("dataset")
     args.trained_from_party_files = bool(saved.get("party_files"))
-    if not getattr(args, "party_files", None):     # new party files bring their own options
-        for option, value in (saved.get("file_options") or {}).items():
-            if getattr(args, option, None) is None:
-                setattr(args, option, value)    # the label column etc. of the same file
+    if isinstance(name, str) and name in REGISTRY:
+        args.dataset = name
+    elif name is None or args.trained_from_party_files:
+        # No data in this shard (a coordinator's; or the model is missing, which the check names), or new party
+        # files to come (_check asks for them): a placeholder no party reads.
+        args.dataset = "breast_cancer"
+    else:
+        args.dataset = None                      # trained on a file: the pre-run check asks for --dataset FILE
 
 
 def _check(args) -> None:
@@ -120,6 +130,9 @@ def _check(args) -> None:
     from .data.preflight import check_writable_file
     from .model_store import check_local_shards
 
+    if args.dataset is None:
+        raise VFLInputError(f"the model in {args.model} was trained on a file: give the rows to score with "
+                            f"--dataset FILE (a saved model never names the files a command reads)")
     local = not (args.federation or args.backend == "mpi" or under_torchrun() or under_mpirun())
     info = check_local_shards(args.model, complete=local)
     parties = info["parties"]
@@ -148,12 +161,12 @@ def _data_config(fed, args):
     """This party's data options: the given rows, with the layout and preprocessing of its shard."""
     from .cli import data_config
     from .data.preprocess import ColumnPreprocessing
-    from .model_store import read_shard
+    from .model_store import model_key, read_shard
 
     config = data_config(args)
     config.scoring = True
     try:
-        manifest, arrays = read_shard(args.model, fed.rank)
+        manifest, arrays = read_shard(args.model, fed.rank, key=model_key(fed))
     except ModelStoreError:
         return config                     # load_collective names the problem at every party
     saved = manifest.get("data") or {}
@@ -204,11 +217,13 @@ def _run(fed, data, args, log):
     if y is not None and data.task == "multiclass":
         # Multi-class labels are coded 0..k-1 by the values present in *this* data: compare by value.
         y = np.asarray(data.classes, dtype=object)[to_numpy(y, np.int64)]
-    method = manifest["method"]
-    runner = {"fdskl": _predict_fdskl, "hetero-lr": _predict_hetero_lr, "dpscd": _predict_dpscd,
-              "dpsgd": _predict_dpsgd, "pca": _predict_pca}.get(method)
+    method = manifest.get("method")
+    runners = {"fdskl": _predict_fdskl, "hetero-lr": _predict_hetero_lr, "dpscd": _predict_dpscd,
+               "dpsgd": _predict_dpsgd, "pca": _predict_pca}
+    runner = runners.get(method) if isinstance(method, str) else None
     if runner is None:
-        raise ModelStoreError(f"{args.model} holds a {method} model, which `vfl predict` cannot score")
+        raise ModelStoreError(f"{args.model} holds a model of method {str(method)[:40]!r}, which `vfl predict` "
+                              f"cannot score (it scores {', '.join(runners)})")
     out = runner(fed, manifest, arrays, X, y)
     if not fed.is_active:
         return None
@@ -246,7 +261,11 @@ def _fmt(v) -> str:
 def _restore(manifest, arrays, fed, classes: dict):
     from .model_store import restore_estimator
 
-    cls = classes[manifest["estimator"]]
+    name = manifest.get("estimator")
+    cls = classes.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise ModelStoreError(f"the shard names the estimator {str(name)[:40]!r}, which is not one of "
+                              f"{', '.join(sorted(classes))}: the model is damaged or not a vfltorch model")
     return restore_estimator(cls, manifest, arrays, fed)
 
 

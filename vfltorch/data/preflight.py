@@ -175,6 +175,9 @@ def check_dataset(args, *, local: bool) -> dict:
     """The dataset's existence, width against the parties, task; own files read once when ``local``."""
     if not hasattr(args, "dataset"):
         return {}
+    if args.dataset is None and not args.party_files:
+        raise VFLInputError("no data given: pass --dataset NAME (a registered dataset) or --dataset FILE (a saved "
+                            "model names a registered dataset at most, never the files a command reads)")
     parties = 3 if getattr(args, "parties", None) is None else args.parties
     if args.party_files:
         return _check_party_files(args, parties, local)
