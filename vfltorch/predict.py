@@ -95,6 +95,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="all: score every row of the data given; test: the held-out rows of training's split "
                         "(the same --test-fraction and --seed as saved: reproduces training's test scores)")
     g.add_argument("--output-csv", metavar="PATH", help="the active party writes one line per scored row here")
+    g.add_argument("--max-scores-per-row", type=int, default=None, metavar="N",
+                   help="this party's scoring policy (every data party but the one that gets the scores): each of "
+                        "its rows, keyed by content, is scored at most N times by this model, across runs (a "
+                        "ledger beside its shard); 0: no limit (default: 1; see docs/privacy.md, scoring)")
 
 
 def _resolve(args) -> None:
@@ -130,6 +134,9 @@ def _check(args) -> None:
     from .data.preflight import check_writable_file
     from .model_store import check_local_shards
 
+    if args.max_scores_per_row is not None and not 0 <= args.max_scores_per_row <= 10 ** 6:
+        raise VFLInputError(f"--max-scores-per-row must be between 0 (no limit) and 1000000, got "
+                            f"{args.max_scores_per_row}")
     if args.dataset is None:
         raise VFLInputError(f"the model in {args.model} was trained on a file: give the rows to score with "
                             f"--dataset FILE (a saved model never names the files a command reads)")
@@ -214,6 +221,7 @@ def _run(fed, data, args, log):
                        f"{saved[:6]}...: use the same dataset layout as in training")
     settle(fed, problem)
     X, y, ids = _rows(fed, data, args)
+    _apply_scoring_policy(fed, args, manifest, X)
     if y is not None and data.task == "multiclass":
         # Multi-class labels are coded 0..k-1 by the values present in *this* data: compare by value.
         y = np.asarray(data.classes, dtype=object)[to_numpy(y, np.int64)]
@@ -239,6 +247,32 @@ def _run(fed, data, args, log):
             "predict": {"model": str(args.model), "model_id": manifest["model_id"], "method": method,
                         "seconds": time.perf_counter() - started,
                         "rows": args.rows, "scored_rows": n, "output_csv": written}}
+
+
+def _apply_scoring_policy(fed, args, manifest: dict, X) -> None:
+    """Each data party that does not get the scores answers each of its rows at most N times per model
+    (``vfltorch.scoring_policy``): the request is refused at every party, naming who refused and why, or the
+    rows are counted in the party's ledger before any score leaves it."""
+    from .model_store import model_key, shard_dir
+    from .scoring_policy import DEFAULT_MAX_SCORES, ScoringLedger, row_keys
+
+    limit = DEFAULT_MAX_SCORES if args.max_scores_per_row is None else int(args.max_scores_per_row)
+    guarded = X is not None and fed.is_data_party and not fed.is_active
+    problem, ledger, keys = None, None, None
+    if guarded:
+        try:
+            ledger = ScoringLedger.open(shard_dir(args.model, fed.rank), manifest["model_id"])
+            keys = row_keys(model_key(fed), manifest["model_id"], X)
+            problem = ledger.refusal(keys, limit, fed.name())
+        except ValueError as exc:
+            problem = str(exc)
+    settle(fed, problem)
+    if guarded:
+        try:
+            ledger.record(keys)
+        except OSError as exc:
+            problem = f"{fed.name()} cannot write its scoring ledger ({exc}): it answers nothing it cannot count"
+    settle(fed, problem)
 
 
 def _csv(table: dict, ids) -> str:
