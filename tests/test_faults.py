@@ -220,3 +220,98 @@ def test_a_killed_party_stops_fdskl_training_that_prepares_ahead(role):
     args = FDSKL_SHARED[:FDSKL_SHARED.index("--f-delay")] + ["--f-delay", "0"]
     code, err, elapsed, left = run_with_fault(args, signal.SIGKILL, rank, settle=6.0)
     check_party_fault("fdskl", role, signal.SIGKILL, code, err, elapsed, left)
+
+
+# ------------------------------------------------------------------ a killed launcher takes its whole run along
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _of_run(root: int, known: dict[int, str]) -> dict[int, str]:
+    """Live processes of the run started as ``root`` in its own session: its session and process group (every
+    descendant unless one calls setsid), the descendants of ``root`` and of ``known`` by parent chain, and the
+    processes in ``known`` (pid -> start time, against pid reuse) that still run. Zombies do not count."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != root:
+            fields = _stat(int(entry))
+            if fields and fields[0] not in "ZX":
+                table[int(entry)] = fields
+    found = {p: f[19] for p, f in table.items()
+             if int(f[3]) == root or int(f[2]) == root or known.get(p) == f[19]}
+    grew = True
+    while grew:                                  # parent chains from what is found (a child that called setsid)
+        grew = False
+        for p, f in table.items():
+            if p not in found and (int(f[1]) in found or int(f[1]) == root):
+                found[p] = f[19]
+                grew = True
+    return found
+
+
+# method -> (arguments, processes of the run to wait for before the kill: tracker, fork server, store host, parties
+# and helpers)
+LAUNCHER_KILL = {
+    "fdskl": (METHODS["fdskl"], 6),
+    "pca": (METHODS["pca"], 6),
+    # The paper's Paillier protocol with background obfuscator fillers and two crypto processes per party: the
+    # helpers of issue 36's report (14 processes here).
+    "hetero-lr": (METHODS["hetero-lr"] + ["--protocol", "paper", "--crypto-processes", "2"], 14),
+    "dpscd": (METHODS["dpscd"], 5),
+}
+
+
+@pytest.mark.parametrize("method", list(LAUNCHER_KILL))
+def test_a_killed_launcher_leaves_no_process_and_writes_nothing(method, tmp_path):
+    """SIGKILL of `vfl` itself (no cleanup runs there): within 10 s no process of the run is left (parties, fork
+    server, store host, helpers, resource trackers: found by session, group and parent chain, not by name), and
+    --output-json is never written."""
+    out = tmp_path / "run.json"
+    args, processes = LAUNCHER_KILL[method]
+    vfl = subprocess.Popen([sys.executable, "-m", "vfltorch", *args, "--quiet",
+                            "--timeout", str(TIMEOUT), "--output-json", str(out)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True, preexec_fn=_default_sigint)
+    known: dict[int, str] = {}
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            parties = _children(vfl.pid)
+            if len(parties) >= 2 and all(_running_own_code(p) for p in parties):
+                break
+            assert vfl.poll() is None, vfl.communicate()
+            time.sleep(0.2)
+        settle = time.monotonic() + 60             # helpers (obfuscator fillers, crypto pools) start meanwhile
+        while len(_of_run(vfl.pid, {})) < processes and time.monotonic() < settle:
+            time.sleep(0.5)
+        time.sleep(1.0)
+        assert vfl.poll() is None, vfl.communicate()
+        known = _of_run(vfl.pid, {})
+        assert len(known) >= processes, {p: _comm(p) for p in known}
+        os.kill(vfl.pid, signal.SIGKILL)
+        vfl.wait()                                 # reaped: it is not counted as a zombie of the run
+        killed = time.monotonic()
+        left = _of_run(vfl.pid, known)
+        while left and time.monotonic() - killed < 10:
+            time.sleep(0.25)
+            left = _of_run(vfl.pid, known)
+        elapsed = time.monotonic() - killed
+        names = {p: _comm(p) for p in left}
+        assert not left, f"{method}: {len(left)} of {len(known)} processes left 10 s after the launcher died: {names}"
+        time.sleep(1.0)
+        assert not out.exists(), f"{method}: --output-json written after the launcher died"
+        print(f"{method}: {len(known)} processes, all gone {elapsed:.1f} s after SIGKILL of the launcher")
+    finally:
+        if vfl.poll() is None:
+            os.killpg(vfl.pid, signal.SIGKILL)
+            vfl.wait()
+        for pid in _of_run(vfl.pid, known):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass

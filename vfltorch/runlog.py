@@ -134,6 +134,11 @@ def write_atomic(path, data: str | bytes, *, mode: int | None = None) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        from ._lifetime import launcher_gone
+
+        if launcher_gone():            # a party whose launcher was killed writes nothing: it ends here
+            os.unlink(tmp)
+            os._exit(1)
         os.replace(tmp, path)
     except BaseException:
         try:

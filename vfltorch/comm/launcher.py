@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from .errors import BackendUnavailable, FederationError, PartyFailure
 from .start import Stdio, adopt, default_timeout, name_process, party_threads, profile_mark, server_started, start_context
 from .roles import Roles
+from .._lifetime import launcher_token
 
 if TYPE_CHECKING:
     from .federation import Federation
@@ -92,7 +93,9 @@ def _party_main(rank, roles, port, options, fn, args, kwargs, results):
     # Started with SIGINT ignored (see launch): from here on SIGINT ends this party at once, without a
     # traceback, and the launcher names it; a Ctrl-C at the terminal is answered by the launcher in one line.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    die_with_parent(ignore_sigint=False)          # a killed launcher takes its parties with it
+    # A killed launcher takes its parties with it: their parent is the fork server, which outlives the launcher
+    # while they run, so they watch the launcher itself.
+    die_with_parent(ignore_sigint=False, launcher=options.get("launcher"))
     torch.set_num_threads(options["threads"])
     fed = None
     try:
@@ -175,7 +178,8 @@ def launch(fn, parties: int, args: tuple = (), kwargs: dict | None = None, *, co
                    join_timeout=timeout if join_timeout is None else float(join_timeout),
                    record_transcript=record_transcript,
                    threads=party_threads(world, threads),
-                   store_secret=secrets.token_bytes(32))   # reaches the children by spawn, never the network
+                   store_secret=secrets.token_bytes(32),   # reaches the children by spawn, never the network
+                   launcher=launcher_token())              # every process of the run ends when this one does
     ctx = start_context(preload)
     options["environ"] = dict(os.environ) if server_started(ctx) else None
     options["stdio"] = Stdio() if options["environ"] is not None else None
@@ -211,13 +215,13 @@ def _listening_store(backend: str, join_timeout: float):
                          timeout=datetime.timedelta(seconds=join_timeout), master_listen_fd=listen.detach())
 
 
-def _store_host(conn, backend: str, join_timeout: float, environ, stdio) -> None:
+def _store_host(conn, backend: str, join_timeout: float, environ, stdio, launcher=None) -> None:
     """A process from the fork server that hosts the store until the launcher closes ``conn`` (or dies). Its
     output stays the server's (/dev/null): it must not hold the launcher's stdout open; its errors come back on
     ``conn``."""
     from .._lifetime import die_with_parent
 
-    die_with_parent()                            # SIGINT ignored: the launcher answers a Ctrl-C and closes conn
+    die_with_parent(launcher=launcher)           # SIGINT ignored: the launcher answers a Ctrl-C and closes conn
     name_process("vfl-store")
     adopt(environ, stdio)
     try:
@@ -260,7 +264,8 @@ def _start_store(ctx, backend: str, options: dict, hint: str | None = None):
         return store.port, _StoreHost(store=store)
     here, there = ctx.Pipe()                    # the host replies (port or error) and then waits for EOF on it
     proc = ctx.Process(target=_store_host, name="vfl-store",
-                       args=(there, backend, options["join_timeout"], options["environ"], None))
+                       args=(there, backend, options["join_timeout"], options["environ"], None,
+                             options.get("launcher")))
     # start() returns once the server has forked it, i.e. after the server's imports: SIGINT is not ignored
     # meanwhile, so a Ctrl-C then stops vfl at once (a host forked later finds its pipe closed and leaves).
     proc.start()

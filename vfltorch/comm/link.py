@@ -596,6 +596,9 @@ def connect_federation(path, party, identity, *, device="cpu", timeout: float | 
 
 
 def _local_party(path, name, key, fn, args, options, results):
+    from .._lifetime import die_with_parent
+
+    die_with_parent(ignore_sigint=False)          # a killed launcher takes its parties with it
     torch.set_num_threads(options["threads"])
     rank = load_federation_file(path).party(name).rank
     try:

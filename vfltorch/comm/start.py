@@ -159,10 +159,10 @@ def name_process(name: str) -> None:
         pass
 
 
-def _run_child(conn, environ, stdio, fn, args):
+def _run_child(conn, environ, stdio, fn, args, launcher=None):
     from .._lifetime import die_with_parent
 
-    die_with_parent()                            # SIGINT ignored first: a Ctrl-C is the launcher's to answer
+    die_with_parent(launcher=launcher)           # SIGINT ignored first: a Ctrl-C is the launcher's to answer
     name_process("vfl-check")
     adopt(environ, stdio)
     try:
@@ -193,8 +193,11 @@ def run_in_server(fn, args: tuple = (), preload=()):
     ctx = start_context(preload)
     here, there = ctx.Pipe(duplex=False)
     server = server_started(ctx)
+    from .._lifetime import launcher_token
+
     proc = ctx.Process(target=_run_child, name="vfl-check",
-                       args=(there, dict(os.environ) if server else None, Stdio() if server else None, fn, args))
+                       args=(there, dict(os.environ) if server else None, Stdio() if server else None, fn, args,
+                             launcher_token()))
     proc.start()
     there.close()
     try:
