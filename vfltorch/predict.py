@@ -98,7 +98,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-scores-per-row", type=int, default=None, metavar="N",
                    help="this party's scoring policy (every data party but the one that gets the scores): each of "
                         "its rows, keyed by content, is scored at most N times by this model, across runs (a "
-                        "ledger beside its shard); 0: no limit (default: 1; see docs/privacy.md, scoring)")
+                        "ledger beside its shard), and never twice in one request; 0: no policy (INSECURE against "
+                        "chosen-input scoring; default: 1)")
 
 
 def _resolve(args) -> None:
@@ -257,7 +258,13 @@ def _apply_scoring_policy(fed, args, manifest: dict, X) -> None:
     from .scoring_policy import DEFAULT_MAX_SCORES, ScoringLedger, row_keys
 
     limit = DEFAULT_MAX_SCORES if args.max_scores_per_row is None else int(args.max_scores_per_row)
-    guarded = X is not None and fed.is_data_party and not fed.is_active
+    guarded = X is not None and fed.is_data_party and not fed.is_active and limit > 0
+    if X is not None and fed.is_data_party and not fed.is_active and limit <= 0:
+        import warnings
+
+        warnings.warn(f"{fed.name()}: --max-scores-per-row 0: no scoring policy; a party that gets the scores and "
+                      f"chooses its own columns can solve for this party's columns from repeated scoring of a row "
+                      f"(docs/deployment.md, \"What scoring reveals\")", stacklevel=2)
     problem, ledger, keys = None, None, None
     if guarded:
         try:

@@ -9,7 +9,7 @@ a kernel model a new equation per request.
 
 So every data party other than the one that gets the scores keeps a **scoring ledger** per saved model, beside
 its own shard, and refuses a request that would score one of its rows more than ``max_scores`` times
-(default 1; 0: no limit), or that holds one of its rows twice. A row is keyed by its content (the values of
+(default 1), or that holds one of its rows twice; ``max_scores`` 0 turns the policy off (and warns). A row is keyed by its content (the values of
 this party's columns as scored), never by an ID the other side chooses, through an HMAC under the party's
 model key, so the ledger names no row. The ledger is written before the party answers, so a requester that
 aborts after getting the scores still used its turn; it persists across runs and restarts. The refusal
@@ -67,7 +67,10 @@ class ScoringLedger:
         return cls(path, model_id, counts)
 
     def refusal(self, keys: list[str], max_scores: int, who: str) -> str | None:
-        """Why this request must be refused under the policy (None: it may be answered)."""
+        """Why this request must be refused under the policy (None: it may be answered). ``max_scores`` 0: no
+        policy at all (the paper's scoring: any row, any number of times)."""
+        if max_scores <= 0:
+            return None
         seen: dict[str, int] = {}
         repeated = 0
         for k in keys:
@@ -75,10 +78,9 @@ class ScoringLedger:
             if seen[k] == 2:
                 repeated += 1
         if repeated:
-            return (f"{who} refuses to score: {repeated} of its rows appear more than once in this request "
-                    f"(each row is scored once per request, whatever IDs the rows carry)")
-        if max_scores <= 0:
-            return None
+            return (f"{who} refuses to score: {repeated} of its rows {'appears' if repeated == 1 else 'appear'} "
+                    f"more than once in this request (each row is scored once per request, whatever IDs the rows "
+                    f"carry)")
         over = sum(1 for k in seen if self.counts.get(k, 0) + 1 > max_scores)
         if over:
             return (f"{who} refuses to score: {over} of the {len(seen)} rows were already scored {max_scores} "

@@ -204,7 +204,9 @@ MIN_ROWS = 2
 def check_user_table(table, config: DataConfig, what: str = "") -> None:
     """A user's file as read: enough rows, and values every method can use (named by file, column and line)."""
     source = table.source or what or "the file"
-    if table.X.shape[0] < MIN_ROWS:
+    if config.scoring and table.X.shape[0] >= 1:
+        pass                                  # scoring a saved model: one row is a request like any other
+    elif table.X.shape[0] < MIN_ROWS:
         raise VFLInputError(f"{source} has only {table.X.shape[0]} data row: training needs at least {MIN_ROWS} "
                             f"rows (and more for a held-out split)")
     check_file_values(table.X, table.feature_names, source, table.first_line,

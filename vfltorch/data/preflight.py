@@ -168,7 +168,7 @@ def _config(args):
                       party_files=list(args.party_files or []), partition=args.partition,
                       feature_groups=args.feature_groups, test_fraction=args.test_fraction, seed=args.seed,
                       impute=args.impute, scale=args.scale, clip=args.clip_values,
-                      normalize_rows=args.normalize_rows)
+                      normalize_rows=args.normalize_rows, scoring=getattr(args, "command", None) == "predict")
 
 
 def check_dataset(args, *, local: bool) -> dict:
