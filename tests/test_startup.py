@@ -211,3 +211,19 @@ def test_a_party_hung_in_its_start_up_is_named_not_waited_for(tmp_path):
     assert "did not join the federation within 5 s" in r.stdout, out
     assert "VFLTORCH_START_METHOD=spawn" in r.stdout, out
     assert int(r.stdout.split("SECONDS")[1]) < 30, out
+
+
+def test_the_public_api_imports_from_the_package_and_import_vfltorch_needs_no_torch():
+    code = textwrap.dedent("""
+        import sys, vfltorch
+        before = "torch" in sys.modules
+        from vfltorch import (FDSKLClassifier, FDSKLRegressor, HeteroLogisticRegression, DPSCD, DPSGD, VFedPCA,
+                              VFedAKPCA, ExactFederatedPCA, ExactFederatedKernelPCA, RandomFeatureKernelPCA,
+                              launch, init_from_env, connect_federation, Federation, DataConfig, load_party_data,
+                              load_dataset)
+        assert set(vfltorch.__all__) >= {"FDSKLClassifier", "launch", "load_dataset", "__version__"}
+        print(before, FDSKLClassifier.__module__)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "vfltorch.kernels.estimator"]
