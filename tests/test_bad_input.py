@@ -119,6 +119,12 @@ CASES = [
     ("hetero-lr --parties 3", "--protocol shared runs between one guest and one host: use --parties 2"),
     ("hetero-lr --insecure-plaintext", "--insecure-plaintext runs the paper protocol without encryption"),
     ("hetero-lr --lr 0", "argument --lr: --lr must be > 0, got 0"),
+    # ---- issue 36: values that failed after the start or ran without bound
+    ("fdskl --epochs inf", "epochs must be a finite number, got inf"),
+    ("fdskl --time-budget inf", "max_time (the time budget in seconds) must be a finite number, got inf"),
+    ("fdskl --compress-epochs inf", "compress_epochs must be a number >= 0; got inf"),
+    ("fdskl --n-components 1000000000", "n_components 1000000000 is beyond the 1048576 random features"),
+    ("dpscd --epochs inf", "epochs must be positive, got inf"),
     # ---- party layout
     ("inspect --parties 40", "40 parties but only 30 features in breast_cancer"),
     ("inspect --dataset {two_cols} --label-column y --parties 3", "3 parties but only 2 features"),
@@ -266,3 +272,123 @@ def test_help_and_option_errors_import_no_method(tmp_path):
             "print(sorted(m for m in ('opacus', 'pandas', 'tensorboard') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout + r.stderr
+
+
+# ------------------------------------------------------------------ issue 36: settings, outputs, permissions
+
+@pytest.mark.parametrize("name,value", [("VFLTORCH_TIMEOUT", "nan"), ("VFLTORCH_TIMEOUT", "0"),
+                                        ("VFLTORCH_TIMEOUT", "soon"), ("VFLTORCH_WORK_RATE", "0"),
+                                        ("VFLTORCH_WORK_RATE", "-1e7"), ("VFLTORCH_WORK_RATE", "inf")])
+def test_an_unusable_setting_is_one_line_before_start(name, value, monkeypatch, no_parties, capsys):
+    monkeypatch.setenv(name, value)
+    code = main(["fdskl", "--parties", "2"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip() == f"vfl: error: {name} must be a positive number, got {value!r}: unset it " \
+        f"(default {3e7 if 'RATE' in name else 60:g}) or give one", err
+
+
+def test_many_noisy_steps_are_announced_before_start(monkeypatch, capsys):
+    """DP methods with --epochs 100000: minutes of noise calibration before the first step are said first."""
+    started = []
+    monkeypatch.setattr(vfltorch.comm.launcher, "launch", lambda *a, **k: started.append(1) or [None])
+    for method in ("dpscd", "dpsgd"):
+        main([method, "--epochs", "100000", "--parties", "1" if method == "dpsgd" else "2"])
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert lines and lines[0].startswith("vfl: note: about 427,000 noisy steps: calibrating their noise"), lines
+        main([method, "--epochs", "10", "--parties", "1" if method == "dpsgd" else "2"])
+        assert "noisy steps" not in capsys.readouterr().err
+    assert len(started) == 4
+
+
+def test_a_port_in_use_is_one_line(tmp_path):
+    """Two runs on one rendezvous port (torchrun --master-port, MASTER_PORT): one line, not torch's traceback."""
+    import socket
+    import subprocess
+
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        env = {**os.environ, "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(port)}
+        r = subprocess.run([sys.executable, "-m", "vfltorch", "inspect", "--timeout", "10"], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == (f"vfl: error: the rendezvous port {port} on 127.0.0.1 is already in use (another run, "
+                                f"or another program): give this run its own port (torchrun --master-port PORT, or "
+                                f"MASTER_PORT)"), r.stderr
+
+
+def test_tensorboard_on_a_full_disk_is_one_line_naming_the_folder(tmp_path, monkeypatch, capsys):
+    """--logdir whose writes fail mid-run (a full disk, simulated: every write of the event file raises ENOSPC;
+    no tmpfs is mounted): one line naming the folder, no thread traceback, and the run goes on."""
+    import time
+
+    from tensorboard.compat.tensorflow_stub.io import gfile
+
+    from vfltorch.runlog import RunLog
+
+    log = RunLog(str(tmp_path / "tb"))
+
+    def full(self, *args, **kwargs):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(gfile.GFile, "write", full)
+    monkeypatch.setattr(gfile.GFile, "flush", full)
+    for step in range(4):
+        log.scalar("loss", 1.0, step)
+        time.sleep(0.2)
+    log.close()
+    log.scalar("loss", 1.0, 9)                      # after the failure: nothing, silently
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    assert err.strip() == (f"vfl: could not write TensorBoard scalars to --logdir {tmp_path / 'tb'} (OSError: No space "
+                           f"left on device); the run goes on without them"), err
+
+
+def test_what_a_run_writes_is_private(tmp_path, monkeypatch):
+    """0600 files and 0700 folders: the JSON record (in folders it makes), the TensorBoard folders and event
+    file (the model folder and its shards: tests/test_model_store.py)."""
+    import stat
+
+    from vfltorch import runlog
+
+    old = os.umask(0o022)                                     # the usual umask: it would make 0755 and 0644
+    try:
+        runlog.write_json(str(tmp_path / "out" / "deep" / "r.json"), {"method": "m"})
+        log = runlog.RunLog(str(tmp_path / "runs" / "a"))
+        log.scalar("x", 1.0, 0)
+        log.close()
+    finally:
+        os.umask(old)
+    mode = lambda p: stat.S_IMODE(os.stat(p).st_mode)        # noqa: E731
+    assert mode(tmp_path / "out") == mode(tmp_path / "out" / "deep") == 0o700
+    assert mode(tmp_path / "out" / "deep" / "r.json") == 0o600
+    assert mode(tmp_path / "runs") == mode(tmp_path / "runs" / "a") == 0o700
+    events = list((tmp_path / "runs" / "a").iterdir())
+    assert events and all(mode(e) == 0o600 for e in events), [(e.name, oct(mode(e))) for e in events]
+
+
+def _save_with_one_failing(fed, root):
+    from vfltorch.model_store import save_collective
+
+    if fed.rank == 1:                                          # this party's write fails (its folder is a file)
+        import pathlib
+
+        pathlib.Path(root, "party-1").write_text("in the way")
+    fed.barrier()
+    try:
+        save_collective(fed, root, {"method": "test", "parties": fed.num_parties}, {"w": __import__("numpy").ones(3)})
+    except Exception as exc:                                   # noqa: BLE001
+        return f"{type(exc).__name__}: {exc}"
+    return "saved"
+
+
+def test_a_failed_save_leaves_no_shard_behind(tmp_path):
+    """One party cannot write its shard: the save fails at every party, and the shards the others did write are
+    removed, so no party-* folder of this run blocks the rerun (the preflight refuses a folder holding one)."""
+    from vfltorch.comm import launch
+
+    root = tmp_path / "model"
+    root.mkdir()
+    out = launch(_save_with_one_failing, 2, args=(str(root),))
+    assert all(o.startswith("ModelStoreError: ") and "could not write its shard" in o for o in out), out
+    assert sorted(p.name for p in root.iterdir()) == ["party-1"]       # only the file that was in the way
+    assert (root / "party-1").is_file()

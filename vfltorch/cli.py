@@ -510,6 +510,7 @@ def _main(argv, args, command) -> int:
     preload = party_preload(command)
     try:
         distributed = args.backend == "mpi" or _under_launcher()
+        _check_settings()
         info = preflight(args, command, local=not distributed)
         _check_device(args.device)
         local = not (distributed or args.federation)
@@ -538,8 +539,18 @@ def _main(argv, args, command) -> int:
             else:
                 from .comm import init_from_env
 
-                fed = init_from_env(coordinator=coordinator, backend=args.backend, device=args.device,
-                                    timeout=args.timeout)
+                try:
+                    fed = init_from_env(coordinator=coordinator, backend=args.backend, device=args.device,
+                                        timeout=args.timeout)
+                except RuntimeError as exc:
+                    if "EADDRINUSE" not in str(exc) and "address already in use" not in str(exc).lower():
+                        raise
+                    import os
+
+                    raise VFLInputError(
+                        f"the rendezvous port {os.environ.get('MASTER_PORT', '?')} on "
+                        f"{os.environ.get('MASTER_ADDR', '?')} is already in use (another run, or another "
+                        f"program): give this run its own port (torchrun --master-port PORT, or MASTER_PORT)") from None
                 expected = fed.num_parties
                 if args.parties is not None and args.parties != expected:
                     raise VFLInputError(f"--parties {args.parties} but {fed.world_size} processes were started "
@@ -566,6 +577,10 @@ def _main(argv, args, command) -> int:
         return 2
     except Exception as exc:
         from .comm.errors import FederationError, PartyFailure
+        if isinstance(exc, (FederationError, PartyFailure)):
+            from .runlog import end_progress_line
+
+            end_progress_line()          # under torchrun this party's own bar may still be open on this stderr
         if isinstance(exc, FederationError):
             root = exc.errors.get(exc.root, "") if exc.root is not None else ""
             first = root.splitlines()[0] if root else str(exc)
@@ -604,6 +619,18 @@ def _join_federation(args, coordinator: bool):
         fed.transport.close()
         raise VFLInputError(f"--parties {args.parties} but the federation file lists {fed.num_parties} data parties")
     return fed
+
+
+def _check_settings() -> None:
+    """The environment variables that size the run, before anything starts: one line each when unusable."""
+    from .comm.start import DEFAULT_TIMEOUT, positive_setting
+    from .data.validation import VFLInputError
+
+    for name, default in (("VFLTORCH_TIMEOUT", DEFAULT_TIMEOUT), ("VFLTORCH_WORK_RATE", 3e7)):
+        try:
+            positive_setting(name, default)
+        except ValueError as exc:
+            raise VFLInputError(str(exc)) from None
 
 
 def _under_launcher() -> bool:

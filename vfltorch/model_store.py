@@ -48,6 +48,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import secrets
 from pathlib import Path
 
@@ -354,11 +355,20 @@ def save_collective(fed, root, manifest: dict, arrays: dict, ranks=None) -> str:
     ranks = list(range(fed.world_size)) if ranks is None else list(ranks)
     model_id = agree_model_id(fed)
     error = None
+    folder = shard_dir(root, fed.rank)
+    ours = not os.path.lexists(folder)
     try:
         write_shard(root, fed.rank, {**manifest, "model_id": model_id}, arrays, key=model_key(fed, create=True))
     except (OSError, TypeError, ValueError) as exc:
         error = f"could not write its shard under {root}: {exc}"
-    settle(fed, error, ranks)
+    try:
+        settle(fed, error, ranks)
+    except ModelStoreError:
+        # A model with a missing shard is no model, and its party-* folders would block the rerun (preflight):
+        # every party removes the folder this save made, the complete ones too.
+        if ours:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
     return model_id
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
+import weakref
 from pathlib import Path
 
 
@@ -17,16 +19,38 @@ class RunLog:
         self.enabled = enabled
         self.show_progress = progress and enabled
         self._writer = None
+        self.logdir = logdir
         if enabled and logdir:
             from torch.utils.tensorboard import SummaryWriter
 
-            Path(logdir).mkdir(parents=True, exist_ok=True)
-            self._writer = SummaryWriter(log_dir=str(logdir))
+            try:
+                make_private_dirs(logdir)
+                self._writer = SummaryWriter(log_dir=str(logdir))
+                _quiet_writer_thread(self._writer)
+                os.chmod(self._writer._get_file_writer().event_writer._file_name, 0o600)
+            except OSError as exc:
+                self._failed(exc)
+
+    def _failed(self, exc: BaseException) -> None:
+        """TensorBoard output failed (a full disk, a folder made unwritable): one line naming the folder, and the
+        run goes on without its scalars (the JSON record still holds the results)."""
+        if self._writer is not None:
+            try:
+                self._writer.close()
+            except Exception:                # noqa: BLE001 - the writer is broken already
+                pass
+        self._writer = None
+        reason = getattr(exc, "strerror", None) or exc
+        print(f"vfl: could not write TensorBoard scalars to --logdir {self.logdir} ({type(exc).__name__}: "
+              f"{reason}); the run goes on without them", file=sys.stderr, flush=True)
 
     def scalar(self, tag: str, value: float, step: int | float) -> None:
         """One TensorBoard point. ``step`` may be an epoch, a round, a byte count or milliseconds."""
         if self._writer is not None and value is not None and math.isfinite(float(value)):
-            self._writer.add_scalar(tag, float(value), int(step))
+            try:
+                self._writer.add_scalar(tag, float(value), int(step))
+            except OSError as exc:
+                self._failed(exc)
 
     def scalars(self, values: dict, step: int | float, prefix: str = "") -> None:
         for k, v in values.items():
@@ -41,9 +65,49 @@ class RunLog:
 
     def close(self) -> None:
         if self._writer is not None:
-            self._writer.flush()
-            self._writer.close()
+            try:
+                self._writer.flush()
+                self._writer.close()
+            except OSError as exc:
+                self._failed(exc)
             self._writer = None
+
+
+def _quiet_writer_thread(writer) -> None:
+    """The event file's writer thread re-raises a failed write, and the thread's traceback (without the folder)
+    would reach the console; the error also reaches the next add_scalar / flush / close, which ``RunLog``
+    answers in one line. So the traceback of that thread is not printed."""
+    import threading
+
+    worker = getattr(getattr(writer._get_file_writer().event_writer, "_async_writer", None), "_worker", None)
+    if worker is None:
+        return
+    previous = threading.excepthook
+
+    def hook(args):
+        if args.thread is worker and isinstance(args.exc_value, OSError):
+            return
+        previous(args)
+
+    threading.excepthook = hook
+
+
+def make_private_dirs(path) -> Path:
+    """``path`` and every missing folder above it, each made 0700 (only the user who ran `vfl` reads a run's
+    outputs); folders that exist already are left as they are."""
+    path = Path(path)
+    missing = []
+    p = path
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        os.chmod(folder, 0o700)          # mkdir's mode is masked by the umask
+    return path
 
 
 def _bar_class():
@@ -52,13 +116,35 @@ def _bar_class():
     from tqdm.auto import tqdm
 
     class FinishingBar(tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            _OPEN_BARS.add(self)
+
         def close(self):
+            _OPEN_BARS.discard(self)
             if not self.disable and (self.total is None or self.n < self.total):
                 self.total = self.n
                 self.refresh()
             super().close()
 
     return FinishingBar
+
+
+_OPEN_BARS: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def end_progress_line() -> None:
+    """Before a message on stderr: close the progress bars still open (a run stopped by a failure), which ends
+    their line, so the message stands on its own line instead of being glued to a bar's."""
+    import time
+
+    for bar in list(_OPEN_BARS):
+        if time.time() - getattr(bar, "start_t", 0) < getattr(bar, "delay", 0):
+            bar.disable = True           # not shown yet (tqdm's delay): it stays unshown
+        try:
+            bar.close()                  # shown (leave=True): redrawn at what was done, then a newline
+        except (OSError, ValueError):
+            pass
 
 
 class _Silent:
@@ -125,7 +211,7 @@ def write_atomic(path, data: str | bytes, *, mode: int | None = None) -> None:
     import tempfile
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
     try:
         if mode is not None:

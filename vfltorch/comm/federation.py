@@ -67,7 +67,9 @@ def work_rate() -> float:
     """Operations per second assumed by ``Federation.expect_work`` (VFLTORCH_WORK_RATE, default 3e7: five
     times slower than the shared, loaded 2-core machine ran rffkpca's n D^2 + D^3 (1.5e8 per second at
     D = 1024), so the allowance is generous; "operations" is whatever unit the caller counts in)."""
-    return float(os.environ.get("VFLTORCH_WORK_RATE", 3e7))
+    from .start import positive_setting
+
+    return positive_setting("VFLTORCH_WORK_RATE", 3e7)
 
 
 def default_max_message_bytes() -> int:
@@ -443,6 +445,18 @@ class Federation:
             self._guard(op, None, "waiting at a barrier with")
 
     # ---------------------------------------------------------------- failures
+    def raise_if_peer_failed(self, peer: int) -> None:
+        """While this party waits outside the federation's own messages (a native library's link, a helper
+        process): raise ``PartyFailure`` if ``peer`` has reported that it stopped, with its reason."""
+        if self.transport is not None and hasattr(self.transport, "poll_aborts"):
+            self.transport.poll_aborts()
+            return
+        if self.store is not None:
+            err = self._store_get(f"vfl/error/{peer}")
+            if err:
+                raise PartyFailure(f"{self.name(peer)} stopped; it reported: {err}", party=peer, reporter=self.rank,
+                                   phase=self.current_phase)
+
     def _check_peer(self, peer: int) -> None:
         if self.world_size == 1:
             raise RuntimeError("a single-party federation has no peers to talk to")

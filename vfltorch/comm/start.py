@@ -23,9 +23,28 @@ PRELOAD = ["vfltorch.comm._server_threads", "torch", "torch.distributed", "vflto
 DEFAULT_TIMEOUT = 60.0
 
 
+def positive_setting(name: str, default: float) -> float:
+    """A positive finite number from the environment variable ``name`` (``default`` when unset or empty); a clear
+    ValueError naming the variable otherwise (nan, inf, 0 and negatives included: each would fail later, deep in
+    a store or a division, without saying where it came from)."""
+    import math
+
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return float(default)
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive number, got {raw!r}: unset it (default {default:g}) or give "
+                         f"one")
+    return value
+
+
 def default_timeout() -> float:
     """Seconds a party waits for a peer before declaring it gone (VFLTORCH_TIMEOUT, default 60)."""
-    return float(os.environ.get("VFLTORCH_TIMEOUT", DEFAULT_TIMEOUT))
+    return positive_setting("VFLTORCH_TIMEOUT", DEFAULT_TIMEOUT)
 
 
 def party_threads(processes: int, threads: int | None = None) -> int:

@@ -21,6 +21,11 @@ import torch
 from ..comm import Federation
 from ..data.validation import VFLInputError
 
+# The largest bounded model (random features D) the options may ask for: 2^20 coefficients and 8 MiB of directions
+# per owned column, far beyond what a kernel approximation of any dataset here needs (issue 36: 10^9 was accepted
+# and ran for minutes on 3.6 GB before its first step).
+MAX_COMPONENTS = 1 << 20
+
 # Columns beyond this magnitude are "not normalised": one shared kernel width cannot suit them and [0, 1] columns.
 SCALE_LIMIT = 10.0
 
@@ -53,6 +58,11 @@ def check_hyperparameters(est) -> None:
         raise VFLInputError(f"n_components (the number D of random features of the bounded model) must be a "
                             f"positive integer, or None for the paper's model that grows by r features per "
                             f"iteration; got {n_components!r}")
+    if n_components is not None and n_components > MAX_COMPONENTS:
+        raise VFLInputError(f"n_components {n_components} is beyond the {MAX_COMPONENTS} random features a bounded "
+                            f"model may have: each party would hold D coefficients and d_P x D directions "
+                            f"({8 * n_components / 2 ** 30:.3g} GiB per column it owns) and every step would work "
+                            f"on all of them; the default 1536 serves 10^4-10^5 rows, give at most {MAX_COMPONENTS}")
     compress_to = getattr(est, "compress_to", None)
     if not (compress_to is None or (isinstance(compress_to, str) and _compress_word(compress_to))
             or (isinstance(compress_to, (int, np.integer)) and not isinstance(compress_to, bool) and compress_to >= 1)):
@@ -71,7 +81,7 @@ def check_hyperparameters(est) -> None:
                             f"got {predict_bits!r}")
     compress_epochs = getattr(est, "compress_epochs", 1.0)
     if not (isinstance(compress_epochs, (int, float, np.integer, np.floating)) and not isinstance(compress_epochs, bool)
-            and compress_epochs >= 0):
+            and 0 <= compress_epochs < math.inf):
         raise VFLInputError(f"compress_epochs must be a number >= 0; got {compress_epochs!r}")
     solver = getattr(est, "solver", "adam")
     if solver not in ("adam", "dsg"):
@@ -125,8 +135,13 @@ def check_hyperparameters(est) -> None:
         raise VFLInputError("give a number of epochs, a time budget (max_time seconds), or both")
     if est.epochs is not None and not est.epochs > 0:
         raise VFLInputError(f"epochs must be > 0, got {est.epochs!r}")
+    if est.epochs is not None and not math.isfinite(est.epochs):
+        raise VFLInputError(f"epochs must be a finite number, got {est.epochs!r} (for a run bounded by time only, "
+                            f"give the time budget and no epochs)")
     if est.max_time is not None and not est.max_time > 0:
         raise VFLInputError(f"max_time (the time budget in seconds) must be > 0, got {est.max_time!r}")
+    if est.max_time is not None and not math.isfinite(est.max_time):
+        raise VFLInputError(f"max_time (the time budget in seconds) must be a finite number, got {est.max_time!r}")
     if est.schedule not in ("cached", "paper"):
         raise VFLInputError(f"schedule must be 'cached' or 'paper', got {est.schedule!r}")
     if est.angle_bits not in (16, 32, 64):
