@@ -283,3 +283,22 @@ def test_the_psi_gate_forwards_tls_handshakes_only():
         gate.stdin.close()          # the gate exits when its party's pipe closes
         assert gate.wait(timeout=10) == 0
         gate.stdout.close()
+
+
+def _crashing_job(fed, ids):
+    if fed.rank == 1:
+        os.environ["VFLTORCH_TEST_PSI_CRASH"] = "run"      # libpsi aborts in this party's worker, as brpc's check did
+    return psi.align_rows(fed, ids, engine="rr22")
+
+
+@needs_spu
+def test_a_crash_inside_libpsi_is_named_by_every_party():
+    """The native code runs in a child process per link: its abort (SIGABRT) stops the party with the signal,
+    and the other party names that party and the reason, instead of losing a process without a word."""
+    from vfltorch.comm import FederationError
+
+    with pytest.raises(FederationError) as info:
+        launch(_crashing_job, 2, args=(["a", "b", "c"],), timeout=30)
+    errors = info.value.errors
+    assert "crashed at party 1 (passive) (signal SIGABRT)" in errors[1], errors[1]
+    assert "party 1" in errors[0] and "crashed" in errors[0], errors[0]

@@ -445,6 +445,18 @@ class Federation:
             self._guard(op, None, "waiting at a barrier with")
 
     # ---------------------------------------------------------------- failures
+    def raise_if_peer_failed(self, peer: int) -> None:
+        """While this party waits outside the federation's own messages (a native library's link, a helper
+        process): raise ``PartyFailure`` if ``peer`` has reported that it stopped, with its reason."""
+        if self.transport is not None and hasattr(self.transport, "poll_aborts"):
+            self.transport.poll_aborts()
+            return
+        if self.store is not None:
+            err = self._store_get(f"vfl/error/{peer}")
+            if err:
+                raise PartyFailure(f"{self.name(peer)} stopped; it reported: {err}", party=peer, reporter=self.rank,
+                                   phase=self.current_phase)
+
     def _check_peer(self, peer: int) -> None:
         if self.world_size == 1:
             raise RuntimeError("a single-party federation has no peers to talk to")

@@ -270,6 +270,12 @@ class TLSMesh:
             except Exception:                     # noqa: BLE001 - the peer may be gone: nothing more to do
                 pass
 
+    def poll_aborts(self) -> None:
+        """Raise the failure a linked peer announced with an abort frame, if one has arrived (without blocking:
+        a data frame that arrived first is kept for the recv that takes it). Used while joining, and by a party
+        that waits on something other than the mesh (``Federation.raise_if_peer_failed``)."""
+        self._poll_aborts()
+
     def _poll_aborts(self) -> None:
         """While joining: an abort frame already sent by a linked peer (it stopped during its own join)."""
         import select

@@ -39,6 +39,12 @@ announced over the TLS mesh; the peer dials the host the file names. Over gloo (
 the links are plain TCP on 127.0.0.1 (``VFLTORCH_PSI_HOST`` to change), acceptable only where gloo's
 own clear TCP is.
 
+Isolation. libpsi and brpc are native code, and a failed check inside them aborts their process (seen once
+between two organisations: ``brpc/controller.cpp:457] Check failed``). So each link and its PSIs run in a child
+process (``psi_rr22_worker``, ``LinkWorker``): a crash there stops the party with the signal and spu's log, the
+federation tells every other party why, and a party waiting on its own link meanwhile learns of the peer's
+failure within half a second instead of libpsi's receive timeout.
+
 Memory: libpsi processes its input in buckets of ``BUCKET`` items; the keys are hashed as they are
 written, never held as a list. Measured peaks are in docs/alignment.md.
 """
@@ -147,28 +153,6 @@ def _read_output(path: Path) -> tuple:
     return np.asarray(rows, dtype=np.int64), digest.hexdigest()
 
 
-@contextlib.contextmanager
-def _quiet(log: Path):
-    """libpsi logs to the console (spdlog, not configurable from Python): send fd 1 and 2 to ``log``."""
-    import sys
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    saved = os.dup(1), os.dup(2)
-    try:
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        yield
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for f in (fd, *saved):
-            os.close(f)
-
-
 class Workspace:
     """A private folder (0700) for libpsi's files; removed, with libpsi's trace files, on exit."""
 
@@ -178,6 +162,7 @@ class Workspace:
         self.log = self.path / "spu.log"
         self._count = 0
         self.gates: dict = {}        # peer -> (TLS-only gate process, loopback port of libpsi's listener)
+        self.workers: list = []      # the libpsi processes (LinkWorker), ended with the workspace
 
     def file(self, stem: str) -> Path:
         self._count += 1
@@ -200,6 +185,10 @@ class Workspace:
         return [t for t in _TRACE_LINE.findall(text) if t.startswith("/tmp/psi_")]
 
     def close(self) -> None:
+        for worker in self.workers:
+            if worker.proc.poll() is None:
+                worker.proc.kill()
+            worker.proc.wait()
         for gate, _ in self.gates.values():
             gate.kill()
             gate.wait()
@@ -273,58 +262,94 @@ def _peer_address(fed, peer: int, announced: str) -> str:
     return announced
 
 
-def open_link(fed, peer: int, mine: str, theirs: str, work: Workspace):
-    """A two-party libpsi link: rank 0 the active party, rank 1 the passive one."""
-    libspu, _ = _modules()
-    desc = libspu.link.Desc()
-    desc.id = "vfltorch-psi"
-    desc.recv_timeout_ms = int(fed.timeout * 1000)
-    desc.connect_retry_interval_ms = 500
-    desc.connect_retry_times = max(10, int(math.ceil(fed.timeout * 2)))
-    desc.brpc_channel_protocol = "baidu_std"
-    desc.brpc_channel_connection_type = "single"
+class LinkWorker:
+    """One libpsi link and its PSIs in a child process (``psi_rr22_worker``): a crash inside the native code ends
+    that process, not the party, which then stops with the signal and spu's log, and its peers learn why."""
+
+    def __init__(self, fed, work: Workspace, desc: dict, rank: int, peer: int):
+        import subprocess
+        import sys
+
+        self.rank, self.work, self.where, self.fed, self.peer = rank, work, fed.name(), fed, peer
+        env = {**os.environ, "TMPDIR": str(work.path)}          # libpsi's bucket files: the private folder
+        self.proc = subprocess.Popen([sys.executable, "-m", "vfltorch.data.psi_rr22_worker", str(work.log)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        work.workers.append(self)
+        self.call({"op": "open", "desc": desc, "rank": rank})
+
+    def call(self, cmd: dict) -> None:
+        """Send one command and wait for its answer; meanwhile, a peer that reports its own failure (its worker
+        crashed, say) stops this party at once with that reason instead of libpsi's receive timeout."""
+        import json
+        import select
+
+        from .psi import PSIError
+
+        try:
+            self.proc.stdin.write(json.dumps(cmd) + "\n")
+            self.proc.stdin.flush()
+            while not select.select([self.proc.stdout], [], [], 0.5)[0]:
+                self.fed.raise_if_peer_failed(self.peer)
+            line = self.proc.stdout.readline()
+        except (BrokenPipeError, OSError):
+            line = ""
+        if not line:
+            raise PSIError(self._crash())
+        reply = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError(str(reply["error"]))
+
+    def _crash(self) -> str:
+        import signal
+
+        try:
+            code = self.proc.wait(timeout=10)
+        except Exception:                         # noqa: BLE001 - still running: stop it
+            self.proc.kill()
+            code = self.proc.wait()
+        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        tail = self.work.log_tail()
+        return (f"the rr22 PSI's native code (spu {SPU_VERSION}: libpsi / brpc) crashed at {self.where} ({how}); "
+                f"nothing was aligned. Run again, or align with --psi ecdh"
+                + (f"\nspu's log:\n{tail}" if tail else ""))
+
+    def stop_link(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.call({"op": "stop"})
+            except Exception:                     # noqa: BLE001 - it is being stopped anyway
+                pass
+        for stream in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                stream.close()
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def open_link(fed, peer: int, mine: str, theirs: str, work: Workspace) -> LinkWorker:
+    """A two-party libpsi link (rank 0 the active party, rank 1 the passive one), in its own process."""
     if peer in work.gates:     # TLS: libpsi listens on loopback behind the TLS-only gate announced as ``mine``
         mine = f"127.0.0.1:{work.gates[peer][1]}"
     addrs = [mine, theirs] if fed.is_active else [theirs, mine]
-    desc.add_party("active", addrs[0])
-    desc.add_party("passive", addrs[1])
+    desc = {"id": "vfltorch-psi", "recv_timeout_ms": int(fed.timeout * 1000), "connect_retry_interval_ms": 500,
+            "connect_retry_times": max(10, int(math.ceil(fed.timeout * 2))), "active": addrs[0],
+            "passive": addrs[1]}
     spec = _tls_spec(fed)
     if spec is not None:
         pin = work.path / f"pin-{peer}.crt"
         with _private_file(pin) as f:
             f.write(spec.parties[peer].certificate)
-        desc.enable_ssl = True
-        key = str(fed.transport.identity.path)
-        for opts in (desc.client_ssl_opts, desc.server_ssl_opts):
-            opts.cert.certificate_path = key            # the PEM holds the key and the certificate
-            opts.cert.private_key_path = key
-            opts.verify.verify_depth = 1                  # > 0: verify the peer (the server requires a client cert)
-            opts.verify.ca_file_path = str(pin)          # the peer's pinned certificate is the only trust anchor
-    with _quiet(work.log):
-        return libspu.link.create_brpc(desc, 0 if fed.is_active else 1)
+        desc["ssl"] = {"key": str(fed.transport.identity.path), "pin": str(pin)}
+    return LinkWorker(fed, work, desc, 0 if fed.is_active else 1, peer)
 
 
-def run_psi(lctx, work: Workspace, ids, rows, *, broadcast: bool):
+def run_psi(lctx: LinkWorker, work: Workspace, ids, rows, *, broadcast: bool):
     """One RR22 run on ``lctx`` (receiver: the active party, link rank 0). Returns (rows, key digest) of the
     result in libpsi's sorted order where this party gets it, else None."""
-    _, libpsi = _modules()
     src, out = work.file("in"), work.file("out")
     _write_input(src, ids, rows)
-    cfg = libpsi.PsiExecuteConfig(
-        protocol_conf=libpsi.PsiProtocolConfig(protocol=libpsi.PsiProtocol.PROTOCOL_RR22, receiver_rank=0,
-                                               bucket_size=BUCKET, broadcast_result=broadcast),
-        input_params=libpsi.InputParams(path=str(src), selected_keys=["key"], keys_unique=True),
-        output_params=libpsi.OutputParams(path=str(out), disable_alignment=False))
-    old = os.environ.get("TMPDIR")
-    os.environ["TMPDIR"] = str(work.path)        # libpsi's bucket files go to the private folder
-    try:
-        with _quiet(work.log):
-            libpsi.psi_execute(cfg, lctx)
-    finally:
-        if old is None:
-            os.environ.pop("TMPDIR", None)
-        else:
-            os.environ["TMPDIR"] = old
+    lctx.call({"op": "run", "src": str(src), "out": str(out), "broadcast": bool(broadcast), "bucket": BUCKET})
     if not (lctx.rank == 0 or broadcast):
         return None
     return _read_output(out)        # the files stay in the private folder until the Workspace removes it
@@ -335,7 +360,10 @@ def align_rows(fed, ids) -> tuple:
     """As ``psi.align_rows`` (rows in the active party's order, counts), by RR22 (module docstring)."""
     from .psi import PSIError
 
-    _modules()
+    if not available():
+        raise PSIUnavailable(f"the rr22 PSI engine needs SecretFlow's spu=={SPU_VERSION}: run `make install`, or "
+                             f"`pip install --no-deps spu=={SPU_VERSION}` (Linux x86_64, Python 3.10-3.11); "
+                             f"or pass --psi ecdh")
     n = len(ids)
     with Workspace() as work:
         try:
