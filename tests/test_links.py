@@ -470,18 +470,19 @@ def test_tls_waits_follow_announced_work(tmp_path):
 
 
 # --------------------------------------------------------------- failures named by every party (issue 33)
-def _join_all(path, keys, names, timeout=30.0):
+def _join_all(files: dict, keys, timeout=30.0):
+    """Each party (name -> the federation file it holds) joins in a thread: (errors, seconds) by name."""
     errors, took = {}, {}
 
     def party(name):
         started = time.monotonic()
         try:
-            connect_federation(path, name, keys[name], timeout=timeout).transport.close()
+            connect_federation(files[name], name, keys[name], timeout=timeout).transport.close()
         except PartyFailure as exc:
             errors[name] = exc
         took[name] = time.monotonic() - started
 
-    threads = [threading.Thread(target=party, args=(n,)) for n in names]
+    threads = [threading.Thread(target=party, args=(n,)) for n in files]
     for t in threads:
         t.start()
     for t in threads:
@@ -509,7 +510,7 @@ def test_a_port_in_use_is_named_by_every_party_within_seconds(tmp_path):
     t = threading.Thread(target=hang_up, daemon=True)
     t.start()
     try:
-        errors, took = _join_all(path, keys, ["bank", "shop"])
+        errors, took = _join_all({"bank": path, "shop": path}, keys)
     finally:
         stop.set()
         t.join()
@@ -528,21 +529,7 @@ def test_different_federation_files_are_named_by_a_third_party_within_seconds(tm
     doc["max_message_bytes"] = 4096
     other = tmp_path / "other.json"
     other.write_text(json.dumps(doc))
-    errors, took = {}, {}
-
-    def party(name, file):
-        started = time.monotonic()
-        try:
-            connect_federation(file, name, keys[name], timeout=30).transport.close()
-        except PartyFailure as exc:
-            errors[name] = exc
-        took[name] = time.monotonic() - started
-
-    threads = [threading.Thread(target=party, args=a) for a in (("bank", path), ("shop", other), ("lender", path))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors, took = _join_all({"bank": path, "shop": other, "lender": path}, keys)
     assert set(errors) == {"bank", "shop", "lender"}, errors
     assert "different federation file" in str(errors["lender"]), errors["lender"]
     assert max(took.values()) < 10, took
