@@ -70,9 +70,13 @@ def launcher_gone() -> bool:
     return _launcher is not None and not launcher_alive(_launcher)
 
 
-def die_with_parent(interval: float = 0.25, *, ignore_sigint: bool = True, launcher: str | None = None) -> None:
+def die_with_parent(interval: float = 0.25, *, ignore_sigint: bool = True, launcher: str | None = None,
+                    parent: int | None = None) -> None:
     """Watch the parent and, with ``launcher`` (a ``launcher_token``), the launcher of the run; ``ignore_sigint``:
-    a Ctrl-C at the terminal is the parent's to answer, not ours."""
+    a Ctrl-C at the terminal is the parent's to answer, not ours. ``parent``: the pid that started this process,
+    passed along by it: a helper whose parent died while it was still starting (a spawned interpreter's imports
+    take seconds) finds itself re-parented already and ends, instead of never watching. Without ``launcher``, the
+    launcher a party named in VFLTORCH_LAUNCHER (inherited by the helpers it spawns) is watched."""
     global _started, _launcher
     if ignore_sigint:
         import signal
@@ -83,6 +87,9 @@ def die_with_parent(interval: float = 0.25, *, ignore_sigint: bool = True, launc
             pass
     if _started == os.getpid():
         return
+    launcher = launcher or os.environ.get("VFLTORCH_LAUNCHER") or None
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
     parent = os.getppid()
     if not launcher_alive(launcher):
         os._exit(1)

@@ -96,6 +96,8 @@ def _party_main(rank, roles, port, options, fn, args, kwargs, results):
     # A killed launcher takes its parties with it: their parent is the fork server, which outlives the launcher
     # while they run, so they watch the launcher itself.
     die_with_parent(ignore_sigint=False, launcher=options.get("launcher"))
+    if options.get("launcher"):
+        os.environ["VFLTORCH_LAUNCHER"] = options["launcher"]      # its helper processes watch the launcher too
     torch.set_num_threads(options["threads"])
     fed = None
     try:

@@ -134,10 +134,10 @@ def make_generator(n, method: str = DEFAULT_METHOD, window: int = DEFAULT_WINDOW
     raise ValueError(f"unknown obfuscator method {method!r}: choose one of {METHODS}")
 
 
-def _background_main(n: int, method: str, window: int, out_queue, stop, batch: int) -> None:
+def _background_main(n: int, method: str, window: int, out_queue, stop, batch: int, parent: int | None = None) -> None:
     from .._lifetime import die_with_parent
 
-    die_with_parent()          # a killed party must not leave its filler running
+    die_with_parent(parent=parent)          # a killed party must not leave its filler running
     gen = make_generator(n, method, window)
     while not stop.is_set():
         block = [int(s) for s in gen.generate(batch)]
@@ -256,7 +256,7 @@ class ObfuscatorPool:
         self._stop = ctx.Event()
         self._proc = ctx.Process(target=_background_main, name="vfl-obfuscators", daemon=True,
                                  args=(int(self._pm.n), self.method, self.window, self._queue, self._stop,
-                                       self.batch))
+                                       self.batch, os.getpid()))
         self._proc.start()
         return self
 

@@ -43,10 +43,10 @@ from .obfuscators import DEFAULT_METHOD, DEFAULT_WINDOW, METHODS, make_generator
 _STATE: dict = {}
 
 
-def _init_worker(n: int, primes, method: str, window: int) -> None:
+def _init_worker(n: int, primes, method: str, window: int, parent: int | None = None) -> None:
     from .._lifetime import die_with_parent
 
-    die_with_parent()          # the workers hold the key: they end with their party, even a killed one
+    die_with_parent(parent=parent)          # the workers hold the key: they end with their party, even a killed one
     pm = _public_math(n, PaillierPublicKey(n))   # the parent already applied the key-size policy
     _STATE.clear()
     _STATE.update(pm=pm, sk=private_math_from_primes(*primes, pm) if primes else None,
@@ -117,7 +117,7 @@ class CryptoWorkers:
             raise ValueError("processes must be at least 1")
         self._executor = ProcessPoolExecutor(max_workers=self.processes, mp_context=mp.get_context("spawn"),
                                              initializer=_init_worker,
-                                             initargs=(int(self._pm.n), primes, obfuscation, window))
+                                             initargs=(int(self._pm.n), primes, obfuscation, window, os.getpid()))
 
     # ------------------------------------------------------------- plumbing
     def _check(self, pm) -> None:
