@@ -234,7 +234,6 @@ def test_secret_randomness_differs_between_runs_and_simulation_replays(paper_dat
     (dict(epsilon=-0.5), "epsilon must be a positive number"),
     (dict(delta=0), "delta must lie strictly between 0 and 1"),
     (dict(delta=1.5), "delta must lie strictly between 0 and 1"),
-    (dict(L=10_000), "mini-batch size L=10000 exceeds the 569 training rows"),
     (dict(L=0), "mini-batch size L must be a positive integer"),
     (dict(C=0), "clipping bound C must be a positive number"),
     (dict(C=-1.0), "clipping bound C must be a positive number"),
@@ -253,9 +252,22 @@ def test_bad_input_is_explained(paper_data, kwargs, message):
 def test_rows_that_are_not_normalised_are_refused_with_the_fix(paper_data):
     X, y = paper_data
     with pytest.raises(VFLInputError, match=r"norm at most 1.*--normalize-rows.*normalize_rows=True"):
-        DPSCD().fit(X * 3, y)
-    assert DPSCD(normalize_rows=True, epochs=1, accountant="rdp").fit(X * 3, y).epsilon_ <= 1.0
-    DPSCD(variant="nonprivate", epochs=1).fit(X * 3, y)      # no sensitivity bound, no requirement
+        DPSCD(normalize_rows=False).fit(X * 3, y)
+    # The default (as `vfl dpscd`) divides each row by its norm: the bound holds and fit_glm still checks it.
+    model = DPSCD(epochs=1, accountant="rdp").fit(X * 3, y)
+    assert model.epsilon_ <= 1.0 and model._unit_rows()
+    np.testing.assert_allclose(model.decision_function(X * 3), model.decision_function(X), atol=1e-12)
+    DPSCD(variant="nonprivate", epochs=1, normalize_rows=False).fit(X * 3, y)      # no sensitivity bound
+
+
+def test_a_mini_batch_above_the_training_rows_is_clipped_with_a_warning(paper_data):
+    X, y = paper_data
+    with pytest.warns(UserWarning, match="L=10000 exceeds the 569 training rows; it is clipped to 569"):
+        model = DPSCD(L=10_000, epochs=1, accountant="rdp").fit(X, y)
+    assert model.L_ == 569 and model.sample_rate_ == 1.0 and model.epsilon_ <= 1.0
+    unit_columns = X / np.linalg.norm(X, axis=0)      # primal DP-SCD bounds column norms (rows stay as given)
+    with pytest.warns(UserWarning, match="L=100 exceeds the 30 features"):
+        assert DPSCD(variant="primal", L=100, epochs=1, accountant="rdp").fit(unit_columns, y).L_ == 30
 
 
 def test_an_unreachable_budget_is_explained(paper_data):

@@ -774,6 +774,12 @@ class FDSKLRegressor(RegressorMixin, _FDSKLBase):
     _task = "regression"
     _default_loss = "square"
 
+    def _expected_failed_checks(self) -> dict:
+        """scikit-learn checks that do not apply, with the reason (read by tests/test_sklearn_citizens.py)."""
+        return {"check_regressors_no_decision_function": (
+            "decision_function is FDSKL's f(x), the value the federated predict protocol computes for both tasks "
+            "(the CLI and the dealer call it); for the regressor it equals predict")}
+
     def __init__(self, fed: Federation | None = None, *, kernel: str = "rbf", sigma="median", loss: str | None = None,
                  lam: float = 1e-5, gamma: float | None = None, batch_size: int | None = None,
                  features_per_step: int = 32, epochs: float | None = 4.0, max_time: float | None = None,

@@ -17,7 +17,7 @@ Conventions (all estimators):
   paper's output: for the exact method Z_i = V_i S, the rows of the pooled
   right singular vectors that belong to party i's features, scaled.
 * ``explained_variance_`` (s_j^2 / (n - 1) with s_j^2 = u_j^T X X^T u_j) and
-  ``explained_variance_ratio_`` are computed through a masked sum
+  ``explained_variance_ratio_`` (numpy) are computed through a masked sum
   (``secure_allreduce``) over the parties of ||X_i^T u_j||^2 and ||X_i||_F^2:
   k + 1 numbers per party, of which only the totals are revealed (in the
   decentralised topologies: for the first party's estimate).
@@ -223,7 +223,9 @@ class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_
             self.singular_values_ = captured.clamp_min(0).sqrt()
             self.explained_variance_ = captured / dof
             self.total_variance_ = float(total / dof)
-            self.explained_variance_ratio_ = captured / total if total > 0 else torch.zeros_like(captured)
+            # numpy, as scikit-learn's PCA (a report of the fit: nothing in vfltorch computes with it)
+            self.explained_variance_ratio_ = to_numpy(captured / total if total > 0 else torch.zeros_like(captured),
+                                                      np.float64)
             # scikit-learn's components_ restricted to this party's columns (k x f_i): V_i^T.
             s = torch.where(self.singular_values_ > 0, self.singular_values_, torch.ones_like(self.singular_values_))
             self.components_ = (self.loadings_ / s).T.contiguous()
@@ -346,7 +348,7 @@ class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_
         self.mean_ = t.get("mean")
         self.singular_values_ = t.get("singular_values")
         self.explained_variance_ = t.get("explained_variance")
-        self.explained_variance_ratio_ = t.get("explained_variance_ratio")
+        self.explained_variance_ratio_ = arrays.get("explained_variance_ratio")
         self.components_ = None
         if self.loadings_ is not None:
             s = torch.where(self.singular_values_ > 0, self.singular_values_, torch.ones_like(self.singular_values_))

@@ -35,7 +35,7 @@ from sklearn.base import BaseEstimator
 
 from ..data import VFLInputError
 from .accountant import PrivacyAccountant, calibrate_sigma, check_budget, check_mechanism
-from .estimator import GLMPredictions, unit_rows
+from .estimator import GLMPredictions, clip_batch, unit_rows
 from .glm import make_glm
 from .randomness import Randomness
 
@@ -46,14 +46,18 @@ class DPSGD(GLMPredictions, BaseEstimator):
     Learned: ``coef_``, ``sigma_``, ``sample_rate_``, ``steps_``, ``epsilon_``
     (spent, None when not private), ``history_`` (epsilon per epoch; the training
     objective too only with ``monitor_objective=True``, which is not private),
-    ``guarantee_void_``.
+    ``guarantee_void_``, ``batch_size_`` (``batch_size`` clipped to the training
+    rows with a warning, as scikit-learn's MLP does). ``normalize_rows=True``
+    (the default, as ``vfl dpsgd``) divides each row by its L2 norm, in fit and
+    predict; per-example gradient clipping at ``C`` bounds the sensitivity
+    either way.
     """
 
     _model_method = "dpsgd"
 
     def __init__(self, task: str = "logistic", private: bool = True, epsilon: float = 1.0, delta: float = 1e-3,
                  batch_size: int = 100, C: float = 1.0, lr: float = 2.0, lam: float = 1e-4, epochs: int = 10,
-                 accountant: str = "prv", sigma: float | None = None, normalize_rows: bool = False,
+                 accountant: str = "prv", sigma: float | None = None, normalize_rows: bool = True,
                  simulation_seed: int | None = None, device: str = "cpu", monitor_every: int = 1,
                  monitor_objective: bool = False):
         self.task = task
@@ -73,15 +77,19 @@ class DPSGD(GLMPredictions, BaseEstimator):
         self.monitor_every = monitor_every
         self.monitor_objective = monitor_objective
 
-    def _validate(self, n: int) -> None:
+    def _is_random(self) -> bool:
+        return self.private and self.simulation_seed is None
+
+    def _validate(self, n: int, batch_size=None) -> None:
         if self.private:
             if self.sigma is None:
                 check_budget(self.epsilon, self.delta)
             check_mechanism(self.accountant)
             if not (np.isfinite(self.C) and self.C > 0):
                 raise VFLInputError(f"the clipping bound C must be a positive number, got {self.C!r}")
-        if not isinstance(self.batch_size, int) or not 1 <= self.batch_size <= n:
-            raise VFLInputError(f"the batch size must be an integer in 1..{n} (the training rows), got {self.batch_size!r}")
+        batch_size = self.batch_size if batch_size is None else batch_size
+        if not isinstance(batch_size, int) or not 1 <= batch_size <= n:
+            raise VFLInputError(f"the batch size must be an integer in 1..{n} (the training rows), got {batch_size!r}")
         if not (self.lr > 0 and self.lam > 0):
             raise VFLInputError(f"the learning rate and lambda must be positive, got lr={self.lr}, lambda={self.lam}")
         if not (isinstance(self.epochs, int) and self.epochs >= 1):
@@ -101,10 +109,11 @@ class DPSGD(GLMPredictions, BaseEstimator):
 
         glm = make_glm(self.task)
         X, y = self._fit_inputs(X, y)
-        if self.normalize_rows:
+        if self._unit_rows():
             X = unit_rows(X)
         n, d = X.shape
-        self._validate(n)
+        self.batch_size_ = clip_batch(self, "batch_size", self.batch_size, n)
+        self._validate(n, self.batch_size_)
         dev = torch.device(self.device)
         Xt = torch.as_tensor(X, dtype=torch.float64)
         yt = torch.as_tensor(y, dtype=torch.float64)
@@ -117,7 +126,7 @@ class DPSGD(GLMPredictions, BaseEstimator):
             randomness.warn()
         self.guarantee_void_ = randomness.simulated and self.private
         loader_gen = randomness.torch("dpsgd/batches")
-        loader = DataLoader(TensorDataset(Xt, yt), batch_size=self.batch_size, shuffle=not self.private,
+        loader = DataLoader(TensorDataset(Xt, yt), batch_size=self.batch_size_, shuffle=not self.private,
                             generator=loader_gen)
         engine = None
         if self.private:

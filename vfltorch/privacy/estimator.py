@@ -1,7 +1,7 @@
 """``DPSCD``: a scikit-learn style estimator for (DP-)SCD on one machine.
 
     model = DPSCD(task="logistic", epsilon=1.0, delta=1e-3, L=100, C=0.01, lam=1e-4, epochs=10)
-    model.fit(X, y)              # X: rows of L2 norm <= 1 (or normalize_rows=True)
+    model.fit(X, y)              # rows are divided by their L2 norm first (normalize_rows, as `vfl dpscd`)
     model.predict(X_test); model.epsilon_, model.sigma_, model.history_
 
 It runs ``fit_glm`` on a single-party federation, the very code a vertical
@@ -12,6 +12,7 @@ paper's lambda (``lambda`` is a Python keyword).
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import torch
@@ -43,6 +44,26 @@ def unit_rows(X: np.ndarray) -> np.ndarray:
     return X / np.where(norms > 0, norms, 1.0)
 
 
+def clip_batch(est, name: str, value, limit: int, what: str = "training rows"):
+    """A batch size above ``limit`` (the training rows) clipped to it with a warning, as scikit-learn's MLP
+    clips ``batch_size``; anything else is returned as given (the solver's own checks explain bad values).
+
+    Clipping keeps the DP accounting exact: the accountant is calibrated for the clipped size (q = L / N)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > limit >= 1:
+        warnings.warn(f"{type(est).__name__}: {name}={value} exceeds the {limit} {what}; it is clipped to {limit} "
+                      f"(the privacy accounting uses the clipped size)", UserWarning, stacklevel=3)
+        return limit
+    return value
+
+
+# Why DP estimators at their defaults cannot pass these checks of scikit-learn's check_estimator (read by
+# tests/test_sklearn_citizens.py; scikit-learn >= 1.6 takes expected failures as an argument, not as a tag).
+# Fits that draw their noise and batches from OS entropy never repeat: the ``non_deterministic`` tag says so
+# to scikit-learn, which then skips its idempotence checks; these compare two fits in other ways.
+DP_NOISE = ("the DP noise and batch schedule come from OS entropy (the tag non_deterministic is set): two fits on "
+            "the same data differ by design; simulation_seed=N makes fits repeat (and voids the guarantee)")
+
+
 def _is_logistic(est) -> bool:
     return est.task == "logistic"
 
@@ -62,7 +83,20 @@ class GLMPredictions(ShardedModelMixin):
         tags.estimator_type = "regressor" if regression else "classifier"
         tags.classifier_tags = None if regression else ClassifierTags(multi_class=False)
         tags.regressor_tags = RegressorTags() if regression else None
+        # DP noise from OS entropy: two fits differ (unless simulation_seed is set, which voids the guarantee).
+        tags.non_deterministic = self._is_random()
         return tags
+
+    def _is_random(self) -> bool:
+        return self.simulation_seed is None
+
+    def _expected_failed_checks(self) -> dict:
+        """scikit-learn checks that cannot pass at these settings, each with the reason (see DP_NOISE)."""
+        if not self._is_random():
+            return {}
+        # The checks that compare two fits' predictions (measured at the defaults, scikit-learn 1.9.1).
+        data = "check_regressor_data_not_an_array" if self.task == "ridge" else "check_classifier_data_not_an_array"
+        return {name: DP_NOISE for name in (data, "check_supervised_y_2d", "check_fit_idempotent")}
 
     def _fit_inputs(self, X, y):
         """(X float64 numpy, y as the method trains on it: -1 / +1 for the binary tasks), ``classes_`` set."""
@@ -85,7 +119,13 @@ class GLMPredictions(ShardedModelMixin):
         check_fitted(self, "coef_")
         X, _ = features(self, X, reset=False)
         X = as_matrix(X)
-        return unit_rows(X) if self.normalize_rows else X
+        return unit_rows(X) if self._unit_rows() else X
+
+    def _unit_rows(self) -> bool:
+        """``normalize_rows``, None resolved: unit rows except for primal DP-SCD, whose bound is on columns."""
+        if self.normalize_rows is None:
+            return getattr(self, "variant", None) != "primal"
+        return bool(self.normalize_rows)
 
     def decision_function(self, X) -> np.ndarray:
         """Margins x^T theta (numpy)."""
@@ -154,7 +194,17 @@ class DPSCD(GLMPredictions, BaseEstimator):
     and no clipping (inf) for ``nonprivate``.
     ``variant``: ``dual`` (DP-SCD), ``seq`` (seqDP-SCD), ``primal`` (primal
     DP-SCD) or ``nonprivate`` (SCD). ``accountant``: opacus' ``rdp``, ``prv``
-    or ``gdp`` (``prv``, the default, is the tightest). The batch schedule and
+    or ``gdp`` (``prv``, the default, is the tightest). ``L`` above the
+    training rows N is clipped to N with a warning (q = 1), as scikit-learn's
+    MLP clips its batch size. ``normalize_rows`` (None, the default: True
+    except for ``variant="primal"``; ``vfl dpscd`` normalises too) divides
+    each row by its L2 norm before training and prediction: the row variants'
+    sensitivity bounds need norms <= 1, and a per-row map keeps neighbouring
+    data sets neighbours, so the accounting is unchanged. With
+    ``normalize_rows=False`` rows of norm > 1 are refused (scale them
+    yourself). Primal DP-SCD bounds column norms instead; dividing a column
+    by its norm would make every row depend on the others, so columns of
+    norm > 1 are refused with the fix, never rescaled. The batch schedule and
     the noise come from OS entropy; ``simulation_seed`` seeds them for a
     reproducible simulation, and then the DP guarantee is void
     (``guarantee_void_`` is True and a ``SimulationWarning`` is raised).
@@ -174,7 +224,7 @@ class DPSCD(GLMPredictions, BaseEstimator):
     def __init__(self, task: str = "logistic", variant: str = "dual", epsilon: float = 1.0, delta: float = 1e-3,
                  L: int = 100, C: float | None = None, lam: float = 1e-4, epochs: float = 10, accountant: str = "prv",
                  sampling: str | None = None, newton_steps: int = 1, sigma: float | None = None,
-                 normalize_rows: bool = False, simulation_seed: int | None = None, device: str = "cpu",
+                 normalize_rows: bool | None = None, simulation_seed: int | None = None, device: str = "cpu",
                  monitor_every: int = 1, monitor_objective: bool = False):
         self.task = task
         self.variant = variant
@@ -194,23 +244,28 @@ class DPSCD(GLMPredictions, BaseEstimator):
         self.monitor_every = monitor_every
         self.monitor_objective = monitor_objective
 
-    def _config(self) -> DPSCDConfig:
+    def _config(self, L=None) -> DPSCDConfig:
         C = self.C if self.C is not None else (math.inf if self.variant == "nonprivate" else 0.01)
-        return DPSCDConfig(task=self.task, variant=self.variant, epsilon=self.epsilon, delta=self.delta, L=self.L,
+        return DPSCDConfig(task=self.task, variant=self.variant, epsilon=self.epsilon, delta=self.delta,
+                           L=self.L if L is None else L,
                            C=C, lam=self.lam, epochs=self.epochs, accountant=self.accountant,
                            sampling=self.sampling, newton_steps=self.newton_steps, sigma=self.sigma)
 
     def fit(self, X, y, *, noise_blocks=None, on_step=None):
         """Train on rows ``X`` and labels ``y`` (binary: any two values, the larger is the positive class)."""
         X, y = self._fit_inputs(X, y)
-        if self.normalize_rows:
+        if self._unit_rows():
             X = unit_rows(X)
         fed = Federation.local(self.device)
         dev = fed.device
         Xt = torch.as_tensor(X, dtype=torch.float64, device=dev)
         yt = torch.as_tensor(y, dtype=torch.float64, device=dev)
         self.history_ = []
-        result = fit_glm(fed, Xt, yt, self._config(), simulation_seed=self.simulation_seed,
+        # Primal DP-SCD draws L coordinates (features) per step, the others L rows.
+        primal = self.variant == "primal"
+        self.L_ = clip_batch(self, "L", self.L, X.shape[1] if primal else X.shape[0],
+                             "features" if primal else "training rows")
+        result = fit_glm(fed, Xt, yt, self._config(self.L_), simulation_seed=self.simulation_seed,
                          noise_blocks=noise_blocks, monitor_every=self.monitor_every,
                          monitor_objective=self.monitor_objective, on_epoch=self.history_.append, on_step=on_step)
         self.coef_ = to_numpy(result.theta)

@@ -199,7 +199,8 @@ def check_row_norms(sqnorms: torch.Tensor) -> None:
         raise VFLInputError(
             f"DP-SCD's privacy guarantee needs every training row to have L2 norm at most 1 (the sensitivity "
             f"bounds, Lemma 1), but row {worst} has norm {peak:.4g}. Normalise the rows: pass --normalize-rows "
-            f"(with --scale maxabs first, the paper's preprocessing), or normalize_rows=True to the estimator.")
+            f"(with --scale maxabs first, the paper's preprocessing), or keep normalize_rows=True (the estimators' "
+            f"default, which divides each row by its norm) instead of normalize_rows=False.")
 
 
 def fit_glm(fed: Federation, X: torch.Tensor, y: torch.Tensor | None, cfg: DPSCDConfig, *,
