@@ -144,7 +144,9 @@ def _cli(tmp_path, *argv, timeout=240):
     return out.stdout
 
 
-@pytest.mark.parametrize("protocol", ["shared", "paper"])
+# The CLI runs take 30-40 s each on 2 cores: the flagship's stays in the default run, the rest are `slow` (the GPU
+# machine's `pytest -m gpu` runs them all on a real device).
+@pytest.mark.parametrize("protocol", ["shared", pytest.param("paper", marks=pytest.mark.slow)])
 def test_fdskl_cli_and_predict_on_fake_cuda(protocol, tmp_path):
     """`vfl fdskl --device cuda` with 3 parties (the dealer under shared) to the report, then `vfl predict`."""
     out = _cli(tmp_path, "fdskl", "--dataset", "breast_cancer", "--parties", "3", "--device", "cuda", "--epochs",
@@ -154,6 +156,7 @@ def test_fdskl_cli_and_predict_on_fake_cuda(protocol, tmp_path):
                                    "--device", "cuda")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["exact", "rffkpca"])
 def test_pca_cli_and_predict_on_fake_cuda(method, tmp_path):
     out = _cli(tmp_path, "pca", "--method", method, "--dataset", "breast_cancer", "--parties", "3", "--device",
@@ -163,6 +166,7 @@ def test_pca_cli_and_predict_on_fake_cuda(method, tmp_path):
                                 "--device", "cuda")
 
 
+@pytest.mark.slow
 def test_dpscd_vertical_cli_on_fake_cuda(tmp_path):
     out = _cli(tmp_path, "dpscd", "--dataset", "breast_cancer", "--parties", "2", "--device", "cuda",
                "--vertical-protocol", "paper", "--save-model", str(tmp_path / "m"))

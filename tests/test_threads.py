@@ -61,8 +61,14 @@ RUNS = {
 }
 
 
+# Three in the default run (the flagship's two protocols' launcher path, a coordinator method with Paillier);
+# the others are `slow` (about 10 s each on 2 cores).
+DEFAULT_RUNS = {"fdskl", "pca-exact", "hetero-lr-paper"}
+
+
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("name", sorted(RUNS))
+@pytest.mark.parametrize("name", [n if n in DEFAULT_RUNS else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in sorted(RUNS)])
 def test_every_method_runs_with_several_threads_per_party(name, tmp_path):
     env = dict(os.environ, VFLTORCH_THREADS=THREADS)
     env.pop("VFLTORCH_START_METHOD", None)                     # the default launcher
