@@ -95,6 +95,11 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="all: score every row of the data given; test: the held-out rows of training's split "
                         "(the same --test-fraction and --seed as saved: reproduces training's test scores)")
     g.add_argument("--output-csv", metavar="PATH", help="the active party writes one line per scored row here")
+    g.add_argument("--output", choices=["decision", "probability"], default="decision",
+                   help="the score column of --output-csv: decision (the decision value f(x) or margin, as "
+                        "before) or probability (P(positive class): FDSKL's Platt-calibrated on rows held out "
+                        "in training with `vfl fdskl --calibration`, hetero-lr's and logistic dpscd's the sigmoid "
+                        "of the margin); regression and hinge-loss models have no probability")
     g.add_argument("--max-scores-per-row", type=int, default=None, metavar="N",
                    help="this party's scoring policy (every data party but the one that gets the scores): each of "
                         "its rows, keyed by content, is scored at most N times by this model, across runs (a "
@@ -237,6 +242,7 @@ def _run(fed, data, args, log):
     if not fed.is_active:
         return None
     table, metrics = out
+    table = _score_column(table, getattr(args, "output", "decision"), method)
     written = None
     if args.output_csv:
         from .runlog import write_atomic
@@ -248,6 +254,23 @@ def _run(fed, data, args, log):
             "predict": {"model": str(args.model), "model_id": manifest["model_id"], "method": method,
                         "seconds": time.perf_counter() - started,
                         "rows": args.rows, "scored_rows": n, "output_csv": written}}
+
+
+def _score_column(table: dict, output: str, method: str) -> dict:
+    """``--output decision`` (the default): the table as before (the new probability columns left out);
+    ``--output probability``: the probability column instead of the decision values."""
+    table = dict(table)
+    if output == "probability":
+        if "probability" not in table:
+            raise VFLInputError(f"this {method} model gives no probabilities (a regression, a hinge-loss model, "
+                                f"one-vs-rest, or an FDSKL model trained without --calibration, whose sigmoid(f) "
+                                f"is nearly always 0 or 1): score it with --output decision, or train with "
+                                f"`vfl fdskl --calibration 0.1`")
+        table.pop("decision", None)
+        return {"probability": table.pop("probability"), **table}      # in the decision column's place
+    elif method != "hetero-lr":                       # (hetero-lr's table has had both columns all along)
+        table.pop("probability", None)
+    return table
 
 
 def _apply_scoring_policy(fed, args, manifest: dict, X) -> None:
@@ -346,6 +369,9 @@ def _predict_fdskl(fed, manifest, arrays, X, y):
     if task == "binary":
         signs = np.where(to_numpy(f) >= 0, 1.0, -1.0)
         table = {"decision": to_numpy(f), "prediction": _labels_out(manifest, signs)}
+        platt = getattr(est, "platt_", None)
+        if platt is not None:                         # Platt-calibrated (trained with --calibration)
+            table["probability"] = to_numpy(torch.sigmoid(platt[0] * f.to(torch.float64) + platt[1]))
     else:
         table = {"prediction": to_numpy(f)}
     return _with_labels(table, y, manifest), metrics
@@ -389,6 +415,8 @@ def _glm_outputs(manifest, margins: torch.Tensor, y):
         table = {"prediction": (m + mean) * scale}
     else:
         table = {"decision": m, "prediction": _labels_out(manifest, np.where(m > 0, 1.0, -1.0))}
+        if command["glm"] == "logistic":
+            table["probability"] = 1.0 / (1.0 + np.exp(-np.clip(m, -500, 500)))
     return _with_labels(table, y, manifest), metrics
 
 

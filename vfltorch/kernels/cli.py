@@ -105,6 +105,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the public seed, independent of the data and labels; 'alpha': the largest |alpha_j| "
                         "(more accurate, but every party and the dealer learn which features the labels made "
                         "important: a label-dependent leak)")
+    g.add_argument("--calibration", type=float, default=None, metavar="FRACTION",
+                   help="binary logistic: hold out this fraction of the training rows (e.g. 0.1; drawn from the "
+                        "public seed) and fit Platt scaling on their decision values at the active party, for "
+                        "`vfl predict --output probability` (docs/fdskl.md, *Probabilities*); default: none")
     g.add_argument("--predict-bits", type=int, choices=PREDICT_RINGS, default=24,
                    help="shared protocol: ring width of f's product at prediction (bytes per row and feature at "
                         "Q = 4: 11, 12 (default) or 14; at 24 bits the rms error of f is 1-2e-3 of max |f|, "
@@ -182,7 +186,8 @@ def _estimator(fed, args, task: str):
 
     epochs = args.epochs if args.epochs is not None else (None if args.time_budget is not None else 4.0)
     Estimator = FDSKLRegressor if task == "regression" else FDSKLClassifier      # multiclass: one-vs-rest
-    return Estimator(fed, kernel=args.kernel, sigma=args.sigma, loss=args.loss, lam=args.lam, gamma=args.gamma,
+    extra = {} if task == "regression" else {"calibration": getattr(args, "calibration", None)}
+    return Estimator(fed, **extra, kernel=args.kernel, sigma=args.sigma, loss=args.loss, lam=args.lam, gamma=args.gamma,
                      batch_size=args.batch_size, features_per_step=args.features_per_step, epochs=epochs,
                      max_time=args.time_budget, schedule=args.schedule, random_state=args.seed,
                      mask_seed=args.mask_seed, angle_bits=args.angle_bits, log_every=args.log_every,

@@ -611,6 +611,61 @@ def _logistic_loss(est) -> bool:
     return (est.loss or est._default_loss) == "logistic"
 
 
+# Platt scaling (FDSKLClassifier(calibration=0.1)): the fraction of the training rows held out to fit
+# P(y = 1 | f) = sigmoid(A f + B), when it gives at least CALIBRATION_MIN_ROWS rows (at most CALIBRATION_MAX_ROWS).
+# Off by default: on, the model trains on fewer rows, which changes every fit's figures (a later decision).
+CALIBRATION_FRACTION = 0.1
+CALIBRATION_MIN_ROWS = 20
+CALIBRATION_MAX_ROWS = 5000
+
+
+def calibration_rows(n: int | None, fraction, seed: int):
+    """The held-out rows for Platt scaling (sorted indices, from the public seed: the same at every party), or None
+    when ``fraction`` is None/0 or they would be fewer than ``CALIBRATION_MIN_ROWS``."""
+    if not n or not fraction:
+        return None
+    if not 0 < float(fraction) < 0.5:
+        raise VFLInputError(f"calibration must be a fraction of the training rows in (0, 0.5) or None, got "
+                            f"{fraction!r}")
+    m = min(CALIBRATION_MAX_ROWS, int(round(float(fraction) * n)))
+    if m < CALIBRATION_MIN_ROWS:
+        return None
+    rng = np.random.default_rng(derive_key(seed, 0xCA1B) % 2 ** 63)
+    return np.sort(rng.choice(n, size=m, replace=False))
+
+
+def _rows(A, idx):
+    """Rows ``idx`` of an array, a pandas frame / series or a list."""
+    if hasattr(A, "iloc"):
+        return A.iloc[idx]
+    return np.asarray(A)[idx]
+
+
+def fit_platt(f: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(A, B) of Platt (1999): P(y = +1 | f) = sigmoid(A f + B) by maximum likelihood on held-out decision values,
+    with Platt's smoothed targets ((N+ + 1) / (N+ + 2), 1 / (N- + 2)) against overfitting small sets; A >= 0
+    (a larger f never means a smaller probability)."""
+    from scipy.optimize import minimize
+
+    f = np.asarray(f, dtype=np.float64).reshape(-1)
+    pos = np.asarray(y).reshape(-1) > 0
+    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
+    t = np.where(pos, (n_pos + 1.0) / (n_pos + 2.0), 1.0 / (n_neg + 2.0))
+    scale = float(np.std(f)) or 1.0               # fit on f / scale: |f| ~ 100 would make the problem stiff
+    z = f / scale
+
+    def loss(p):
+        m = p[0] * z + p[1]
+        # -[t log s(m) + (1 - t) log(1 - s(m))] = log(1 + e^m) - t m
+        value = np.logaddexp(0.0, m) - t * m
+        s = 0.5 * (1.0 + np.tanh(0.5 * m))
+        g = s - t
+        return float(value.sum()), np.array([float(g @ z), float(g.sum())])
+
+    res = minimize(loss, np.array([1.0, 0.0]), jac=True, method="L-BFGS-B", bounds=[(0.0, None), (None, None)])
+    return float(res.x[0] / scale), float(res.x[1])
+
+
 class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
     """FDSKL classifier. Losses: logistic (default), smooth_hinge, square.
 
@@ -619,10 +674,33 @@ class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
     model per class (``estimators_``), the class of the largest decision value wins.
     ``predict_proba`` exists with the logistic loss only (binary: f is the log-odds of ``classes_[1]``;
     one-vs-rest: the per-class sigmoids, normalised to sum to 1).
+    ``calibration`` (binary, logistic loss): a fraction of the training rows (e.g. 0.1) held out, drawn from
+    the public seed, on whose decision values the active party fits Platt scaling (``platt_`` = (A, B):
+    ``predict_proba`` = sigmoid(A f + B)); None (the default): every row trains and ``predict_proba`` is the
+    raw sigmoid(f), nearly always 0 or 1 for this model (docs/fdskl.md, *Probabilities*).
     """
 
     _task = "binary"
     _default_loss = "logistic"
+
+    def __init__(self, fed: Federation | None = None, *, kernel: str = "rbf", sigma="median", loss: str | None = None,
+                 lam: float = 1e-5, gamma: float | None = None, batch_size: int | None = None,
+                 features_per_step: int = 32, epochs: float | None = 4.0, max_time: float | None = None,
+                 schedule: str = "cached", random_state: int = 0, mask_seed="random", angle_bits: int = 16,
+                 median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
+                 prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1536,
+                 solver: str = "adam", sigma_grid=SIGMA_GRID, compress_to=IF_FAITHFUL, compress_epochs: float = 1.0,
+                 product_bits: int = 20, compress_support: str = "public", predict_bits: int = PREDICT_BITS,
+                 f_delay="auto", calibration: float | None = None):
+        super().__init__(fed, kernel=kernel, sigma=sigma, loss=loss, lam=lam, gamma=gamma, batch_size=batch_size,
+                         features_per_step=features_per_step, epochs=epochs, max_time=max_time, schedule=schedule,
+                         random_state=random_state, mask_seed=mask_seed, angle_bits=angle_bits,
+                         median_pairs=median_pairs, log_every=log_every, max_elements=max_elements,
+                         prefetch=prefetch, device=device, protocol=protocol, n_components=n_components,
+                         solver=solver, sigma_grid=sigma_grid, compress_to=compress_to,
+                         compress_epochs=compress_epochs, product_bits=product_bits,
+                         compress_support=compress_support, predict_bits=predict_bits, f_delay=f_delay)
+        self.calibration = calibration
 
     def _encode_targets(self, y, n: int):
         return torch.as_tensor(BinaryLabels.fit(self, y, n))
@@ -632,16 +710,30 @@ class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
 
     def fit(self, X, y=None, *, columns=None, monitor=None, log=None, progress: bool = False):
         fed = self._federation()
-        classes = self._agree_classes(fed, y)
+        classes, rows = self._agree_classes(fed, y, X)
         self.estimators_ = None
-        if classes is None:
+        self.platt_ = None
+        if classes is not None:
+            return self._fit_one_vs_rest(fed, X, y, classes, columns, monitor, log, progress)
+        held = calibration_rows(rows, self.calibration, self.random_state) if _logistic_loss(self) else None
+        if held is None:
             return super().fit(X, y, columns=columns, monitor=monitor, log=log, progress=progress)
-        return self._fit_one_vs_rest(fed, X, y, classes, columns, monitor, log, progress)
+        # Platt scaling on held-out rows: the model trains on the others; the same public split at every party.
+        keep = np.setdiff1d(np.arange(rows), held)
+        cut = (lambda A, idx: None if A is None else A[idx] if isinstance(A, torch.Tensor)
+               else _rows(A, idx))
+        super().fit(cut(X, keep), cut(y, keep), columns=columns, monitor=monitor, log=log, progress=progress)
+        f = self.decision_function(cut(X, held)) if fed.is_data_party else self.decision_function()
+        if fed.is_active:        # f on the held-out rows: what predicting them gives the active party anyway
+            self.platt_ = fit_platt(to_numpy(f), self._encode_known(cut(y, held)))
+        return self
 
-    def _agree_classes(self, fed: Federation, y):
-        """The number of classes (>= 3: one-vs-rest) or None (binary), from the active party to every rank.
+    def _agree_classes(self, fed: Federation, y, X=None):
+        """(the number of classes (>= 3: one-vs-rest) or None (binary), the active party's row count), from the
+        active party to every rank.
 
-        Only the count crosses the wire; the class values stay at the active party.
+        Only the counts cross the wire (every party has the rows; the dealer learns their number from the plan
+        of fit anyway); the class values stay at the active party.
         """
         from sklearn.utils.multiclass import check_classification_targets
 
@@ -655,15 +747,22 @@ class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
             else:
                 values = np.unique(labels)
                 count = int(len(values)) if len(values) >= 3 else None
+        rows = None
+        if fed.is_active and X is not None:
+            try:
+                rows = int(len(X))
+            except TypeError:
+                rows = None
         shared = self._shared(fed) and fed.coordinator is not None
         ranks = fed.parties + ([fed.coordinator] if shared else [])
         if fed.rank not in ranks:
-            return None
+            return None, None
         with fed.phase("fdskl/setup"):
-            agreed = fed.broadcast_json({"classes": count, "problem": problem}, fed.active, ranks=ranks)
+            agreed = fed.broadcast_json({"classes": count, "problem": problem, "rows": rows}, fed.active,
+                                        ranks=ranks)
         if agreed["problem"]:          # every rank stops with the active party's reason
             raise VFLInputError(agreed["problem"])
-        return agreed["classes"]
+        return agreed["classes"], agreed.get("rows")
 
     def _fit_one_vs_rest(self, fed, X, y, count, columns, monitor, log, progress):
         """One binary model per class, fitted one after the other by every rank (same features: same seed)."""
@@ -746,13 +845,21 @@ class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
 
     @available_if(_logistic_loss)
     def predict_proba(self, X):
-        """[P(classes_[0]), P(classes_[1])] = [sigmoid(-f), sigmoid(f)] at the active party (n x 2 numpy)."""
+        """[P(classes_[0]), P(classes_[1])] at the active party (n x 2 numpy), None elsewhere.
+
+        Binary with ``platt_`` (fitted on held-out rows, ``calibration``): sigmoid(A f + B), Platt's calibrated
+        probability; otherwise sigmoid(f), which for a kernel model trained to a small lambda is nearly always 0
+        or 1 (|f| ~ 100 on breast_cancer). ``predict`` stays the sign of f: on rows near the boundary it can
+        disagree with ``argmax predict_proba`` (as scikit-learn's ``SVC(probability=True)``)."""
         f = self.decision_function(X)
         if f is None:
             return None
         if getattr(self, "estimators_", None):        # one-vs-rest: per-class sigmoids, normalised
             p = torch.sigmoid(torch.as_tensor(f, dtype=torch.float64))
             return to_numpy(p / p.sum(dim=1, keepdim=True))
+        platt = getattr(self, "platt_", None)
+        if platt is not None:
+            f = platt[0] * torch.as_tensor(f, dtype=torch.float64) + platt[1]
         return proba_columns(torch.sigmoid(torch.as_tensor(f)))
 
     def score(self, X, y=None):

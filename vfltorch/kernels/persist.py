@@ -58,6 +58,9 @@ def fdskl_shard_state(est) -> tuple[dict, dict]:
         arrays["alpha"] = to_numpy(est.alpha_)
         state["y_offset"] = float(getattr(est, "y_offset_", 0.0))
         state["y_scale"] = float(getattr(est, "y_scale_", 1.0))
+        platt = getattr(est, "platt_", None)
+        if platt is not None:                         # Platt scaling's (A, B): the active party's, like alpha
+            state["platt"] = [float(platt[0]), float(platt[1])]
     return state, arrays
 
 
@@ -85,6 +88,11 @@ def restore_fdskl_shard(est, manifest: dict, arrays: dict, fed) -> None:
     est.n_random_features_ = fmap.n_features
     est.support_ = torch.tensor(state["support"], dtype=torch.int64) if state.get("support") is not None else None
     est.alpha_ = None
+    platt = state.get("platt")
+    est.platt_ = None
+    if "alpha" in arrays and isinstance(platt, list) and len(platt) == 2 and all(
+            isinstance(v, (int, float)) and np.isfinite(v) for v in platt):
+        est.platt_ = (float(platt[0]), float(platt[1]))
     if "alpha" in arrays:
         est.alpha_ = to_device(arrays["alpha"], device)
         if "y_offset" in state:
