@@ -153,7 +153,9 @@ def test_first_party_cannot_rebuild_columns_from_masked_phases(run):
     # S is uniform on the grid: its cosines are uncorrelated with the true features.
     c = torch.corrcoef(torch.stack([torch.cos(CIRCLE.decode(S)).flatten(),
                                     torch.cos(CIRCLE.decode(theta)).flatten()]))[0, 1]
-    assert abs(float(c)) < 0.02
+    # Over N D = 19,200 pairs an independent sample correlation has sd 1 / sqrt(N D) = 0.0072: the bound is 5 sd
+    # (0.02 = 2.8 sd failed about one run in 200 with OS-entropy masks: 0.0207 seen in a CI-like run).
+    assert abs(float(c)) < 5 / math.sqrt(N * D)
 
 
 def test_pooled_received_tensors_do_not_predict_other_columns(run):
