@@ -122,7 +122,7 @@ def test_three_hosts_at_100mbit_and_a_stranger_on_the_switch(tmp_path):
 
 @pytest.mark.slow
 def test_link_overhead_benchmark_runs_gloo_and_tls_across_hosts(tmp_path):
-    """The benchmark behind the README's "What TLS costs" table: both transports, each party on its own host."""
+    """The benchmark behind docs/benchmarks.md's "What TLS costs" table: both transports, each party on its own host."""
     out = tmp_path / "res"
     run = subprocess.run([sys.executable, "-m", "benchmarks.link_overhead", "--netns", "--rate", "1gbit",
                           "--repeats", "1", "--only", "fdskl", "--fdskl-dataset", "breast_cancer",
