@@ -33,7 +33,9 @@ from typing import Callable
 
 from . import __version__
 
-COMMAND_MODULES = ["vfltorch.comm.cli", "vfltorch.kernels.cli", "vfltorch.pca.cli", "vfltorch.privacy.cli", "vfltorch.linear.cli",
+# Every command module, the data commands' included, is found by name: this module imports none of them (each
+# imports ``Command`` from here), so no import circle ties the core to a method.
+COMMAND_MODULES = ["vfltorch.data.cli", "vfltorch.comm.cli", "vfltorch.kernels.cli", "vfltorch.pca.cli", "vfltorch.privacy.cli", "vfltorch.linear.cli",
                    "vfltorch.predict"]
 
 # name -> (module, one-line help): what `vfl --help` lists without importing any method.
@@ -112,17 +114,12 @@ def party_preload(command: "Command") -> tuple[str, ...]:
     return tuple(dict.fromkeys(("vfltorch.cli", module, *PARTY_PRELOAD, *command.preload)))
 
 
-def _builtin_commands() -> list[Command]:
-    from .data.cli import COMMANDS
-    return list(COMMANDS)
-
-
 def discover_commands(name: str | None = None) -> dict[str, Command]:
     """Every command, or (``name`` in ``COMMAND_INDEX``) only the commands of that one's module."""
     if name in COMMAND_INDEX:
         module = importlib.import_module(COMMAND_INDEX[name][0])
         return {c.name: c for c in getattr(module, "COMMANDS", [])}
-    commands = {c.name: c for c in _builtin_commands()}
+    commands = {}
     for module in COMMAND_MODULES:
         if importlib.util.find_spec(module) is None:
             continue

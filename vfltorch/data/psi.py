@@ -49,6 +49,8 @@ import secrets
 import numpy as np
 import torch
 
+from .ids import PSIError, canonical_id  # noqa: F401 - the IDs' text and the alignment error, shared with rr22
+
 try:  # PyNaCl's cffi binding of libsodium (PyNaCl does not wrap the ed25519 core functions)
     import nacl.bindings  # noqa: F401  (runs sodium_init)
     from nacl._sodium import ffi, lib
@@ -67,10 +69,6 @@ FIELD = (1 << 255) - 19    # the prime of Curve25519 / edwards25519
 _Y_MASK = (1 << 255) - 1   # an edwards25519 encoding is y (255 bits) and the sign of x in the top bit
 
 
-class PSIError(RuntimeError):
-    pass
-
-
 def _need_libraries():
     if lib is None or X25519PrivateKey is None or gmpy2 is None:
         raise PSIError("private set intersection needs PyNaCl, cryptography and gmpy2 "
@@ -80,31 +78,6 @@ def _need_libraries():
 def random_scalar() -> bytes:
     """A secret X25519 scalar: 32 bytes of OS entropy (``secrets``); X25519 clamps it."""
     return secrets.token_bytes(32)
-
-
-def canonical_id(v) -> str:
-    """The text an ID is compared by: the ID's own text, stripped of surrounding whitespace, case and leading
-    zeros kept ("0001000" is not "1000", "AB" is not "ab"); integers (a Python caller's IDs) as their decimal text.
-
-    A floating-point ID is refused: the file loader reads ID columns as text, and a float has lost what it held
-    (123.0 for "123", a value above 2**53 rounded onto a neighbour's ID), so matching it would pair different
-    people (issue 33)."""
-    if isinstance(v, str):
-        text = v.strip()
-    elif isinstance(v, (bool, np.bool_)):
-        raise PSIError(f"an ID must be text or an integer, got the boolean {v!r}")
-    elif isinstance(v, (int, np.integer)):
-        text = str(int(v))
-    elif isinstance(v, (float, np.floating)):
-        raise PSIError(f"an ID was read as the floating-point number {v!r}, which cannot be matched exactly (a value "
-                       f"above 2**53 is rounded; 123.0 is not the text 123): read the ID column as text")
-    elif isinstance(v, bytes):
-        text = v.decode("utf-8", "strict").strip()
-    else:
-        raise PSIError(f"an ID must be text or an integer, got {type(v).__name__} {v!r}")
-    if not text:
-        raise PSIError("an ID is blank: every row needs an ID to be aligned")
-    return text
 
 
 def edwards_to_montgomery(encoded: bytes) -> bytes:

@@ -113,7 +113,7 @@ def _modules():
 
 def item_key(v) -> str:
     """The item given to libpsi for ID ``v``: hex BLAKE2b-128 of (domain tag, canonical ID). Never sent."""
-    from .psi import canonical_id
+    from .ids import canonical_id
 
     return hashlib.blake2b(DOMAIN + canonical_id(v).encode(), digest_size=KEY_BYTES).hexdigest()
 
@@ -240,7 +240,7 @@ def listen_address(fed, peer: int, work: Workspace) -> str:
         work.gates[peer] = (gate, inner)
         line = gate.stdout.readline().strip()
         if not line.isdigit():
-            from .psi import PSIError
+            from .ids import PSIError
 
             raise PSIError(f"the PSI gate could not listen on {host} (port {base or 'any'}): see its error above")
         return f"{host}:{int(line)}"
@@ -251,7 +251,7 @@ def listen_address(fed, peer: int, work: Workspace) -> str:
 def _peer_address(fed, peer: int, announced: str) -> str:
     """Where to dial ``peer``: over TLS its host from the federation file and the port it announced over the
     authenticated mesh; over gloo the announced address."""
-    from .psi import PSIError
+    from .ids import PSIError
 
     host, _, port = announced.rpartition(":")
     if not port.isdigit() or not 0 < int(port) < 65536:
@@ -283,7 +283,7 @@ class LinkWorker:
         import json
         import select
 
-        from .psi import PSIError
+        from .ids import PSIError
 
         try:
             self.proc.stdin.write(json.dumps(cmd) + "\n")
@@ -358,7 +358,7 @@ def run_psi(lctx: LinkWorker, work: Workspace, ids, rows, *, broadcast: bool):
 # ---------------------------------------------------------------------------------------------- protocol
 def align_rows(fed, ids) -> tuple:
     """As ``psi.align_rows`` (rows in the active party's order, counts), by RR22 (module docstring)."""
-    from .psi import PSIError
+    from .ids import PSIError
 
     if not available():
         raise PSIUnavailable(f"the rr22 PSI engine needs SecretFlow's spu=={SPU_VERSION}: run `make install`, or "
@@ -384,7 +384,7 @@ def _active(fed, ids, n, work):
     import numpy as np
     import torch
 
-    from .psi import PSIError
+    from .ids import PSIError
 
     peers = [p for p in fed.parties if p != fed.rank]
     sizes = {str(fed.rank): n}
@@ -433,7 +433,7 @@ def _active(fed, ids, n, work):
 def _passive(fed, ids, n, work):
     import numpy as np
 
-    from .psi import PSIError
+    from .ids import PSIError
 
     active = fed.active
     mine = listen_address(fed, active, work)

@@ -251,7 +251,7 @@ def run(fed, data, args, log):
                 metrics["test_error"] = 1.0 - metrics["test_accuracy"]
             else:
                 metrics.update(_test_metrics(f, data.y_test, data.task))
-    from ..predict import save_estimator
+    from ..saving import save_estimator
 
     model_id = save_estimator(fed, args, data, est)
     if not fed.is_active:
@@ -284,7 +284,7 @@ def _run_dealer(fed, args):
     est.fit(None)
     if fed.recv_json(fed.active):
         est.decision_function()
-    from ..predict import save_estimator
+    from ..saving import save_estimator
 
     save_estimator(fed, args, None, est)
     return None

@@ -186,7 +186,7 @@ def run(fed, data, args, log_):
         monitor = (X_test, data.y_test)
     est.fit(X_train, None if data is None else data.y_train, monitor=monitor, log=log_, progress=True)
     scores = est.decision_function(X_test) if (X_test is not None or fed.is_coordinator) else None
-    from ..predict import save_estimator
+    from ..saving import save_estimator
 
     model_id = save_estimator(fed, args, data, est)
     if not fed.is_active:

@@ -233,7 +233,7 @@ def _run(fed, data, args, log):
             fed.barrier()
     with fed.phase("report"):
         sent = fed.gather_json([getattr(est, "bytes_", 0), getattr(est, "messages_", 0)], fed.active)
-    from ..predict import save_estimator
+    from ..saving import save_estimator
 
     model_id = save_estimator(fed, args, data, est, fed_arg=True)
     if not fed.is_active:

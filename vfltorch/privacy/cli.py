@@ -284,7 +284,7 @@ def _dpscd(fed, data, args, log):
     if data.X_test is not None:
         with fed.phase("dpscd/predict"):
             margins = link.sum_at_active(data.X_test @ result.theta)
-    from ..predict import save_arrays
+    from ..saving import save_arrays
 
     # theta is the private release (this party's block); labels' scaling and encoding at the active party.
     model_id = save_arrays(fed, args, data, "dpscd", arrays={"theta": to_numpy(result.theta)},
@@ -374,7 +374,7 @@ def _dpsgd(fed, data, args, log):
     if data.X_test is not None:
         margins = torch.as_tensor(model.decision_function(to_numpy(data.X_test)))
         metrics.update(test_metrics(glm, margins, y_test, label_info.get("label_scale", 1.0)))
-    from ..predict import save_estimator
+    from ..saving import save_estimator
 
     model_id = save_estimator(fed, args, data, model, command={"glm": task, **label_info})
     return {
