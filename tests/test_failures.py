@@ -80,7 +80,9 @@ def test_waits_follow_announced_work_and_a_silent_party_is_still_named():
     # Work longer than the timeout, inside the announced allowance: every party waits it out.
     out = launch(working_job, 3, args=("work", 1, 1.5 * TIMEOUT, 3 * TIMEOUT), timeout=TIMEOUT)
     assert all(o[0] == TIMEOUT for o in out)                       # the allowance ends with the block
-    assert all(o[1] >= 1.5 * TIMEOUT for o in out)                  # they did wait longer than the timeout
+    # They did wait longer than the timeout (the victim's 1.5 T less the skew of the parties' starts, which a
+    # loaded 2-core machine makes a few tenths of a second: 1.5 T failed once in a clean-clone run).
+    assert all(o[1] > 1.2 * TIMEOUT for o in out), [o[1] for o in out]
     # A party that stays silent past the allowance is named, after about the timeout plus the allowance.
     with pytest.raises(FederationError) as info:
         launch(working_job, 3, args=("hang", 1, 0.0, 0.5 * TIMEOUT), timeout=TIMEOUT)
