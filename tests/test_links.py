@@ -415,23 +415,7 @@ def test_planted_store_notes_are_ignored():
 def test_parties_holding_different_federation_files_stop(tmp_path):
     """Same keys and addresses, a different limit: the digest in the hello frame differs; both stop."""
     path, keys = make_federation(tmp_path, 2)
-    doc = json.loads(path.read_text())
-    doc["max_message_bytes"] = 4096
-    other = tmp_path / "other.json"
-    other.write_text(json.dumps(doc))
-    errors = {}
-
-    def party(name, file):
-        try:
-            connect_federation(file, name, keys[name], timeout=15).transport.close()
-        except PartyFailure as exc:
-            errors[name] = exc
-
-    threads = [threading.Thread(target=party, args=("bank", path)), threading.Thread(target=party, args=("shop", other))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors, _ = _join_all({"bank": path, "shop": _another_file(path)}, keys, timeout=15)
     assert set(errors) == {"bank", "shop"}
     assert all(isinstance(e, LinkError) for e in errors.values()), errors
     assert any("holds a different federation file" in str(e) for e in errors.values()), errors
@@ -470,6 +454,15 @@ def test_tls_waits_follow_announced_work(tmp_path):
 
 
 # --------------------------------------------------------------- failures named by every party (issue 33)
+def _another_file(path):
+    """The same federation with one limit changed: its digest (in every hello frame) differs."""
+    doc = json.loads(path.read_text())
+    doc["max_message_bytes"] = 4096
+    other = path.with_name("other.json")
+    other.write_text(json.dumps(doc))
+    return other
+
+
 def _join_all(files: dict, keys, timeout=30.0):
     """Each party (name -> the federation file it holds) joins in a thread: (errors, seconds) by name."""
     errors, took = {}, {}
@@ -525,11 +518,7 @@ def test_a_port_in_use_is_named_by_every_party_within_seconds(tmp_path):
 def test_different_federation_files_are_named_by_a_third_party_within_seconds(tmp_path):
     """bank and shop hold different files; the lender (same file as the bank) learns why within 10 s."""
     path, keys = make_federation(tmp_path, 3)
-    doc = json.loads(path.read_text())
-    doc["max_message_bytes"] = 4096
-    other = tmp_path / "other.json"
-    other.write_text(json.dumps(doc))
-    errors, took = _join_all({"bank": path, "shop": other, "lender": path}, keys)
+    errors, took = _join_all({"bank": path, "shop": _another_file(path), "lender": path}, keys)
     assert set(errors) == {"bank", "shop", "lender"}, errors
     assert "different federation file" in str(errors["lender"]), errors["lender"]
     assert max(took.values()) < 10, took
