@@ -43,10 +43,11 @@ two products' e: 2 B D words of 2.5 bytes, 2 B G of 2; G gradient sums) +
 at Q = 2 against the paper's 4 B D. No party holds f on all n rows, so there is no
 fixed-point growth limit. What the active party learns: f on its batch rows
 (B values) and the gradient sums (D values for adam, r for dsg) per iteration,
-f on the monitor rows once per epoch. These are linear in the n D unknown
-feature values phi_j(x_i) with coefficients it knows (alpha, L'); training
-stops before the number of such equations reaches half the unknowns
-(``leak_limit``), so they never determine them.
+f on the monitor rows once per epoch. Training stops before the number of such
+equations reaches half of n D (``leak_limit``), but that counts the feature values
+phi_j(x_i) as the unknowns; with W and b public the real unknowns are the n d_P
+passive columns, and one step's D sums determine its batch's B d_P of them
+(issue 35, open: tests/test_fdskl_gradient_attack.py, docs/fdskl.md *Known leak*).
 
 Pipelined iteration (``f_delay``, issue 11: time at Q = 2). Computed as written,
 iteration t is a chain of four sequential messages between A and the keeper K:
@@ -134,7 +135,10 @@ DELAYED_WARMUP_SHARE = 0.5
 
 
 def leak_limit(n: int, n_features: int, batch: int, grad_per_step: int) -> int:
-    """Iterations before the active party's equations (B + g per step) reach half the n D unknowns."""
+    """Iterations before the active party's equations (B + g per step) reach half of n D.
+
+    n D counts the feature values as unknowns; the real ones are the n d_P passive columns (W and b are public),
+    so this is not a bound on what the gradient sums reveal (issue 35, docs/fdskl.md *Known leak*)."""
     return max(1, (n * n_features) // (2 * (batch + grad_per_step)))
 
 
