@@ -1,8 +1,8 @@
-"""FDSKL: the default ``shared`` protocol against the paper's masked phases, same data, same seed.
+"""FDSKL: the default ``shared`` protocol (and ``sealed``) against the paper's masked phases, same data, same seed.
 
-For each dataset, ``vfl fdskl`` runs twice with Q parties and the same
-options, ``--protocol paper`` (the baseline, run first) and ``--protocol
-shared`` (plus its dealer process). Reported: test accuracy and AUC, training
+For each dataset, ``vfl fdskl`` runs with Q parties and the same
+options, ``--protocol paper`` (the baseline, run first), then ``--protocol
+shared`` (plus its dealer process) and any other of ``--protocols``. Reported: test accuracy and AUC, training
 seconds (the active party's clock, set-up and prediction excluded), bytes per
 iteration (all ranks, the dealer included), and the ratios shared / paper.
 
@@ -60,25 +60,27 @@ def run_one(dataset: str, protocol: str, parties: int, extra: list[str]) -> dict
 
 
 def table(rows: list[dict]) -> str:
-    """One line per dataset; with repeats, medians (time x: the median of each pair's ratio, and its range)."""
-    lines = ["| dataset | Q | acc paper | acc shared | diff (points) | train s paper | train s shared | time x | "
-             "bytes/it paper | bytes/it shared | bytes x |", "|" + "---|" * 11]
+    """One line per dataset and protocol against the paper's; with repeats, medians (time x: the median of each
+    pair's ratio, and its range)."""
+    lines = ["| dataset | Q | protocol | acc paper | acc | diff (points) | train s paper | train s | time x | "
+             "bytes/it paper | bytes/it | bytes x |", "|" + "---|" * 12]
     for ds in dict.fromkeys(r["dataset"] for r in rows):
         ps = [r for r in rows if r["dataset"] == ds and r["protocol"] == "paper"]
-        ss = [r for r in rows if r["dataset"] == ds and r["protocol"] == "shared"]
-        if not ps or not ss:
-            continue
-        p, s = ps[0], ss[0]
-        ratios = sorted(b["train_seconds"] / a["train_seconds"] for a, b in zip(ps, ss))
-        spread = f" ({ratios[0]:.2f}-{ratios[-1]:.2f})" if len(ratios) > 1 else ""
-        acc_p = statistics.median(r["test_accuracy"] for r in ps)
-        acc_s = statistics.median(r["test_accuracy"] for r in ss)
-        lines.append(f"| {ds} | {p['parties']} | {100 * acc_p:.2f} | {100 * acc_s:.2f} | "
-                     f"{100 * (acc_s - acc_p):+.2f} | {statistics.median(r['train_seconds'] for r in ps):.1f} | "
-                     f"{statistics.median(r['train_seconds'] for r in ss):.1f} | "
-                     f"{statistics.median(ratios):.2f}{spread} | "
-                     f"{p['bytes_per_iteration'] / 1e6:.2f} MB | {s['bytes_per_iteration'] / 1e6:.2f} MB | "
-                     f"{s['bytes_per_iteration'] / p['bytes_per_iteration']:.2f} |")
+        for protocol in dict.fromkeys(r["protocol"] for r in rows if r["protocol"] != "paper"):
+            ss = [r for r in rows if r["dataset"] == ds and r["protocol"] == protocol]
+            if not ps or not ss:
+                continue
+            p, s = ps[0], ss[0]
+            ratios = sorted(b["train_seconds"] / a["train_seconds"] for a, b in zip(ps, ss))
+            spread = f" ({ratios[0]:.2f}-{ratios[-1]:.2f})" if len(ratios) > 1 else ""
+            acc_p = statistics.median(r["test_accuracy"] for r in ps)
+            acc_s = statistics.median(r["test_accuracy"] for r in ss)
+            lines.append(f"| {ds} | {p['parties']} | {protocol} | {100 * acc_p:.2f} | {100 * acc_s:.2f} | "
+                         f"{100 * (acc_s - acc_p):+.2f} | {statistics.median(r['train_seconds'] for r in ps):.1f} | "
+                         f"{statistics.median(r['train_seconds'] for r in ss):.1f} | "
+                         f"{statistics.median(ratios):.2f}{spread} | "
+                         f"{p['bytes_per_iteration'] / 1e6:.2f} MB | {s['bytes_per_iteration'] / 1e6:.2f} MB | "
+                         f"{s['bytes_per_iteration'] / p['bytes_per_iteration']:.2f} |")
     return "\n".join(lines)
 
 
@@ -87,7 +89,9 @@ def main(argv=None) -> int:
     ap.add_argument("--datasets", nargs="+", default=["phishing", "credit_default", "a9a", "give_me_some_credit"])
     ap.add_argument("--parties", type=int, default=4)
     ap.add_argument("--output-dir", default="results/fdskl_protocols")
-    ap.add_argument("--repeats", type=int, default=1, help="pairs (paper, then shared) per dataset; medians reported")
+    ap.add_argument("--repeats", type=int, default=1, help="rounds (paper, then the others) per dataset; medians reported")
+    ap.add_argument("--protocols", nargs="+", choices=["shared", "sealed"], default=["shared"],
+                    help="the protocols run after the paper's, each against it (sealed: issue 35)")
     ap.add_argument("--same-features", action="store_true",
                     help="the paper run with --mask-seed seed: the same random features as the shared run")
     ap.add_argument("--shared-f-delay", choices=["auto", "0", "1"], default=None,
@@ -99,7 +103,7 @@ def main(argv=None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
     for ds in [d for d in args.datasets for _ in range(args.repeats)]:
-        for protocol in ("paper", "shared"):
+        for protocol in ("paper", *args.protocols):
             own = ["--mask-seed", "seed"] if protocol == "paper" and args.same_features else []
             if protocol == "shared" and args.shared_f_delay is not None:
                 own = ["--f-delay", args.shared_f_delay]

@@ -39,6 +39,7 @@ def record_active_view(view: dict) -> None:
     from vfltorch.kernels import budget, estimator
 
     original_train, original_step = estimator.train_budget, budget._Optimizer.step
+    original_sealed = estimator.train_sealed
     state = {"recording": False}
 
     class _RecordingLoss:
@@ -52,18 +53,25 @@ def record_active_view(view: dict) -> None:
             d = self._loss.derivative(f, y)
             if state["recording"]:
                 view["lprime"].append(d.detach().to("cpu", torch.float64).clone())
+                view["f"].append(f.detach().to("cpu", torch.float64).clone())
             return d
 
-    def train(fed, fmap, X, y, cfg, **kw):
-        first = fed.is_active and "X" not in view
-        if first:
-            view.update(X=X.detach().cpu().clone(), fmap=fmap, cfg=cfg, steps=[], lprime=[])
-            cfg = dataclasses.replace(cfg, loss=_RecordingLoss(cfg.loss))
-            state["recording"] = True
-        try:
-            return original_train(fed, fmap, X, y, cfg, **kw)
-        finally:
-            state["recording"] = False
+    def recorded(trainer):
+        def train(fed, fmap, X, y, cfg, **kw):
+            first = fed.is_active and "X" not in view
+            if first:
+                view.update(X=X.detach().cpu().clone(), y=y.detach().cpu().clone(), fmap=fmap, cfg=cfg, steps=[],
+                            lprime=[], f=[])
+                cfg = dataclasses.replace(cfg, loss=_RecordingLoss(cfg.loss))
+                state["recording"] = True
+            try:
+                result = trainer(fed, fmap, X, y, cfg, **kw)
+                if first:
+                    view["alpha"] = None if result.alpha is None else result.alpha.detach().cpu().clone()
+                return result
+            finally:
+                state["recording"] = False
+        return train
 
     def step(self, t, cols, sums, B):
         if state["recording"]:
@@ -71,7 +79,8 @@ def record_active_view(view: dict) -> None:
                                   int(B)))
         return original_step(self, t, cols, sums, B)
 
-    estimator.train_budget = train
+    estimator.train_budget = recorded(original_train)
+    estimator.train_sealed = recorded(original_sealed)
     budget._Optimizer.step = step
 
 
@@ -100,7 +109,8 @@ def public_view(view: dict, passive_columns) -> dict:
         g[cols] = sums
         out.append({"rows": batches[t], "lprime": view["lprime"][t], "g": g, "cols": cols})
     return {"X_A": X.to(torch.float64), "W_A": W_A, "W_P": W_P.to(torch.float64), "b": b, "steps": out,
-            "per_epoch": sampler.per_epoch}
+            "per_epoch": sampler.per_epoch, "batches": batches, "lprime": view["lprime"], "f": view["f"],
+            "alpha": view.get("alpha"), "gamma": cfg.gamma, "batch_size": sampler.batch_size, "y": view["y"]}
 
 
 # ------------------------------------------------------------------------------------------- the attack
@@ -129,10 +139,11 @@ def _fit(Z, a, W, lprime, g, iters):
     return out.x.reshape(B, dP), float(out.fun)
 
 
-def solve_batch(a, W_P, lprime, g, *, starts=8, seed=0, iters=500, stages=(0.45, 0.7, 1.0)):
+def solve_batch(a, W_P, lprime, g, *, starts=8, seed=0, iters=500, stages=(0.45, 0.7, 1.0), floor=FLOOR):
     """The passive columns of one batch (numpy arrays: a = x^A W^A + b on the batch rows, W^P, L', the sums g):
     from uniform random starts, fitted on the lowest-frequency features first (each stage still has more
-    equations than the batch's B d_P unknowns), then on all; stops at the first start that reaches ``FLOOR``.
+    equations than the batch's B d_P unknowns), then on all; stops at the first start that reaches ``floor``
+    (``FLOOR``: the opened sums' quantisation; unquantised sums leave the truth at 0).
     Returns (Z, relative residual, starts used)."""
     rng = np.random.default_rng(seed)
     order = np.argsort(np.linalg.norm(W_P, axis=0))
@@ -144,7 +155,7 @@ def solve_batch(a, W_P, lprime, g, *, starts=8, seed=0, iters=500, stages=(0.45,
             Z, res = _fit(Z, a[:, idx], W_P[:, idx], lprime, g[idx], iters)
         if res < best[1]:
             best = (Z, res)
-        if res < FLOOR:
+        if res < floor:
             break
     return best[0], best[1], used
 

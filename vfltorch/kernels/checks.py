@@ -146,10 +146,11 @@ def check_hyperparameters(est) -> None:
         raise VFLInputError(f"schedule must be 'cached' or 'paper', got {est.schedule!r}")
     if est.angle_bits not in (16, 32, 64):
         raise VFLInputError(f"angle_bits must be 16, 32 or 64, got {est.angle_bits!r}")
-    if est.protocol not in ("shared", "paper"):
+    if est.protocol not in ("shared", "sealed", "paper"):
         raise VFLInputError(f"protocol must be 'shared' (the default: the active party learns f on its batch rows "
-                            f"and gradient sums only) or 'paper' (Gu et al.'s masked phases, which leak the "
-                            f"passive columns), got {est.protocol!r}")
+                            f"and gradient sums, which give it passive columns: issue 35), 'sealed' (it learns f "
+                            f"on its batch rows and, once, the trained coefficients) or 'paper' (Gu et al.'s "
+                            f"masked phases, which leak the passive columns), got {est.protocol!r}")
     if not (est.mask_seed in ("random", "seed") or (isinstance(est.mask_seed, (int, np.integer))
                                                     and not isinstance(est.mask_seed, bool))):
         raise VFLInputError(f"mask_seed must be 'random' (private masks from the OS, the default), 'seed' "
@@ -162,7 +163,13 @@ def check_shared(est) -> None:
     if est.protocol == "shared" and est.schedule != "cached" and getattr(est, "n_components", None) is None:
         raise VFLInputError("protocol='shared' runs the cached schedule only (f kept as shares for every "
                             "training row); schedule='paper' needs protocol='paper'")
-    if est.protocol == "shared" and est.angle_bits != 16:
+    if est.protocol == "sealed":
+        if getattr(est, "n_components", None) is None:
+            raise VFLInputError("protocol='sealed' trains the bounded model: pass n_components (default 1536)")
+        if getattr(est, "_task", "binary") == "regression" or getattr(est, "max_time", None) is not None:
+            raise VFLInputError("protocol='sealed' trains classifiers for a number of epochs (no time budget or "
+                                "regression yet); use protocol='shared' for those")
+    if est.protocol in ("shared", "sealed") and est.angle_bits != 16:
         raise VFLInputError(f"protocol='shared' uses 16-bit angles (its dealt masks index a 2**16-entry cosine "
                             f"table), got angle_bits={est.angle_bits}; 32 and 64 are for protocol='paper'")
 
@@ -231,7 +238,8 @@ def agree(fed: Federation, *, rows: int, cols: int, params: dict, problems: list
     if plan["error"]:
         raise VFLInputError(plan["error"])
     mine = plan["columns"][fed.parties.index(fed.rank)] if fed.rank in fed.parties else []
-    return {"n_features": plan["n_features"], "columns": mine, "rows": plan["rows"],
+    active_cols = len(plan["columns"][fed.parties.index(fed.active)]) if plan["columns"] else 0
+    return {"n_features": plan["n_features"], "columns": mine, "rows": plan["rows"], "active_cols": active_cols,
             "monitor_rows": plan["monitor_rows"], "step": plan["step"]}
 
 

@@ -69,11 +69,14 @@ def _compress_to(text: str):
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("FDSKL")
-    g.add_argument("--protocol", choices=["shared", "paper"], default="shared",
+    g.add_argument("--protocol", choices=["shared", "sealed", "paper"], default="shared",
                    help="'shared' (default): phases masked by a dealer's fresh masks, f and gradients as additive "
-                        "shares; the active party learns f on its batch rows and gradient sums only (a dealer "
-                        "process is started). 'paper': Gu et al.'s masked phases, which let the active party "
-                        "rebuild the passive columns (for reproducing the paper only)")
+                        "shares; the active party learns f on its batch rows and the gradient sums, which give it "
+                        "passive columns (issue 35; a dealer process is started). 'sealed': the coefficients and "
+                        "gradients stay in shares, the active party learns f on its batch rows and, once, the "
+                        "trained coefficients (momentum SGD; no width selection or compression). 'paper': Gu et "
+                        "al.'s masked phases, which let the active party rebuild the passive columns (for "
+                        "reproducing the paper only)")
     g.add_argument("--kernel", choices=KERNELS, default="rbf", help="shift-invariant kernel of the random features")
     g.add_argument("--sigma", type=_sigma, default="median",
                    help="kernel width, or 'median': the median heuristic over all parties' columns (a secure sum)")
@@ -164,7 +167,7 @@ def _wants_dealer(args) -> bool:
     """The shared protocol needs a dealer process, unless there is one party (plain DSG, no protocol)."""
     parties = args.parties if args.parties is not None else (
         int(os.environ["WORLD_SIZE"]) - 1 if "WORLD_SIZE" in os.environ else 3)
-    return args.protocol == "shared" and parties > 1
+    return args.protocol in ("shared", "sealed") and parties > 1
 
 
 def _guarantee(args, parties: int) -> str:
@@ -205,7 +208,7 @@ def check(args, info: dict) -> None:
     from ..data.validation import VFLInputError
     from .checks import check_hyperparameters
 
-    if info.get("task") == "multiclass" and getattr(args, "save_model", None) and args.protocol != "shared":
+    if info.get("task") == "multiclass" and getattr(args, "save_model", None) and args.protocol == "paper":
         raise VFLInputError("--save-model keeps a multi-class (one-vs-rest) FDSKL model trained with --protocol "
                             "shared only (under --protocol paper each class has its own private phase keys): "
                             "drop --save-model or --protocol paper")
@@ -231,7 +234,7 @@ def run(fed, data, args, log):
     if fed.coordinator is not None and fed.is_active:
         fed.send_json(data.task, fed.coordinator)   # the dealer builds the same estimator (regression: no classes)
     monitor = None
-    if X_test is not None and args.monitor_rows != 0:
+    if X_test is not None and args.monitor_rows != 0 and args.protocol != "sealed":     # (sealed: no curve yet)
         m = data.n_test if args.monitor_rows < 0 else min(args.monitor_rows, data.n_test)
         rows = np.sort(np.random.default_rng(args.seed + 17).permutation(data.n_test)[:m])
         monitor = (X_test[rows], None if data.y_test is None else data.y_test[rows])

@@ -96,6 +96,8 @@ from .shared import PREDICT_BITS, share_table, shared_decision_values, train_sha
 from .random_features import FourierSampler, derive_key
 from .trainer import DSGConfig, held_out_metrics, train_dsg
 from .budget import train_budget
+from .sealed import DEFAULT_RATE as SEALED_RATE
+from .sealed import check_sealed, train_sealed
 from .selection import SELECT_BLOCKS, select_width, wants_selection
 
 # The bounded model's default Adam rate (decayed as 1/sqrt(epoch)) per unit of the loss's constant DSG step: Adam
@@ -123,6 +125,8 @@ PAPER_LEAK = ("protocol='paper' hands the active party the phases w_j^T x_i + b_
 # 81.06%; 8 seeds: -0.12 on average, -0.77 at worst, the selection's and the check's yes/no decisions flipping
 # between nearly equal models). So 'auto' keeps 0, the paper's algorithm; --f-delay 1 opts in.
 SHARED_F_DELAY = 0
+# The protocols whose prediction (and dealer) is ``shared.py``'s: ``sealed`` trains differently (sealed.py).
+SHARED_PROTOCOLS = ("shared", "sealed")
 
 
 class _FDSKLBase(ShardedModelMixin, BaseEstimator):
@@ -213,12 +217,26 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
 
     def _shared(self, fed: Federation) -> bool:
         """The shared protocol runs between several parties; with one party there is no protocol (plain DSG)."""
-        return self.protocol == "shared" and fed.num_parties > 1
+        return self.protocol in SHARED_PROTOCOLS and fed.num_parties > 1
+
+    def _sealed(self, fed: Federation) -> bool:
+        """The sealed protocol (sealed.py: alpha and the gradient in shares) between several parties."""
+        return self.protocol == "sealed" and fed.num_parties > 1
+
+    def _sealed_step(self) -> float:
+        """gamma, or momentum SGD's constant rate under the sealed protocol (sealed.DEFAULT_RATE / D)."""
+        return SEALED_RATE / (self._n_blocks() * int(self.features_per_step)) if self.gamma is None else float(self.gamma)
+
+    def _check_sealed(self, plan: dict, n: int) -> None:
+        """Every rank refuses alike (the plan is the same everywhere) a run whose opened model could determine the
+        passive values (``sealed.check_sealed``)."""
+        D = self._n_blocks() * int(self.features_per_step)
+        check_sealed(n, int(plan["n_features"]) - int(plan["active_cols"]), D)
 
     def _masks(self, fed: Federation) -> tuple[MaskStream, int]:
         """(this party's fresh-mask stream, the phase key of the blocks it keeps)."""
         mask_seed, phase_key = self._seeds(fed)
-        if self.protocol == "shared":
+        if self.protocol in SHARED_PROTOCOLS:
             phase_key = derive_key(self.random_state, 0xB0B)        # b_j from the public seed
         if isinstance(self.mask_seed, str) and self.mask_seed == "random":
             return MaskStream.private(fed.rank), phase_key
@@ -283,7 +301,8 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         plan = agree(fed, rows=X.shape[0], cols=X.shape[1], params=self.get_params(), problems=problems,
                      columns=None if columns is None else [int(c) for c in columns],
                      dealer=fed.coordinator if shared else None,
-                     monitor_rows=None if monitor is None else int(len(monitor[0])), step=self._step_size())
+                     monitor_rows=None if monitor is None else int(len(monitor[0])),
+                     step=self._sealed_step() if self._sealed(fed) else self._step_size())
         warn_scaling(scaling)
         if self.protocol == "paper" and fed.num_parties > 1 and fed.is_active:
             warnings.warn(PAPER_LEAK, LeakWarning, stacklevel=2)
@@ -305,13 +324,23 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
                 fed, FourierSampler(self.kernel, self.sigma_ * multiplier, self.random_state), self.columns_,
                 self.features_per_step, seed=self.random_state, phase_key=phase_key, masks=masks,
                 circle=Circle(self.angle_bits), dtype=X.dtype, device=device, max_elements=self.max_elements,
-                public_phases=self.protocol == "shared")
+                public_phases=self.protocol in SHARED_PROTOCOLS)
 
         y_fit = None
         if fed.is_active:
             y_fit = self._prepare_targets(torch.as_tensor(np.asarray(y) if not isinstance(y, torch.Tensor) else y))
         table = share_table(fed, fed.coordinator) if shared else None
-        self._select_sigma(fed, make_map, X, y_fit, loss, dealer=fed.coordinator if shared else None, table=table)
+        sealed = self._sealed(fed)
+        if sealed:
+            if monitor is not None and fed.is_active:
+                warnings.warn("protocol='sealed' keeps no learning curve yet: the monitor rows are not evaluated "
+                              "(history_ stays empty)", UserWarning, stacklevel=2)
+            # The width selection and the distillation open gradient sums: the sealed protocol runs neither.
+            self._check_sealed(plan, X.shape[0])
+            self.sigma_multiplier_, self.sigma_scores_, self.selection_seconds_ = 1.0, None, 0.0
+        else:
+            self._select_sigma(fed, make_map, X, y_fit, loss, dealer=fed.coordinator if shared else None,
+                               table=table)
         if self.sigma_multiplier_ != 1.0:
             self.sigma_ = self.sigma_ * self.sigma_multiplier_
         self.feature_map_ = make_map(1.0)
@@ -322,7 +351,12 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
                 y_mon = torch.as_tensor(self._encode_known(monitor[1]))
             monitor = (X_mon, y_mon)
         cfg = self._config(loss, X.shape[0])
-        if self._bounded():
+        if sealed:
+            self.table_ = table
+            cfg = self._config(loss, X.shape[0], self._sealed_step())
+            result = train_sealed(fed, self.feature_map_, X, y_fit, cfg, n_blocks=self._n_blocks(),
+                                  dealer=fed.coordinator, table=table, log=log, progress=progress and fed.is_active)
+        elif self._bounded():
             if shared:
                 self.table_ = table
             result = train_budget(fed, self.feature_map_, X, y_fit, cfg, n_blocks=self._n_blocks(),
@@ -400,14 +434,22 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
                 seed=self.random_state, phase_key=phase_key, masks=masks, circle=Circle(self.angle_bits),
                 public_phases=True)
 
-        self._select_sigma(fed, make_map, empty, None, self._loss(), dealer=fed.coordinator, table=self.table_,
-                           step=plan["step"])
+        sealed = self._sealed(fed)
+        if sealed:
+            self._check_sealed(plan, n)
+            self.sigma_multiplier_, self.sigma_scores_, self.selection_seconds_ = 1.0, None, 0.0
+        else:
+            self._select_sigma(fed, make_map, empty, None, self._loss(), dealer=fed.coordinator,
+                               table=self.table_, step=plan["step"])
         mon = None
         if plan.get("monitor_rows") is not None:
             mon = (torch.zeros(plan["monitor_rows"], 0, dtype=torch.float64), None)
         # The step comes from the active party's plan: the dealer does not know the task's default loss.
         cfg = self._config(self._loss(), n, plan["step"])
-        if self._bounded():
+        if sealed:
+            result = train_sealed(fed, self.feature_map_, empty, None, cfg, n_blocks=self._n_blocks(),
+                                  dealer=fed.coordinator, table=self.table_)
+        elif self._bounded():
             result = train_budget(fed, self.feature_map_, empty, None, cfg, n_blocks=self._n_blocks(),
                                   dealer=fed.coordinator, table=self.table_, monitor=mon)
             result = self._compress(fed, empty, None, cfg, result, dealer=fed.coordinator, table=self.table_)

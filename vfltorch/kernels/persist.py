@@ -81,7 +81,7 @@ def restore_fdskl_shard(est, manifest: dict, arrays: dict, fed) -> None:
         fed, FourierSampler(est.kernel, 1.0 if sigma is None else sigma, est.random_state), columns,
         est.features_per_step, seed=est.random_state, phase_key=int(state["phase_key"]), masks=masks,
         circle=Circle(est.angle_bits), dtype=dtype, device=device, max_elements=est.max_elements,
-        public_phases=est.protocol == "shared")
+        public_phases=est.protocol in ("shared", "sealed"))
     for _ in range(state["n_blocks"]):
         fmap.add_block()                              # W of this party's columns, keepers, kept phases
     est.feature_map_ = fmap

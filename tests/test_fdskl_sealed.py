@@ -1,0 +1,195 @@
+"""FDSKL's sealed protocol (issue 35, ``vfltorch/kernels/sealed.py``) over real processes (Q = 3 and a dealer).
+
+* It trains the model its centralised twin trains: momentum SGD on the same random features, the same public
+  batches and the same averaged iterate, written here from the equations in floating point.
+* Each role receives exactly the messages the module docstring lists: the active party A no per-feature value
+  but the dealer's uniform correction of the gradient product and, once, the trained coefficients; the dealer
+  only H's re-randomised share of alpha.
+* The gradient attack (``fdskl_view``) has nothing to solve: A is opened no gradient sum.
+* ``check_sealed`` refuses a run whose opened model could determine the passive values, and the attack on the
+  opened model shows why (slow: it rebuilds the passive columns of a few rows from the model alone, and finds
+  nothing beyond the own-column regression on a real run).
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from fdskl_view import column_r2, own_column_baseline, public_view, record_active_view, solve_batch
+from vfltorch.comm import Federation, launch
+from vfltorch.data import DataConfig, VFLInputError, load_party_data
+from vfltorch.kernels import Circle, FDSKLClassifier, FourierSampler, get_loss
+from vfltorch.kernels.random_features import counter_words, derive_key
+from vfltorch.kernels.sealed import MU_NUM, MU_SHIFT, check_sealed
+from vfltorch.kernels.trainer import TRAIN_PHASE, BatchSampler
+
+CONFIG = DataConfig(dataset="breast_cancer", scale="minmax", seed=0)
+PARAMS = dict(protocol="sealed", epochs=3, random_state=4)
+SQRT2 = math.sqrt(2.0)
+
+
+def sealed_job(fed, params):
+    view = {}
+    if fed.is_active:
+        record_active_view(view)
+    data = load_party_data(fed, CONFIG) if fed.is_data_party else None
+    est = FDSKLClassifier(fed, **params)
+    start = len(fed.transcript.messages)
+    if data is None:
+        est.fit(None)
+        out = {}
+    else:
+        est.fit(data.X_train, data.y_train, columns=data.columns)
+        out = {"X": torch.as_tensor(data.X_train), "columns": [int(c) for c in est.columns_]}
+        if fed.is_active:
+            mine = set(out["columns"])
+            passive = [c for c in range(est.n_columns_total_) if c not in mine]
+            out.update(alpha=est.alpha_.cpu(), sigma=est.sigma_, view=public_view(view, passive), passive=passive,
+                       accuracy=float((np.asarray(est.predict(data.X_test)) == np.asarray(data.y_test)).mean()))
+        else:
+            est.decision_function(data.X_test)
+    if data is None:
+        est.decision_function()
+    out["sent"] = [(m.src, m.dst, str(m.tensor.dtype), m.tensor.numel(), m.phase)
+                   for m in fed.transcript.messages[start:]]
+    return out
+
+
+@pytest.fixture(scope="module")
+def run():
+    return launch(sealed_job, 3, args=(PARAMS,), coordinator=True, record_transcript=True)
+
+
+def twin(run):
+    """The centralised model: the same features, batches and steps in float64 (sealed.py, steps 2-4)."""
+    full = load_party_data(Federation.local(), CONFIG)
+    X = torch.as_tensor(full.X_train, dtype=torch.float64)
+    A = run[0]
+    y = A["view"]["y"].to(torch.float64)                # the labels as the estimator encodes them (+1 / -1)
+    est = FDSKLClassifier(**PARAMS)
+    D = est._n_blocks() * est.features_per_step
+    features = torch.arange(D)
+    W = FourierSampler(est.kernel, A["sigma"], est.random_state).omega(torch.arange(X.shape[1]), features)
+    b = Circle(16).decode(counter_words(derive_key(est.random_state, 0xB0B), features, 16))
+    phi = SQRT2 * torch.cos(X @ W + b)
+    cfg = est._config(get_loss("logistic"), X.shape[0], 16.0 / D)
+    sampler = BatchSampler(X.shape[0], cfg.batch_size, cfg.seed)
+    T = math.ceil(PARAMS["epochs"] * sampler.per_epoch - 1e-9)
+    mu = MU_NUM / 2 ** MU_SHIFT
+    alpha, m, total = torch.zeros(D, dtype=torch.float64), torch.zeros(D, dtype=torch.float64), 0.0
+    for t in range(T):
+        rows = sampler.next()
+        f = phi[rows] @ alpha
+        g = phi[rows].T @ cfg.loss.derivative(f, y[rows])
+        m = mu * m + g
+        alpha = alpha - cfg.gamma / sampler.batch_size * m
+        if t >= T // 2:
+            total = total + alpha
+    return total / (T - T // 2), phi, W, b
+
+
+def test_sealed_trains_the_centralised_twin(run):
+    A = run[0]
+    alpha_twin, _, _, _ = twin(run)
+    err = float((A["alpha"] - alpha_twin).norm() / alpha_twin.norm())
+    print(f"\nsealed against its float twin: relative error of alpha {err:.4f}")
+    assert err < 0.05, err                        # fixed point: 8 / 6-bit cosines, 8-bit L', the rounded step
+    assert A["accuracy"] > 0.95, A["accuracy"]
+
+
+def test_each_role_receives_what_the_protocol_lists(run):
+    """Training messages by receiver: A gets phases, the dealer's seeds and corrections and H's share of f each
+    step, and one D-vector opening at the end; H gets e and seeds; the dealer gets H's share of alpha only."""
+    A, H, dealer = 0, 1, 3
+    sent = [m for r in run for m in r["sent"] if m[4].startswith(TRAIN_PHASE)]
+    B = FDSKLClassifier(**PARAMS)._batch_size(len(run[0]["X"]))
+    D = FDSKLClassifier(**PARAMS)._n_blocks() * FDSKLClassifier(**PARAMS).features_per_step
+    to_dealer = [m for m in sent if m[1] == dealer]
+    assert to_dealer and all(m[0] == H and m[3] == D for m in to_dealer)
+    steps = len(to_dealer)
+    to_a = [m for m in sent if m[1] == A]
+    sizes = sorted({m[3] for m in to_a})
+    # phases (B x D angle words from each passive party), f's correction (2 + B) and H's share of f (B), the
+    # gradient's correction (2 + D), and the one opening of the averaged alpha (D, from H)
+    assert set(sizes) <= {B * D, 2 + B, B, 2 + D, D}, sizes
+    from_h_d = [m for m in to_a if m[0] == H and m[3] == D]
+    assert len(from_h_d) == 1                                     # the trained model, once
+    assert sum(1 for m in to_a if m[0] == dealer and m[3] == 2 + D) == steps
+    to_h = [m for m in sent if m[1] == H]
+    assert {m[3] for m in to_h if m[0] == A} <= {2, B * 4 * D, B * 2 * D}
+
+
+def test_the_gradient_attack_has_nothing_to_solve(run):
+    view = run[0]["view"]
+    assert view["steps"] == []                    # no gradient sum was opened to the active party
+    assert len(view["f"]) == len(view["lprime"]) > 0
+
+
+def test_check_sealed_counts_the_passive_values():
+    check_sealed(455, 20, 1536)                   # 9,100 passive values for 1,536 opened numbers
+    with pytest.raises(VFLInputError, match="n_components <= 1152"):
+        check_sealed(576, 4, 1536)                # pima at Q = 2: 2,304 values
+
+
+def final_model_weights(lprime, batches, n, gamma, B, mu=MU_NUM / 2 ** MU_SHIFT):
+    """C_i with alpha = sum_i C_i phi(x_i): the weight of step u's sums in the averaged alpha, times L'."""
+    T = len(lprime)
+    t0 = T // 2
+    C = torch.zeros(n, dtype=torch.float64)
+    for u in range(T):
+        # alpha_t = -(gamma / B) sum_{s <= t} m_s, m_s = sum_{u <= s} mu^(s - u) g_u; averaged over t >= t0
+        w = sum((1 - mu ** (t - u + 1)) / (1 - mu) for t in range(max(t0, u), T))
+        C.index_add_(0, batches[u], -gamma / B * w / (T - t0) * lprime[u])
+    return C
+
+
+@pytest.mark.slow
+def test_the_opened_model_gives_nothing_on_a_real_run_and_rows_when_few(run):
+    """The attacker's strongest use of the opened alpha: it knows every weight C_i (its own L' and the public
+    step rule), so alpha_j = sum_i C_i sqrt2 cos(x_i^A w_j^A + x_i^P w_j^P + b_j) in the n d_P passive values."""
+    A = run[0]
+    view = A["view"]
+    n = len(A["X"])
+    C = final_model_weights(view["lprime"], view["batches"], n, view["gamma"], view["batch_size"])
+    columns = run[1]["columns"] + run[2]["columns"]
+    truth = torch.cat([run[1]["X"], run[2]["X"]], 1)[:, [columns.index(c) for c in A["passive"]]].double()
+    base = (view["X_A"] @ view["W_A"] + view["b"]).numpy()
+    W_P = view["W_P"].numpy()
+    # The real run: 9,100 unknowns against 1,536 numbers.
+    Z, res, _ = solve_batch(base, W_P, C.numpy(), view["alpha"].numpy(), starts=2, iters=300)
+    r2 = column_r2(torch.from_numpy(Z), truth)
+    baseline = own_column_baseline(view["X_A"], truth)
+    print(f"\nopened alpha, all {n} rows: residual {res:.2e}, R^2 median {float(r2.median()):.3f}; own columns "
+          f"{float(baseline.median()):.3f}")
+    assert float(r2.median()) < float(baseline.median()), (r2, baseline)
+    # The model weighs few rows much (the rows with large L'): the attacker solves for those alone, the rest as noise.
+    for k in (24, 76):
+        top = torch.argsort(C.abs(), descending=True)[:k]
+        Zk, resk, _ = solve_batch(base[top], W_P, C[top].numpy(), view["alpha"].numpy(), starts=3, iters=300,
+                                  floor=1e-3)
+        r2_top = column_r2(torch.from_numpy(Zk), truth[top])
+        own_top = own_column_baseline(view["X_A"][top], truth[top])
+        print(f"the {k} rows of largest |C_i| ({float(C[top].abs().sum() / C.abs().sum()):.2f} of sum |C|): residual "
+              f"{resk:.2e}, R^2 median {float(r2_top.median()):.3f}; own columns {float(own_top.median()):.3f}")
+        assert float(r2_top.median()) < float(own_top.median()), (k, r2_top, own_top)
+    # The same equations from those 24 rows alone (480 unknowns, no other row's term): what check_sealed refuses.
+    rows = torch.argsort(C.abs(), descending=True)[:24]      # (the rows the model weighs most)
+    alpha_few = torch.from_numpy(SQRT2 * (C[rows].numpy()[:, None] * np.cos(base[rows] + truth[rows].numpy() @ W_P)).sum(0))
+    Z, res, _ = solve_batch(base[rows], W_P, C[rows].numpy(), alpha_few.numpy(), starts=8, floor=1e-8)
+    r2_few = column_r2(torch.from_numpy(Z), truth[rows])
+    print(f"24 rows: residual {res:.2e}, R^2 median {float(r2_few.median()):.3f}")
+    assert float(r2_few.median()) > 0.9, r2_few
+
+
+def test_sealed_refuses_what_it_cannot_run():
+    from vfltorch.kernels import FDSKLRegressor
+    from vfltorch.kernels.checks import check_shared
+
+    with pytest.raises(VFLInputError, match="regression"):
+        check_shared(FDSKLRegressor(protocol="sealed"))
+    with pytest.raises(VFLInputError, match="time budget"):
+        check_shared(FDSKLClassifier(protocol="sealed", epochs=None, max_time=10))
+    with pytest.raises(VFLInputError, match="n_components"):
+        check_shared(FDSKLClassifier(protocol="sealed", n_components=None))
