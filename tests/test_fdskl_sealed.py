@@ -12,6 +12,7 @@
 """
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ import torch
 from fdskl_view import column_r2, own_column_baseline, public_view, record_active_view, solve_batch
 from vfltorch.comm import Federation, launch
 from vfltorch.data import DataConfig, VFLInputError, load_party_data
-from vfltorch.kernels import Circle, FDSKLClassifier, FourierSampler, get_loss
+from vfltorch.kernels import Circle, FDSKLClassifier, FourierSampler, LeakWarning, get_loss
 from vfltorch.kernels.random_features import counter_words, derive_key
 from vfltorch.kernels.sealed import MU_NUM, MU_SHIFT, check_sealed
 from vfltorch.kernels.trainer import TRAIN_PHASE, BatchSampler
@@ -41,8 +42,11 @@ def sealed_job(fed, params):
         est.fit(None)
         out = {}
     else:
-        est.fit(data.X_train, data.y_train, columns=data.columns)
-        out = {"X": torch.as_tensor(data.X_train), "columns": [int(c) for c in est.columns_]}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            est.fit(data.X_train, data.y_train, columns=data.columns)
+        out = {"X": torch.as_tensor(data.X_train), "columns": [int(c) for c in est.columns_],
+               "leak_warnings": [str(w.message) for w in caught if issubclass(w.category, LeakWarning)]}
         if fed.is_active:
             mine = set(out["columns"])
             passive = [c for c in range(est.n_columns_total_) if c not in mine]
@@ -125,6 +129,22 @@ def test_the_gradient_attack_has_nothing_to_solve(run):
     view = run[0]["view"]
     assert view["steps"] == []                    # no gradient sum was opened to the active party
     assert len(view["f"]) == len(view["lprime"]) > 0
+
+
+def default_job(fed):
+    data = load_party_data(fed, CONFIG) if fed.is_data_party else None
+    est = FDSKLClassifier(fed, epochs=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est.fit(None) if data is None else est.fit(data.X_train, data.y_train, columns=data.columns)
+    return [str(w.message) for w in caught if issubclass(w.category, LeakWarning)]
+
+
+def test_the_default_warns_the_label_holder_and_sealed_does_not(run):
+    warned = launch(default_job, 2, coordinator=True)
+    assert len(warned[0]) == 1 and "issue 35" in warned[0][0] and "sealed" in warned[0][0]
+    assert warned[1] == [] and warned[2] == []
+    assert all(r.get("leak_warnings", []) == [] for r in run)
 
 
 def test_check_sealed_counts_the_passive_values():

@@ -113,8 +113,12 @@ class LeakWarning(UserWarning):
 
 PAPER_LEAK = ("protocol='paper' hands the active party the phases w_j^T x_i + b_j (mod 2 pi) of every row it "
               "evaluates; with the public directions W it can rebuild the passive parties' columns by least "
-              "squares with phase unwrapping (docs/fdskl.md). Use protocol='shared' (the default) unless you "
-              "are reproducing the paper.")
+              "squares with phase unwrapping (docs/fdskl.md). Use protocol='sealed' (or 'shared', the default, "
+              "which leaks less) unless you are reproducing the paper.")
+SHARED_LEAK = ("protocol='shared' (the default) opens the active party the gradient sums of every step; with the "
+               "public W and b they let it solve for the passive columns of its batch rows (issue 35, docs/fdskl.md "
+               "*Known leak*). protocol='sealed' opens it only f on its batch rows and, once, the trained "
+               "coefficients (at a higher cost).")
 
 
 # f_delay='auto' under the shared protocol (docs/fdskl.md, *Two messages per iteration* and *Delay compensation*). 1
@@ -306,6 +310,8 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         warn_scaling(scaling)
         if self.protocol == "paper" and fed.num_parties > 1 and fed.is_active:
             warnings.warn(PAPER_LEAK, LeakWarning, stacklevel=2)
+        elif self.protocol == "shared" and fed.num_parties > 1 and fed.is_active:
+            warnings.warn(SHARED_LEAK, LeakWarning, stacklevel=2)
 
         self.n_features_in_ = X.shape[1]
         self.n_columns_total_ = plan["n_features"]

@@ -37,7 +37,8 @@ What each role receives: A, per step, S (uniform), the dealer's c_0 (uniform), H
 added), and once the averaged alpha; H: e = x - a (uniform), the dealer's seeds, A's pad seed; D: alpha_H after
 the pad (uniform), nothing else. Fixed point: the cosines of f's product with 8 fractional bits, of the gradient's
 with 6, L' with 8, alpha with 20; f's product is exact in the ring; a truncation fails with probability below
-2^-29 per coefficient and step even where every |L'| is 1 (SecureML: about |x| / 2^63 for a value x), which
+about 2^-29 per coefficient and step at B = 64 even where every |L'| is 1 (SecureML: about |x| / 2^63 for a value
+x; a larger batch raises it in proportion), which
 A sees as an impossible |f| and stops with an error.
 """
 
