@@ -115,12 +115,12 @@ def test_each_role_receives_what_the_protocol_lists(run):
     steps = len(to_dealer)
     to_a = [m for m in sent if m[1] == A]
     sizes = sorted({m[3] for m in to_a})
-    # phases (B x D angle words from each passive party), f's correction (2 + B) and H's share of f (B), the
-    # gradient's correction (2 + D), and the one opening of the averaged alpha (D, from H)
-    assert set(sizes) <= {B * D, 2 + B, B, 2 + D, D}, sizes
+    # phases (B x D angle words from each passive party), the dealer's seed and corrections of both products
+    # (2 + B + D), H's share of f (B), and the one opening of the averaged alpha (D, from H)
+    assert set(sizes) <= {B * D, 2 + B + D, B, D}, sizes
     from_h_d = [m for m in to_a if m[0] == H and m[3] == D]
     assert len(from_h_d) == 1                                     # the trained model, once
-    assert sum(1 for m in to_a if m[0] == dealer and m[3] == 2 + D) == steps
+    assert sum(1 for m in to_a if m[0] == dealer and m[3] == 2 + B + D) == steps
     to_h = [m for m in sent if m[1] == H]
     assert {m[3] for m in to_h if m[0] == A} <= {2, B * 4 * D, B * 2 * D}
 

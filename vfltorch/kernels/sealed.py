@@ -15,12 +15,14 @@ Iteration t (batch I_t of B rows, public seed):
    know beta. phi_j(x_i) = sqrt2 (cos S cos beta + sin S sin beta)_ij.
 2. f on the batch as one dealt row product (``sharing.mul_dealt``, A's operand x, an operand y that H and D know):
        x = [alpha_A (.) [cos S, sin S],  [cos S, sin S]]      y = [[cos beta, sin beta],  alpha_H (.) [cos beta, sin beta]]
-   (each pair of columns one feature; B x 4D), so x . y = sum_j (alpha_A + alpha_H)_j (cos S cos beta + sin S sin beta).
-   H's share is opened to A: A gets f on I_t. D must know alpha_H to deal the product: H sends it D after each
+   (each pair of columns one feature; B x 4D), so x . y = sum_j (alpha_A + alpha_H)_j (cos S cos beta + sin S sin beta),
+   in Z_2^32 with a coarse copy of alpha (each holder truncates its share locally to 10 fractional bits; the
+   cosines have 6): f has 22 fractional bits and |f| < 2^9. H's share is opened to A: A gets f on I_t. D must know alpha_H to deal the product: H sends it D after each
    step, once A and H have re-randomised their shares of alpha with a fresh pad from a stream only they know (D
    computes A's raw product shares, c_0, so without the pad it could follow A's share and add the two).
-3. The gradient sums as one dealt column product: A's operand [L'_i cos S_ij, L'_i sin S_ij], y = [cos beta,
-   sin beta]; the shares stay where they are (nothing opened).
+3. The gradient sums as one dealt column product in Z_2^64: A's operand [L'_i cos S_ij, L'_i sin S_ij], y = [cos
+   beta, sin beta]; the shares stay where they are (nothing opened). The dealer's material for both products
+   travels to A in one message before the data messages (``sharing.deal_dealt``).
 4. Momentum SGD on the shares (linear in the gradient: local on shares, with SecureML's local truncation for the
    two fixed-point products by public constants): m <- mu m + g, alpha <- alpha - (gamma / B) m, mu = 29/32 and
    gamma = 16 / D by default (a step of fixed size in function space: f moves by gamma D k(x_i, x) per unit L'). From
@@ -35,8 +37,8 @@ refuses to start where n d_P < ``UNKNOWNS_PER_OPENED`` D (``check_sealed``), and
 
 What each role receives: A, per step, S (uniform), the dealer's c_0 (uniform), H's share of f (f on I_t once
 added), and once the averaged alpha; H: e = x - a (uniform), the dealer's seeds, A's pad seed; D: alpha_H after
-the pad (uniform), nothing else. Fixed point: the cosines of f's product with 8 fractional bits, of the gradient's
-with 6, L' with 8, alpha with 20; f's product is exact in the ring; a truncation fails with probability below
+the pad (uniform), nothing else. Fixed point: the cosines with 6 fractional bits in both products, L' with 8,
+alpha with 20 (10 in f's product); both products are exact in their rings; a truncation fails with probability below
 about 2^-29 per coefficient and step at B = 64 even where every |L'| is 1 (SecureML: about |x| / 2^63 for a value
 x; a larger batch raises it in proportion), which
 A sees as an impossible |f| and stops with an error.
@@ -50,20 +52,23 @@ import time
 import torch
 
 from ..comm import Federation
-from ..comm.sharing import _stream_from, _uniform, fresh_seed, mul_dealt, open_shares, truncate
+from ..comm.sharing import _stream_from, _uniform, deal_dealt, fresh_seed, mul_dealt, open_shares, truncate
 from ..data.validation import VFLInputError
 from .shared import REAL_PAIRS, cos_sin, star_phases
 from .trainer import TRAIN_PHASE, BatchSampler, TrainingLoop
 
 SQRT2 = math.sqrt(2.0)
-COS_F_BITS = 8          # cosines in f's product (A's cos S and H's / D's cos beta)
+F_RING = 32             # f's product in Z_2^32: half the bytes of its operand (4D columns: the largest message)
+COS_F_BITS = 6          # cosines in f's product (A's cos S and H's / D's cos beta)
+ALPHA_F_BITS = 10       # the copy of alpha in f's product: f has 10 + 2 x 6 = 22 fractional bits, |f| < 2^9
 COS_G_BITS = 6          # cosines in the gradient's product
 LPRIME_BITS = 8         # L'
 ALPHA_BITS = 20         # alpha's shares
 G_BITS = LPRIME_BITS + 2 * COS_G_BITS          # the gradient sums' (and m's) fractional bits
 MU_NUM, MU_SHIFT = 29, 5                      # momentum 29 / 32
 LR_SHIFT = 16                                 # (gamma / B) as an integer over 2**16
-F_LIMIT = 2.0 ** 10                           # |f| beyond this: a failed truncation (or a diverged step)
+F_LIMIT = 2.0 ** 9                            # |f| beyond this: a failed truncation (or a diverged step); f's
+                                              # 22 fractional bits and its sign then fill Z_2^32
 LPRIME_LIMIT = 2.0 ** 6
 UNKNOWNS_PER_OPENED = 2                       # n d_P >= 2 D before the averaged alpha may be opened
 DEFAULT_RATE = 16.0                           # momentum SGD's constant step gamma = DEFAULT_RATE / D (benchmarks/
@@ -87,6 +92,11 @@ def _narrow(table_words: torch.Tensor, bits: int) -> torch.Tensor:
     """The dealer's 16-bit fixed-point cosines rounded to ``bits`` fractional bits (the same integers at H and D)."""
     shift = 16 - bits
     return (table_words + (1 << (shift - 1))) >> shift
+
+
+def _ring32(x: torch.Tensor) -> torch.Tensor:
+    """int64 ring words -> int32 words mod 2**32 (the low 32 bits, read signed)."""
+    return (((x + 2 ** 31) & 0xFFFFFFFF) - 2 ** 31).to(torch.int32)
 
 
 def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None, cfg, *, n_blocks: int,
@@ -137,26 +147,36 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             if empty:
                 Xb = torch.zeros(B, 0, dtype=X.dtype)
             ph = star_phases(fmap, Xb, blocks, dealer, H)
-            x_f = x_g = y_f = y_g = None
+            shapes = [(B, 4 * D), (B, 2 * D)]
+            x_f = x_g = y_f = y_g = ys = None
             if rank == A:
                 cs = cos_sin(REAL_PAIRS, ph.S)                                    # B x 2D float [cos S, sin S]
-                cs_f = _fixed(cs, COS_F_BITS)
-                x_f = torch.cat([cs_f * alpha.repeat_interleave(2), cs_f], dim=1)
+                # (int32 words multiply mod 2**32: the small cosines times the 32 low bits of alpha's copy)
+                cs_f = _fixed(cs, COS_F_BITS).to(torch.int32)
+                a_f = _ring32(truncate(alpha, 0, ALPHA_BITS - ALPHA_F_BITS))     # alpha's coarse copy (A's share)
+                x_f = torch.cat([cs_f * a_f.repeat_interleave(2), cs_f], dim=1)
             elif rank in (H, dealer):
                 beta = ph.groups[0][2]
                 cb = cos_sin(table, beta)                                          # B x 2D, 16 fractional bits
-                cb_f = _narrow(cb, COS_F_BITS)
+                cb_f = _narrow(cb, COS_F_BITS).to(torch.int32)
                 known = alpha if rank == H else alpha_h
-                y_f = torch.cat([cb_f, cb_f * known.repeat_interleave(2)], dim=1)
+                a_f = _ring32(truncate(known, 1, ALPHA_BITS - ALPHA_F_BITS))       # H's share, as H truncates it
+                y_f = torch.cat([cb_f, cb_f * a_f.repeat_interleave(2)], dim=1)
                 y_g = _narrow(cb, COS_G_BITS)
-            z = mul_dealt(fed, x_f, y_f, holders=(A, H), dealer=dealer, kind="rowdot", shape_x=(B, 4 * D))
-            f_int = open_shares(fed, z, holders=(A, H), to=A, shape=(B,)) if holds else None
+                ys = [y_f, y_g]
+            # Both products' material in one message to A before any data message (sharing.deal_dealt).
+            dealt = deal_dealt(fed, ys, holders=(A, H), dealer=dealer, kind=["rowdot", "coldot"], shapes_x=shapes,
+                               shapes_y=shapes, bits=[F_RING, 64])
+            mine = dealt if dealt is not None else [True, True]
+            z = mul_dealt(fed, x_f, y_f, holders=(A, H), dealer=dealer, kind="rowdot", shape_x=shapes[0],
+                          dealt=mine[0], bits=F_RING)
+            f_int = open_shares(fed, z, holders=(A, H), to=A, shape=(B,), bits=F_RING) if holds else None
             if rank == A:
-                f = f_int.to(torch.float64) * (SQRT2 / 2.0 ** (ALPHA_BITS + 2 * COS_F_BITS))
+                f = f_int.to(torch.float64) * (SQRT2 / 2.0 ** (ALPHA_F_BITS + 2 * COS_F_BITS))
                 peak = float(f.abs().max())
                 if not math.isfinite(peak) or peak >= F_LIMIT:
                     raise RuntimeError(f"FDSKL sealed protocol: |f| reached {peak:.3g} at iteration {t} (a failed "
-                                       f"share truncation, probability < 2^-29 per coefficient and step, or a "
+                                       f"share truncation, probability about 2^-29 per coefficient and step, or a "
                                        f"diverging step): rerun, or lower gamma")
                 yb = y[batch]
                 d = cfg.loss.derivative(f, yb)
@@ -165,7 +185,8 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                     raise RuntimeError("FDSKL sealed protocol: a loss derivative beyond 2^6; normalise the targets")
                 cs_g = _fixed(cs, COS_G_BITS)
                 x_g = cs_g * _fixed(d, LPRIME_BITS).unsqueeze(1)
-            g = mul_dealt(fed, x_g, y_g, holders=(A, H), dealer=dealer, kind="coldot", shape_x=(B, 2 * D))
+            g = mul_dealt(fed, x_g, y_g, holders=(A, H), dealer=dealer, kind="coldot", shape_x=shapes[1],
+                          dealt=mine[1], bits=64)
             if holds:
                 m = truncate(m * MU_NUM, index, MU_SHIFT) + g
                 alpha = alpha - truncate(m * lr_int, index, LR_SHIFT)
