@@ -136,7 +136,7 @@ def _train_and_predict(tmp_path, method, args, check):
     return _metrics(tmp_path / "predict.json")
 
 
-@pytest.mark.parametrize("protocol,parties", [("shared", 3), ("paper", 2)])
+@pytest.mark.parametrize("protocol,parties", [("shared", 3), ("paper", 2), ("sealed", 3)])
 def test_cli_fdskl(protocol, parties, tmp_path):
     m = _train_and_predict(tmp_path, "fdskl", ["--parties", str(parties), "--protocol", protocol],
                            lambda m: m["test_accuracy"] > 0.9)
