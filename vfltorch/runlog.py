@@ -110,15 +110,59 @@ def make_private_dirs(path) -> Path:
     return path
 
 
+# A long run says once, early, how long the rest will take (issue 38: a default run that took 8 minutes said
+# nothing at its start). Measured over the steps after the first (which carries set-up work) for at least
+# FORECAST_AFTER seconds; said only when the rest is FORECAST_MIN seconds or more.
+FORECAST_AFTER = 2.0
+FORECAST_MIN = 60.0
+
+
+def forecast_line(desc: str | None, unit: str, done: int, seconds: float, left: int, total: int | None) -> str | None:
+    """The one line a long run prints: ``done`` steps (after the first) took ``seconds`` and ``left`` of ``total``
+    remain; None when there is no total, too little measured, or less than FORECAST_MIN seconds to go."""
+    if not total or done <= 0 or seconds < FORECAST_AFTER:
+        return None
+    left = max(0, int(left))
+    per = seconds / done
+    rest = left * per
+    if rest < FORECAST_MIN:
+        return None
+    when = f"{rest / 60:.1f} min" if rest < 5400 else f"{rest / 3600:.1f} h"
+    return (f"vfl: {desc or 'run'}: about {when} to go ({left} of {int(total)} {unit}s left at {per:.3g} s each, "
+            f"measured over {done})")
+
+
 def _bar_class():
     """tqdm, except that a bar closed before its total (converged, time budget) ends full at what was done,
-    so the console shows a finished bar with its count, never one left at 5%."""
+    so the console shows a finished bar with its count, never one left at 5%; and a long run's bar says once
+    how long the rest will take (``forecast_line``)."""
+    import time
+
     from tqdm.auto import tqdm
 
     class FinishingBar(tqdm):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             _OPEN_BARS.add(self)
+            self._first = None              # (perf_counter, n) at the end of the first step
+            self._forecast_done = False
+
+        def update(self, n=1):
+            out = super().update(n)
+            if not self._forecast_done:
+                now = time.perf_counter()
+                if self._first is None:
+                    self._first = (now, self.n)
+                else:
+                    seconds, done = now - self._first[0], self.n - self._first[1]
+                    if seconds >= FORECAST_AFTER:
+                        self._forecast_done = True
+                        left = (self.total - self.n) if self.total else 0
+                        line = forecast_line(self.desc.rstrip(": ") if self.desc else None, self.unit, done,
+                                             seconds, left, self.total)
+                        if line is not None:
+                            self.write(line, file=self.fp)
+            return out
 
         def close(self):
             _OPEN_BARS.discard(self)
