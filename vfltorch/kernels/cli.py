@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import sys
+import warnings
 
 from ..cli import Command
 from ..devices import to_host, to_numpy
@@ -163,6 +165,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_save_argument(p)
 
 
+def _show_warnings(caught, *, quiet: bool) -> None:
+    """A protocol's leak warning as one line on stderr (each text once; none under --quiet, which asked for no
+    summary); every other warning as Python shows it."""
+    from .estimator import LeakWarning
+
+    seen = set()
+    for w in caught:
+        if issubclass(w.category, LeakWarning):
+            text = str(w.message)
+            if not quiet and text not in seen:
+                print(f"vfl: warning: {text}", file=sys.stderr, flush=True)
+            seen.add(text)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+
+
 def _wants_dealer(args) -> bool:
     """The shared protocol needs a dealer process, unless there is one party (plain DSG, no protocol)."""
     parties = args.parties if args.parties is not None else (
@@ -238,7 +256,12 @@ def run(fed, data, args, log):
         m = data.n_test if args.monitor_rows < 0 else min(args.monitor_rows, data.n_test)
         rows = np.sort(np.random.default_rng(args.seed + 17).permutation(data.n_test)[:m])
         monitor = (X_test[rows], None if data.y_test is None else data.y_test[rows])
-    est.fit(X_train, data.y_train, columns=data.columns, monitor=monitor, log=log, progress=True)
+    from .estimator import LeakWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", LeakWarning)
+        est.fit(X_train, data.y_train, columns=data.columns, monitor=monitor, log=log, progress=True)
+    _show_warnings(caught, quiet=args.quiet)
     from ..comm.start import profile_mark
 
     profile_mark(f"party{fed.rank}_trained")
