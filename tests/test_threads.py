@@ -30,7 +30,9 @@ def test_parties_with_several_threads_run_parallel_ops_after_a_preload_that_ran_
     monkeypatch.setenv("VFLTORCH_THREADS", THREADS)
     out = launch(_parallel_work, parties=2, timeout=60, preload=("vfltorch.kernels.shared",))
     assert [t for t, _ in out] == [int(THREADS)] * 2
-    assert out[0][1] == out[1][1]
+    # The same op at each party, to the rounding of a 2M-term sum: the pool's chunks may add in another order
+    # (exact equality failed once in a clean-clone run: -0.47764305023 against -0.47764305380).
+    assert abs(out[0][1] - out[1][1]) < 1e-6, out
 
 
 def test_threads_variable_is_checked():
