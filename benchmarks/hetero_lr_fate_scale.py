@@ -37,18 +37,25 @@ PROTOCOLS = {
 }
 
 
-def synthetic(rows: int, seed: int = 38):
-    """Standardised Gaussian columns and labels from a logistic model on all 330 of them (both parties matter)."""
-    gen = np.random.default_rng(seed)
-    X = gen.standard_normal((rows, GUEST_COLS + HOST_COLS)).astype(np.float64)
-    w = gen.standard_normal(GUEST_COLS + HOST_COLS) / np.sqrt(GUEST_COLS + HOST_COLS)
-    y = (gen.random(rows) < 1 / (1 + np.exp(-(X @ w) * 2))).astype(np.int64)
-    return X, y
+def synthetic(rows: int, columns: slice | None, seed: int = 38, chunk: int = 10_000):
+    """This party's columns of a seeded data set (standardised Gaussian columns; labels from a logistic model on
+    all 330 of them, so both parties matter) and the labels. Drawn in row chunks, keeping only ``columns``: no
+    party holds the other's columns at any moment, so its peak memory is its own data's and the protocol's."""
+    w = np.random.default_rng(seed).standard_normal(GUEST_COLS + HOST_COLS) / np.sqrt(GUEST_COLS + HOST_COLS)
+    mine, y = [], np.empty(rows, dtype=np.int64)
+    for k, start in enumerate(range(0, rows, chunk)):
+        gen = np.random.default_rng([seed, k])
+        block = gen.standard_normal((min(chunk, rows - start), GUEST_COLS + HOST_COLS))
+        y[start:start + len(block)] = gen.random(len(block)) < 1 / (1 + np.exp(-(block @ w) * 2))
+        if columns is not None:
+            mine.append(block[:, columns].copy())
+    return (np.concatenate(mine) if columns is not None else None), y
 
 
 def bench_job(fed, rows: int, protocol: str, key_bits: int, batch: int):
-    X, y = synthetic(rows)
-    mine = X[:, :GUEST_COLS] if fed.rank == fed.active else X[:, GUEST_COLS:] if fed.is_data_party else None
+    columns = (slice(0, GUEST_COLS) if fed.rank == fed.active else slice(GUEST_COLS, None) if fed.is_data_party
+               else None)
+    mine, y = synthetic(rows, columns)
     est = HeteroLogisticRegression(fed, optimizer="sgd", batch_size=batch, max_epochs=1, tol=0.0,
                                    key_bits=key_bits, **PROTOCOLS[protocol])
     started = time.perf_counter()

@@ -148,9 +148,12 @@ def test_the_default_warns_the_label_holder_and_sealed_does_not(run):
 
 
 def test_check_sealed_counts_the_passive_values():
-    check_sealed(455, 20, 1536)                   # 9,100 passive values for 1,536 opened numbers
-    with pytest.raises(VFLInputError, match="n_components <= 1152"):
-        check_sealed(576, 4, 1536)                # pima at Q = 2: 2,304 values
+    """Opened: f on the batch rows of every step and the D coefficients, against n d_P passive values."""
+    check_sealed(455, 20, 1536, 32, 4)            # 9,100 values for 57 x 32 + 1,536 = 3,360 opened numbers
+    with pytest.raises(VFLInputError, match="n_components <= 2976"):
+        check_sealed(1000, 8, 3072, 32, 1)        # 8,000 values: 1,024 f values leave room for 2,976
+    with pytest.raises(VFLInputError, match="fewer epochs"):
+        check_sealed(576, 4, 1536, 32, 4)         # pima at Q = 2: its 2,304 f values alone are as many as its values
 
 
 def final_model_weights(lprime, batches, n, gamma, B, mu=MU_NUM / 2 ** MU_SHIFT):
@@ -211,5 +214,7 @@ def test_sealed_refuses_what_it_cannot_run():
         check_shared(FDSKLRegressor(protocol="sealed"))
     with pytest.raises(VFLInputError, match="time budget"):
         check_shared(FDSKLClassifier(protocol="sealed", epochs=None, max_time=10))
+    with pytest.raises(VFLInputError, match="number of epochs"):
+        check_shared(FDSKLClassifier(protocol="sealed", epochs=None))
     with pytest.raises(VFLInputError, match="n_components"):
         check_shared(FDSKLClassifier(protocol="sealed", n_components=None))

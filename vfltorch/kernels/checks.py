@@ -166,7 +166,8 @@ def check_shared(est) -> None:
     if est.protocol == "sealed":
         if getattr(est, "n_components", None) is None:
             raise VFLInputError("protocol='sealed' trains the bounded model: pass n_components (default 1536)")
-        if getattr(est, "_task", "binary") == "regression" or getattr(est, "max_time", None) is not None:
+        if (getattr(est, "_task", "binary") == "regression" or getattr(est, "max_time", None) is not None
+                or getattr(est, "epochs", 1) is None):
             raise VFLInputError("protocol='sealed' trains classifiers for a number of epochs (no time budget or "
                                 "regression yet); use protocol='shared' for those")
     if est.protocol in ("shared", "sealed") and est.angle_bits != 16:

@@ -229,13 +229,15 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
 
     def _sealed_step(self) -> float:
         """gamma, or momentum SGD's constant rate under the sealed protocol (sealed.DEFAULT_RATE / D)."""
-        return SEALED_RATE / (self._n_blocks() * int(self.features_per_step)) if self.gamma is None else float(self.gamma)
+        if self.gamma is not None:
+            return float(self.gamma)
+        return SEALED_RATE / (self._n_blocks() * int(self.features_per_step))
 
     def _check_sealed(self, plan: dict, n: int) -> None:
         """Every rank refuses alike (the plan is the same everywhere) a run whose opened model could determine the
         passive values (``sealed.check_sealed``)."""
         D = self._n_blocks() * int(self.features_per_step)
-        check_sealed(n, int(plan["n_features"]) - int(plan["active_cols"]), D)
+        check_sealed(n, int(plan["n_features"]) - int(plan["active_cols"]), D, self._batch_size(n), self.epochs)
 
     def _masks(self, fed: Federation) -> tuple[MaskStream, int]:
         """(this party's fresh-mask stream, the phase key of the blocks it keeps)."""

@@ -32,8 +32,9 @@ Iteration t (batch I_t of B rows, public seed):
    fixed-point step and is left out.
 
 At the end the averaged alpha is opened to A (prediction then runs ``shared``'s protocol with A's coefficients).
-That is D numbers, alpha = sum_i C_i phi(x_i) with weights C_i that A knows, in the n d_P passive values: training
-refuses to start where n d_P < ``UNKNOWNS_PER_OPENED`` D (``check_sealed``), and says so in the error.
+That is D numbers, alpha = sum_i C_i phi(x_i) with weights C_i that A knows; with the steps x B values of f, all
+functions of the n d_P passive values: training refuses to start where n d_P < ``UNKNOWNS_PER_OPENED`` times
+their count (``check_sealed``), and says what to change.
 
 What each role receives: A, per step, S (uniform), the dealer's c_0 (uniform), H's share of f (f on I_t once
 added), and once the averaged alpha; H: e = x - a (uniform), the dealer's seeds, A's pad seed; D: alpha_H after
@@ -52,19 +53,18 @@ import time
 import torch
 
 from ..comm import Federation
-from ..comm.sharing import _stream_from, _uniform, deal_dealt, fresh_seed, mul_dealt, open_shares, truncate
+from ..comm.sharing import _stream_from, _uniform, _word, deal_dealt, fresh_seed, mul_dealt, open_shares, truncate
 from ..data.validation import VFLInputError
 from .shared import REAL_PAIRS, cos_sin, star_phases
 from .trainer import TRAIN_PHASE, BatchSampler, TrainingLoop
 
 SQRT2 = math.sqrt(2.0)
 F_RING = 32             # f's product in Z_2^32: half the bytes of its operand (4D columns: the largest message)
-COS_F_BITS = 6          # cosines in f's product (A's cos S and H's / D's cos beta)
+COS_BITS = 6            # cosines in both products (A's cos S, H's and D's cos beta): each side rounds them once
 ALPHA_F_BITS = 10       # the copy of alpha in f's product: f has 10 + 2 x 6 = 22 fractional bits, |f| < 2^9
-COS_G_BITS = 6          # cosines in the gradient's product
 LPRIME_BITS = 8         # L'
 ALPHA_BITS = 20         # alpha's shares
-G_BITS = LPRIME_BITS + 2 * COS_G_BITS          # the gradient sums' (and m's) fractional bits
+G_BITS = LPRIME_BITS + 2 * COS_BITS            # the gradient sums' (and m's) fractional bits
 MU_NUM, MU_SHIFT = 29, 5                      # momentum 29 / 32
 LR_SHIFT = 16                                 # (gamma / B) as an integer over 2**16
 F_LIMIT = 2.0 ** 9                            # |f| beyond this: a failed truncation (or a diverged step); f's
@@ -75,13 +75,29 @@ DEFAULT_RATE = 16.0                           # momentum SGD's constant step gam
                                               # fdskl_linear_optimizer.py: alpha ~ sum L' phi moves f by gamma D k)
 
 
-def check_sealed(n: int, passive_columns: int, D: int) -> None:
-    """Refuse a run whose opened model (D numbers) could determine the passive values (n d_P unknowns)."""
-    if passive_columns and n * passive_columns < UNKNOWNS_PER_OPENED * D:
-        raise VFLInputError(
-            f"protocol='sealed' opens the trained coefficients (D = {D} numbers) to the label holder; with "
-            f"{n} rows and {passive_columns} passive columns that is more than 1/{UNKNOWNS_PER_OPENED} of the "
-            f"{n * passive_columns} passive values: pass n_components <= {n * passive_columns // UNKNOWNS_PER_OPENED}")
+def steps_of(n: int, batch: int, epochs: float) -> int:
+    """The iterations of a run (``BatchSampler``'s batches of min(batch, n) rows, ``epochs`` passes)."""
+    return max(1, math.ceil(epochs * (n / min(batch, n)) - 1e-9))
+
+
+def check_sealed(n: int, passive_columns: int, D: int, batch: int, epochs: float) -> None:
+    """Refuse a run whose openings could determine the passive values: the label holder is opened f on its batch
+    rows at every step (steps x B numbers) and the trained coefficients (D), all functions of the n d_P passive
+    values (W and b are public); the run needs at least ``UNKNOWNS_PER_OPENED`` unknowns per opened number."""
+    if not passive_columns:
+        return
+    B = min(batch, n)
+    f_values = steps_of(n, batch, epochs) * B
+    unknowns = n * passive_columns
+    if unknowns >= UNKNOWNS_PER_OPENED * (f_values + D):
+        return
+    room = unknowns // UNKNOWNS_PER_OPENED - f_values
+    fix = (f"pass n_components <= {room}" if room >= 1 else
+           "train for fewer epochs (the f values alone are too many) or with more passive columns")
+    raise VFLInputError(
+        f"protocol='sealed' opens the label holder f on its batch rows at every step ({f_values} values) and the "
+        f"trained coefficients ({D}); with {n} rows and {passive_columns} passive columns that is more than "
+        f"1/{UNKNOWNS_PER_OPENED} of the {unknowns} passive values: {fix}")
 
 
 def _fixed(x: torch.Tensor, bits: int) -> torch.Tensor:
@@ -92,11 +108,6 @@ def _narrow(table_words: torch.Tensor, bits: int) -> torch.Tensor:
     """The dealer's 16-bit fixed-point cosines rounded to ``bits`` fractional bits (the same integers at H and D)."""
     shift = 16 - bits
     return (table_words + (1 << (shift - 1))) >> shift
-
-
-def _ring32(x: torch.Tensor) -> torch.Tensor:
-    """int64 ring words -> int32 words mod 2**32 (the low 32 bits, read signed)."""
-    return (((x + 2 ** 31) & 0xFFFFFFFF) - 2 ** 31).to(torch.int32)
 
 
 def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None, cfg, *, n_blocks: int,
@@ -118,7 +129,7 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     B = sampler.batch_size
     if cfg.epochs is None:
         raise VFLInputError("protocol='sealed' needs epochs (a time budget is not supported yet)")
-    max_iter = max(1, math.ceil(cfg.epochs * sampler.per_epoch - 1e-9))
+    max_iter = steps_of(n, cfg.batch_size, cfg.epochs)
     average_from = max_iter // 2
     lr_int = int(round(cfg.gamma / B * SQRT2 * 2.0 ** (ALPHA_BITS - G_BITS + LR_SHIFT)))
     if lr_int < 1:
@@ -138,31 +149,29 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             pad = _stream_from(fed.recv(A, (2,), torch.int64, device="cpu"))
     if rank == A:
         y = y.to(torch.float64).cpu()
-    empty = X.shape[1] == 0
     for t in range(max_iter):
         started = time.perf_counter()
         with fed.phase(TRAIN_PHASE):
             batch = sampler.next()
-            Xb = X if empty else X[batch.to(X.device)]
-            if empty:
-                Xb = torch.zeros(B, 0, dtype=X.dtype)
-            ph = star_phases(fmap, Xb, blocks, dealer, H)
+            # (the dealer's X has no columns: the batch's rows of it are B x 0)
+            ph = star_phases(fmap, X[batch.to(X.device)], blocks, dealer, H)
             shapes = [(B, 4 * D), (B, 2 * D)]
             x_f = x_g = y_f = y_g = ys = None
             if rank == A:
                 cs = cos_sin(REAL_PAIRS, ph.S)                                    # B x 2D float [cos S, sin S]
                 # (int32 words multiply mod 2**32: the small cosines times the 32 low bits of alpha's copy)
-                cs_f = _fixed(cs, COS_F_BITS).to(torch.int32)
-                a_f = _ring32(truncate(alpha, 0, ALPHA_BITS - ALPHA_F_BITS))     # alpha's coarse copy (A's share)
+                cs_int = _fixed(cs, COS_BITS)                                    # (both products' cosines)
+                cs_f = _word(cs_int, F_RING)
+                a_f = _word(truncate(alpha, 0, ALPHA_BITS - ALPHA_F_BITS), F_RING)  # alpha's coarse copy (A's share)
                 x_f = torch.cat([cs_f * a_f.repeat_interleave(2), cs_f], dim=1)
             elif rank in (H, dealer):
                 beta = ph.groups[0][2]
                 cb = cos_sin(table, beta)                                          # B x 2D, 16 fractional bits
-                cb_f = _narrow(cb, COS_F_BITS).to(torch.int32)
+                y_g = _narrow(cb, COS_BITS)                                      # (both products' cosines)
+                cb_f = _word(y_g, F_RING)
                 known = alpha if rank == H else alpha_h
-                a_f = _ring32(truncate(known, 1, ALPHA_BITS - ALPHA_F_BITS))       # H's share, as H truncates it
+                a_f = _word(truncate(known, 1, ALPHA_BITS - ALPHA_F_BITS), F_RING)  # H's share, as H truncates it
                 y_f = torch.cat([cb_f, cb_f * a_f.repeat_interleave(2)], dim=1)
-                y_g = _narrow(cb, COS_G_BITS)
                 ys = [y_f, y_g]
             # Both products' material in one message to A before any data message (sharing.deal_dealt).
             dealt = deal_dealt(fed, ys, holders=(A, H), dealer=dealer, kind=["rowdot", "coldot"], shapes_x=shapes,
@@ -172,7 +181,7 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                           dealt=mine[0], bits=F_RING)
             f_int = open_shares(fed, z, holders=(A, H), to=A, shape=(B,), bits=F_RING) if holds else None
             if rank == A:
-                f = f_int.to(torch.float64) * (SQRT2 / 2.0 ** (ALPHA_F_BITS + 2 * COS_F_BITS))
+                f = f_int.to(torch.float64) * (SQRT2 / 2.0 ** (ALPHA_F_BITS + 2 * COS_BITS))
                 peak = float(f.abs().max())
                 if not math.isfinite(peak) or peak >= F_LIMIT:
                     raise RuntimeError(f"FDSKL sealed protocol: |f| reached {peak:.3g} at iteration {t} (a failed "
@@ -183,8 +192,7 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                 loop.add_loss(float(cfg.loss.value(f, yb).mean()))
                 if float(d.abs().max()) >= LPRIME_LIMIT:
                     raise RuntimeError("FDSKL sealed protocol: a loss derivative beyond 2^6; normalise the targets")
-                cs_g = _fixed(cs, COS_G_BITS)
-                x_g = cs_g * _fixed(d, LPRIME_BITS).unsqueeze(1)
+                x_g = cs_int * _fixed(d, LPRIME_BITS).unsqueeze(1)
             g = mul_dealt(fed, x_g, y_g, holders=(A, H), dealer=dealer, kind="coldot", shape_x=shapes[1],
                           dealt=mine[1], bits=64)
             if holds:
