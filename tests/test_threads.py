@@ -54,6 +54,7 @@ def test_threads_variable_is_checked():
 RUNS = {
     "fdskl": ["fdskl", "--parties", "2", "--epochs", "1"],
     "fdskl-paper": ["fdskl", "--parties", "2", "--epochs", "1", "--protocol", "paper"],
+    "fdskl-sealed": ["fdskl", "--parties", "2", "--epochs", "1", "--protocol", "sealed"],
     "pca-exact": ["pca", "--method", "exact", "--parties", "3"],
     "pca-vfedpca": ["pca", "--method", "vfedpca", "--parties", "2"],
     "dpscd": ["dpscd", "--parties", "2", "--vertical-protocol", "paper", "--epochs", "2"],
