@@ -200,7 +200,11 @@ def test_transform_of_new_rows_equals_centralised_random_feature_kpca(run):
     assert want.abs().max() > 0.1                                        # not a trivially small target
     for r in range(3):
         assert out[r]["new"].shape == (M, K)
-        assert (out[r]["new"] - want).abs().max() < 1e-4, r
+        # The new rows' features are shares truncated to 14 fractional bits (rff_kpca.FACTOR_BITS): each entry
+        # is off by under one unit of 2**-14 (SecureML's two floors), so a score sum_j e_j V_j with ||V|| = 1 has
+        # a standard deviation of about 0.41 * 2**-14 = 2.5e-5. The largest of the M x K scores reached 1.0e-4
+        # (4 sd) in a clean-clone run; 6 sd bounds it: 1.5e-4.
+        assert (out[r]["new"] - want).abs().max() < 1.5e-4, r
     assert out[3]["new"] is None                                         # the coordinator only dealt
     # The training rows through transform(X_train) give the training scores (the same centring).
     Phi_new = reference_transform(theta, mean, V)
