@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,26 @@ def test_link_overhead_benchmark_runs_gloo_and_tls_across_hosts(tmp_path):
     assert row["gloo_seconds"][0] > 0 and row["tls_seconds"][0] > 0
     assert row["ratio"] == pytest.approx(row["tls_seconds"][0] / row["gloo_seconds"][0])
     assert all(c > 0 for c in row["cpu_seconds"]["gloo"] + row["cpu_seconds"]["tls"])
+
+
+def test_a_slow_organisation_at_1mbit_is_waited_for(tmp_path):
+    """The shop's link runs at 1 Mbit/s in both directions while the others have 1 Gbit/s, under a 5 s timeout.
+
+    The run lasts longer than the timeout many times over, and the shop is slow from its first byte (the token
+    bucket holds 0.1 s at its rate), yet it is alive: its links carry data or heartbeats, so it is waited for and
+    the run ends with the loopback run's result (issue 33: liveness apart from progress)."""
+    names = ["bank", "shop", "dealer"]
+    argv = ["fdskl", "--dataset", "breast_cancer", "--mask-seed", "seed", "--epochs", "1", "--n-components", "128",
+            "--quiet", "--timeout", "5", "--join-timeout", "120"]
+    with netns.SimulatedHosts(3, rate="1gbit", rates={1: "1mbit"}) as hosts:
+        path, keys = _federation(tmp_path, hosts, names, port=29419)
+        started = time.monotonic()
+        runs = _run_parties(hosts, tmp_path / "fed.json", keys, names, argv, tmp_path / "slow.json")
+        took = time.monotonic() - started
+    assert all(rc == 0 for rc, _, _ in runs), "\n".join(f"{n} (rc {rc}): {err[-1500:]}" for n, (rc, _, err) in zip(names, runs))
+    rec = json.loads((tmp_path / "slow.json").read_text())
+    shop_bytes = rec["comm"]["1"]["bytes_sent"] + rec["comm"]["1"].get("bytes_received", 0)
+    # At 1 Mbit/s (125 kB/s) the shop's own traffic alone lasts longer than the 5 s timeout.
+    print(f"shop moved {shop_bytes} bytes; the run took {took:.1f} s")
+    assert shop_bytes / 125e3 > 5.0 and took > 5.0, (shop_bytes, took)
+    assert rec["config"]["backend"] == "tls" and rec["metrics"]["test_accuracy"] > 0.85

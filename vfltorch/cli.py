@@ -228,6 +228,10 @@ def add_common_arguments(p: argparse.ArgumentParser, defaults: dict | None = Non
     f.add_argument("--seed", type=int, default=0, help="shared seed: partition, split, random features")
     f.add_argument("--federation", metavar="FILE", help="across organisations: the federation file (JSON/TOML); "
                    "this process is one party, every link TLS 1.3 with pinned certificates (docs/deployment.md)")
+    f.add_argument("--join-timeout", type=float, default=None, metavar="SECONDS",
+                   help="with --federation: seconds to wait for every party to join, when organisations start "
+                        "their processes at different times (default: --timeout); --timeout then bounds only "
+                        "the silence of a joined peer")
     f.add_argument("--party", help="with --federation: this organisation's party name (or rank) in the file")
     f.add_argument("--identity", metavar="KEYFILE", help="with --federation: this party's key file (vfl keygen)")
     o = p.add_argument_group("output")
@@ -605,7 +609,7 @@ def _join_federation(args, coordinator: bool):
         raise VFLInputError("--federation needs --party NAME and --identity KEYFILE (written by `vfl keygen`)")
     try:
         fed = connect_federation(args.federation, args.party, args.identity, device=args.device,
-                                 timeout=args.timeout)
+                                 timeout=args.timeout, join_timeout=getattr(args, "join_timeout", None))
     except (FederationFileError, ValueError) as exc:
         raise VFLInputError(str(exc)) from None
     if (fed.coordinator is not None) != coordinator:

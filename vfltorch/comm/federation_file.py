@@ -74,7 +74,9 @@ class FederationSpec:
     def roles(self) -> Roles:
         coord = [p.rank for p in self.parties if p.role == "coordinator"]
         active = [p.rank for p in self.parties if p.role == "active"][0]
-        return Roles(world_size=len(self.parties), active=active, coordinator=coord[0] if coord else None)
+        labels = tuple(p.name for p in sorted(self.parties, key=lambda p: p.rank))
+        return Roles(world_size=len(self.parties), active=active, coordinator=coord[0] if coord else None,
+                     labels=labels)
 
     def party(self, name_or_rank) -> PartyEntry:
         for p in self.parties:

@@ -4,7 +4,9 @@
 bridge, and q host namespaces, each with its own address (10.218.0.1, ...)
 on a veth link to the bridge. ``rate`` limits every host's link in both
 directions with ``tc qdisc ... tbf`` (netem is not available here, so no
-added delay). Needs root (CAP_NET_ADMIN); ``available()`` says whether it
+added delay); ``rates={i: "1mbit"}`` gives host i its own rate (a slow
+organisation among fast ones). The token bucket holds a tenth of a second
+at the rate (16 KB to 512 KB), so a slow link is slow from its first bytes. Needs root (CAP_NET_ADMIN); ``available()`` says whether it
 can be done and why not. Use as a context manager: the namespaces are
 deleted on exit, whatever happens inside.
 """
@@ -40,11 +42,24 @@ def available() -> tuple[bool, str]:
     return True, ""
 
 
+_UNITS = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+
+
+def _burst_bytes(rate: str) -> int:
+    """A tenth of a second of ``rate`` ("1mbit", "100mbit", "1gbit"), within 16 KB and 512 KB."""
+    for unit, scale in _UNITS.items():
+        if rate.endswith(unit):
+            bits = float(rate[:-len(unit)]) * scale
+            return int(min(512 * 1024, max(16 * 1024, bits / 8 / 10)))
+    raise ValueError(f"a rate such as '1mbit', '100mbit' or '1gbit', got {rate!r}")
+
+
 class SimulatedHosts:
-    def __init__(self, q: int, rate: str | None = None, *, tag: str | None = None):
+    def __init__(self, q: int, rate: str | None = None, *, rates: dict | None = None, tag: str | None = None):
         if not 1 <= q <= 200:
             raise ValueError(f"1 to 200 hosts, got {q}")
         self.q, self.rate = q, rate
+        self.rates = {i: (rates or {}).get(i, rate) for i in range(q)}
         self.tag = tag or f"vfl{os.getpid() % 100000}"
         self.switch = f"{self.tag}sw"
         self.hosts = [f"{self.tag}h{i}" for i in range(q)]
@@ -76,11 +91,12 @@ class SimulatedHosts:
             _ip("-n", ns, "link", "set", "eth0", "up")
             _ip("-n", self.switch, "link", "set", f"p{i}", "master", "br0")
             _ip("-n", self.switch, "link", "set", f"p{i}", "up")
-            if self.rate:
-                # Uplink (host egress) and downlink (switch egress towards the host), each at `rate`.
+            if self.rates[i]:
+                # Uplink (host egress) and downlink (switch egress towards the host), each at the host's rate.
+                burst = f"{_burst_bytes(self.rates[i]) // 1024}kb"
                 for where, dev in ((ns, "eth0"), (self.switch, f"p{i}")):
                     subprocess.run(["ip", "netns", "exec", where, "tc", "qdisc", "add", "dev", dev, "root", "tbf",
-                                    "rate", self.rate, "burst", "512kb", "latency", "100ms"],
+                                    "rate", self.rates[i], "burst", burst, "latency", "400ms"],
                                    check=True, capture_output=True, text=True)
 
     def exec_prefix(self, i: int) -> list[str]:

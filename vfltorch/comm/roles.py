@@ -8,7 +8,7 @@ holder, VFedPCA's server).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -16,6 +16,8 @@ class Roles:
     world_size: int
     active: int = 0
     coordinator: int | None = None
+    # The organisations' names by rank (a federation file), for messages only: not part of what the roles are.
+    labels: tuple[str, ...] | None = field(default=None, compare=False)
 
     def __post_init__(self):
         if self.world_size < 1:
@@ -46,9 +48,9 @@ class Roles:
         return [r for r in self.parties if r != self.active]
 
     def name(self, rank: int) -> str:
-        """Human name of a rank for messages: 'party 2 (passive)'."""
-        if rank == self.coordinator:
-            return f"party {rank} (coordinator)"
-        if rank == self.active:
-            return f"party {rank} (active)"
-        return f"party {rank} (passive)"
+        """Human name of a rank for messages: 'party 2 (passive)'; across organisations the name the federation
+        file gives it first, 'shop (party 2, passive)', so that every party's message says which organisation."""
+        role = "coordinator" if rank == self.coordinator else "active" if rank == self.active else "passive"
+        if self.labels is not None and 0 <= rank < len(self.labels):
+            return f"{self.labels[rank]} (party {rank}, {role})"
+        return f"party {rank} ({role})"

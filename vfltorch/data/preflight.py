@@ -62,6 +62,9 @@ def check_options(args) -> None:
     timeout = getattr(args, "timeout", None)
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise VFLInputError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    join = getattr(args, "join_timeout", None)
+    if join is not None and not (math.isfinite(join) and join > 0):
+        raise VFLInputError(f"--join-timeout must be a positive number of seconds, got {join:g}")
     tf = getattr(args, "test_fraction", None)
     if tf is not None and not (0.0 <= tf < 1.0):
         raise VFLInputError(f"--test-fraction must be in [0, 1), got {tf:g}: it is the share of rows held out")

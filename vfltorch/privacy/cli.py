@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 
 from ..cli import Command, check_key_option, planned_parties
@@ -96,6 +97,11 @@ def _dpscd_arguments(p) -> None:
                         "another's partial sums)")
     g.add_argument("--monitor-every", type=int, default=1,
                    help="log epsilon (and the objective, if asked) every this many epochs (0: only at the end)")
+    g.add_argument("--checkpoint", metavar="DIR", default=None,
+                   help="save this party's state in DIR after every epoch and, when started again with the same "
+                        "command, go on after the newest epoch every party saved (dual, seq, nonprivate; across "
+                        "organisations each party its own DIR). DIR holds the noise's generator states: it is "
+                        "deleted when the run ends; delete it by hand if you abandon the run")
     _common_model_arguments(g)
 
 
@@ -232,6 +238,15 @@ def _dpscd_check(args, info: dict) -> None:
     parties = planned_parties(args)
     if cfg.variant in ("primal", "primal-rows") and parties is not None:
         check_primal_parties(parties)
+    if args.checkpoint is not None:
+        from .solver import RESUMABLE
+
+        if cfg.variant not in RESUMABLE:
+            raise VFLInputError(f"--checkpoint: the {cfg.variant} variant runs on one machine and is not resumed; "
+                                f"checkpoints are for the variants {', '.join(RESUMABLE)}")
+        if os.path.exists(args.checkpoint) and not os.path.isdir(args.checkpoint):
+            raise VFLInputError(f"--checkpoint {args.checkpoint}: exists and is not a folder; name a folder (it is "
+                                f"made if missing)")
     if parties is not None:
         check_vertical(cfg, parties)
     if cfg.variant != "primal" and info.get("rows"):
@@ -271,9 +286,12 @@ def _dpscd(fed, data, args, log):
         result = fit_glm(fed, data.X_train, y_train, cfg, simulation_seed=args.simulate_seed,
                          secure=args.secure_sum, monitor_every=args.monitor_every,
                          monitor_objective=args.monitor_objective, on_epoch=_epoch_logger(log, simulated),
-                         progress=bar)
+                         progress=bar, checkpoint_dir=args.checkpoint)
     finally:
         bar.close()
+    if result.resumed_from and (fed.is_active or args.federation):
+        print(f"vfl: {fed.name()} resumed after step {result.resumed_from} of {result.steps} from its checkpoint "
+              f"in {args.checkpoint}", file=sys.stderr, flush=True)
     guarantee = _guarantee(fed, log, simulated, cfg.private)
     glm = make_glm(task)
     link = ActiveLink(fed, secure=args.secure_sum)
@@ -291,6 +309,8 @@ def _dpscd(fed, data, args, log):
                            state={"epsilon": result.epsilon, "delta": result.delta,
                                   "dp_guarantee": guarantee.get("dp_guarantee")},
                            command={"glm": task, "secure_sum": bool(args.secure_sum), **label_info})
+    if result.checkpoints is not None:
+        result.checkpoints.finish()         # the model is kept; the checkpoints hold the noise's generator states
     if not fed.is_active:
         return None
     metrics = {} if objective is None else {"train_objective_not_private": objective}
@@ -320,6 +340,7 @@ def _dpscd(fed, data, args, log):
         "lambda": args.lam,
         "epochs": args.epochs,
         "history": result.history,
+        "resumed_from_step": result.resumed_from,
         **label_info,
         **({"model": {"dir": args.save_model, "model_id": model_id}} if model_id else {}),
     }

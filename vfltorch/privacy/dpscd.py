@@ -63,7 +63,7 @@ def dual_steps(ctx):
     """Run Algorithm 1 at this party; yield (t, batch, zeta_B) after every step."""
     fed, X, st = ctx.fed, ctx.X, ctx.state
     lam_n = ctx.lam * ctx.n
-    for t, batch in enumerate(ctx.sampler):
+    for t, batch in enumerate(ctx.sampler, ctx.sampler.start):
         b = len(batch)
         if b:
             rows = batch.to(X.device)

@@ -44,6 +44,7 @@ class BatchSampler:
         self.n, self.L, self.kind, self.epochs = int(n), int(L), kind, float(epochs)
         self.rng = rng
         self.visits = np.zeros(self.n, dtype=np.int64)
+        self.start = 0                       # steps already done (a run resumed from a checkpoint)
         if kind == "poisson":
             self.steps_per_epoch = self.n / self.L
             self.steps = max(1, round(self.epochs * self.n / self.L))
@@ -64,15 +65,28 @@ class BatchSampler:
             ends.append(self.steps)
         return [e for e in ends if 0 < e <= self.steps]
 
+    def resume(self, done: int, rng_state: dict, visits: np.ndarray) -> None:
+        """Go on after ``done`` steps from a checkpoint: the generator's state then, and the visits so far.
+
+        The generator state alone fixes every later batch, so the resumed schedule is the unbroken run's. A
+        ``shuffle`` schedule resumes at an epoch end only (its permutation is drawn at the epoch's start)."""
+        if not 0 <= done < self.steps:
+            raise ValueError(f"cannot resume after step {done} of {self.steps}")
+        if self.kind == "shuffle" and done % self.steps_per_epoch:
+            raise ValueError(f"a shuffle schedule resumes at an epoch end, not after step {done}")
+        self.rng.bit_generator.state = rng_state
+        self.visits = np.asarray(visits, dtype=np.int64).copy()
+        self.start = int(done)
+
     def __iter__(self):
         if self.kind == "poisson":
             q = self.sample_rate
-            for _ in range(self.steps):
+            for _ in range(self.start, self.steps):
                 batch = np.flatnonzero(self.rng.random(self.n) < q)
                 self.visits[batch] += 1
                 yield torch.from_numpy(batch)
             return
-        done = 0
+        done = self.start
         while done < self.steps:
             perm = self.rng.permutation(self.n)
             for k in range(self.steps_per_epoch):
@@ -109,6 +123,7 @@ class CoordinateSampler:
         self.steps = max(1, round(self.epochs * self.steps_per_epoch))
         self.visits = np.zeros(self.n, dtype=np.int64)
 
+    start = 0                                # the primal variants are not resumed (``solver.fit_glm``)
     sample_rate = 1.0
     epoch_ends = BatchSampler.epoch_ends
 

@@ -49,7 +49,7 @@ def seq_steps(ctx):
     """Run Algorithm 3 at this party; yield (t, lot, zeta_lot) after every lot."""
     fed, X, st = ctx.fed, ctx.X, ctx.state
     lam_n = ctx.lam * ctx.n
-    for t, batch in enumerate(ctx.sampler):
+    for t, batch in enumerate(ctx.sampler, ctx.sampler.start):
         rows = batch.to(X.device)
         XB = X.index_select(0, rows)
         if ctx.link.single:

@@ -143,6 +143,8 @@ class FitResult:
     observers: dict | None = None   # epsilon per observer (``observer_epsilons``), at the active party
     randomness: str = ""            # where the secret randomness came from
     simulated: bool = False         # seeded secrets: the guarantee is void
+    checkpoints: object = None      # ``checkpoint.Checkpoints`` of the run (``finish()`` once the model is kept)
+    resumed_from: int = 0           # the step a checkpoint resumed the run after (0: from the start)
 
 
 def accounted(cfg: DPSCDConfig, sampler: BatchSampler, done: int) -> tuple[float, int]:
@@ -206,7 +208,7 @@ def check_row_norms(sqnorms: torch.Tensor) -> None:
 def fit_glm(fed: Federation, X: torch.Tensor, y: torch.Tensor | None, cfg: DPSCDConfig, *,
             simulation_seed: int | None = None, noise_blocks=None, secure: bool = False,
             monitor_objective: bool = False, monitor_every: int = 1, on_epoch=None, on_step=None,
-            progress=None) -> FitResult:
+            progress=None, checkpoint_dir=None) -> FitResult:
     """Train ``cfg.variant`` on this party's columns; every party of ``fed`` calls it (SPMD).
 
     The batch schedule and the noise come from OS entropy; ``simulation_seed`` seeds them instead
@@ -217,6 +219,14 @@ def fit_glm(fed: Federation, X: torch.Tensor, y: torch.Tensor | None, cfg: DPSCD
     objective when ``monitor_objective`` (computed from the data: not private, off by default);
     ``on_step(t, batch, zeta, state)`` is called after each step at every party (tests use it;
     ``zeta`` is None where the party does not know it); ``progress`` is a tqdm-like bar.
+
+    ``checkpoint_dir`` (this party's folder; ``vfltorch.checkpoint``): after every epoch but the last each party
+    saves its state there - its block of v, alpha at the active party, and the generator states of the schedule and
+    of the noise - and a run started again with the same settings and data goes on after the newest epoch every
+    party saved. The resumed steps draw the batches and the noise the unbroken run would have drawn, so the model
+    is the unbroken run's (bit for bit on the same devices) and nothing is released twice with fresh noise: the
+    privacy accounting is the unbroken run's. The caller calls ``result.checkpoints.finish()`` once the model is
+    kept (the checkpoints hold the noise's generator states: whoever reads them can remove the noise).
     """
     validate(cfg)
     glm = make_glm(cfg.task, newton_steps=cfg.newton_steps) if cfg.task == "logistic" else make_glm(cfg.task)
@@ -234,6 +244,8 @@ def fit_glm(fed: Federation, X: torch.Tensor, y: torch.Tensor | None, cfg: DPSCD
     federated = fed.num_parties > 1
     encrypted = federated and cfg.protocol == "encrypted"
     check_vertical(cfg, fed.num_parties)
+    checkpoints = None if checkpoint_dir is None else \
+        _checkpoints(fed, checkpoint_dir, cfg, X, y, secure=secure, simulation_seed=simulation_seed)
     if federated and cfg.protocol == "paper":
         warnings.warn(PAPER_LEAK, UserWarning, stacklevel=2)
     randomness = Randomness(simulation_seed)
@@ -295,6 +307,14 @@ def fit_glm(fed: Federation, X: torch.Tensor, y: torch.Tensor | None, cfg: DPSCD
     epoch_of = {e: k + 1 for k, e in enumerate(sampler.epoch_ends())}
     history = []
     train_seconds = 0.0
+    saves = set()
+    if checkpoints is not None:
+        saves = set(sampler.epoch_ends()) - {steps}
+        resumed = checkpoints.resume()
+        if resumed is not None:
+            history, train_seconds = _restore(ctx, checkpoints.resumed_from, resumed, _generators(ctx))
+            if progress is not None:
+                progress.update(sampler.start)
     started = time.perf_counter()
     model_block = _TRAINERS[cfg.variant].model_block
     for t, batch, zeta in _STEPS[cfg.variant](ctx):
@@ -313,6 +333,8 @@ def fit_glm(fed: Federation, X: torch.Tensor, y: torch.Tensor | None, cfg: DPSCD
                 if on_epoch is not None:
                     on_epoch(record)
             started = time.perf_counter()
+        if done in saves:
+            _save(checkpoints, ctx, done, history, train_seconds + time.perf_counter() - started)
     train_seconds += time.perf_counter() - started
     epsilon = spent(steps)
     observers = observer_epsilons(cfg, fed, sampler, sigma, epsilon) if (cfg.private and fed.is_active) else None
@@ -320,7 +342,72 @@ def fit_glm(fed: Federation, X: torch.Tensor, y: torch.Tensor | None, cfg: DPSCD
                      noise_std=noise_std, sample_rate=q, steps=steps, epsilon=epsilon,
                      delta=float(cfg.delta) if cfg.private else None, sampling=sampler.kind,
                      train_seconds=train_seconds, history=history, observers=observers,
-                     randomness=randomness.source, simulated=randomness.simulated)
+                     randomness=randomness.source, simulated=randomness.simulated, checkpoints=checkpoints,
+                     resumed_from=checkpoints.resumed_from if checkpoints is not None else 0)
+
+
+# ------------------------------------------------------------------------------------------------ checkpoints
+RESUMABLE = ("dual", "seq", "nonprivate")
+
+
+def _checkpoints(fed, root, cfg, X, y, *, secure, simulation_seed):
+    """This party's ``Checkpoints`` for this run: the settings every party shares and a digest of its own data."""
+    from ..checkpoint import Checkpoints, array_digest
+    from ..devices import to_numpy
+
+    if cfg.variant not in RESUMABLE:
+        raise VFLInputError(f"--checkpoint: the {cfg.variant} variant runs on one machine and is not resumed; "
+                            f"checkpoints are for the variants {', '.join(RESUMABLE)}")
+    settings = {**cfg.as_dict(), "secure_sum": bool(secure), "parties": fed.num_parties, "rank": fed.rank,
+                "simulation_seed": simulation_seed,
+                "data": array_digest(to_numpy(X), None if y is None else to_numpy(y))}
+    return Checkpoints(fed, root, method="dpscd", fingerprint=settings)
+
+
+def _generators(ctx) -> dict:
+    """Every secret generator of this party's run by name: the schedule's and the noise streams'."""
+    gens = {"schedule": ctx.sampler.rng}
+    streams = [ctx.alpha_stream, *(s for s, _ in (ctx.v_streams.blocks if ctx.v_streams is not None else [])),
+               *(ctx.encrypted.noise_streams.values() if ctx.encrypted is not None else [])]
+    for stream in streams:
+        if stream is not None:
+            gens[f"noise/{stream.name}"] = stream.generator
+    return gens
+
+
+def _save(checkpoints, ctx, done: int, history: list, seconds: float) -> None:
+    st = ctx.state
+    arrays = {"v": st.v, "visits": ctx.sampler.visits}
+    if st.alpha is not None:
+        arrays["alpha"] = st.alpha
+    checkpoints.save(done, {"generators": {k: g.bit_generator.state for k, g in _generators(ctx).items()},
+                            "history": history, "train_seconds": seconds}, arrays)
+
+
+def _restore(ctx, done: int, resumed, gens: dict) -> tuple[list, float]:
+    """Put this party back after the checkpoint's ``done`` steps; returns (history, training seconds) so far."""
+    from ..checkpoint import CheckpointError
+
+    state, arrays = resumed
+    st = ctx.state
+    saved = state.get("generators")
+    want = {"v": tuple(st.v.shape), "visits": (ctx.n,), **({"alpha": (ctx.n,)} if st.alpha is not None else {})}
+    if not isinstance(saved, dict) or set(saved) != set(gens) or \
+            any(k not in arrays or tuple(arrays[k].shape) != shape for k, shape in want.items()):
+        raise CheckpointError("the checkpoint does not hold this run's state (its generators or arrays differ): "
+                              "delete the --checkpoint folder and start again")
+    try:
+        for name, g in gens.items():
+            if name != "schedule":
+                g.bit_generator.state = saved[name]
+        ctx.sampler.resume(done, saved["schedule"], arrays["visits"])
+    except (TypeError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"the checkpoint cannot be resumed ({exc}): delete the --checkpoint folder and start "
+                              f"again") from None
+    st.v.copy_(torch.from_numpy(arrays["v"]).to(st.v.dtype))
+    if st.alpha is not None:
+        st.alpha.copy_(torch.from_numpy(arrays["alpha"]).to(st.alpha.dtype))
+    return list(state.get("history") or []), float(state.get("train_seconds") or 0.0)
 
 
 def monitor_objective_value(fed, link, X, y, glm, theta_block, lam) -> float | None:

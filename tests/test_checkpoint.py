@@ -1,0 +1,205 @@
+"""Checkpoints and resume (issue 33): a run broken off and started again ends with the unbroken run's model.
+
+In-process: a DP-SCD run stopped mid-epoch and started again with the same ``checkpoint_dir`` gives the unbroken
+run's model bit for bit (both schedules, the noise drawn from the restored generators); a checkpoint of another run,
+or one changed after it was written, is not used. Across organisations: two ``vfl dpscd --federation`` processes on
+loopback TLS, each with its own checkpoint folder; the passive party is killed after its first checkpoint, the
+active party names it within seconds, and the same two commands started again resume and end with the unbroken
+run's model, objective and privacy accounting; the checkpoints are gone afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vfltorch.checkpoint import KEEP, Checkpoints
+from vfltorch.comm import Federation
+from vfltorch.comm import federation_file as ff
+from vfltorch.comm.identity import generate
+from vfltorch.data import DataConfig, VFLInputError, load_party_data
+from vfltorch.privacy import DPSCDConfig, fit_glm
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = DataConfig(dataset="breast_cancer", scale="maxabs", normalize_rows=True, seed=0)
+RUNS = {
+    "dual": DPSCDConfig(task="logistic", variant="dual", epsilon=1.0, L=40, C=0.1, lam=1e-3, epochs=4,
+                        accountant="rdp"),
+    "seq": DPSCDConfig(task="ridge", variant="seq", epsilon=2.0, L=20, C=0.01, lam=1e-2, epochs=3,
+                       accountant="rdp"),
+}
+
+
+class Crash(Exception):
+    pass
+
+
+def _crash_at(step):
+    def on_step(t, *_):
+        if t == step:
+            raise Crash(step)
+    return on_step
+
+
+@pytest.fixture(scope="module")
+def local():
+    fed = Federation.local()
+    return fed, load_party_data(fed, DATA)
+
+
+def _fit(local, cfg, **kw):
+    fed, data = local
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")              # simulation mode: expected
+        return fit_glm(fed, data.X_train, data.y_train, cfg, simulation_seed=3, **kw)
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_a_run_resumed_from_its_checkpoint_is_the_unbroken_run(local, tmp_path, name):
+    cfg = RUNS[name]
+    full = _fit(local, cfg)
+    steps = full.steps
+    # Crash in the last epoch: the checkpoints of the epochs before it are on disk, the newest KEEP of them.
+    with pytest.raises(Crash):
+        _fit(local, cfg, checkpoint_dir=tmp_path, on_step=_crash_at(steps - 2))
+    saved = sorted(int(p.name[5:]) for p in tmp_path.glob("step-*"))
+    assert len(saved) == KEEP and saved[-1] < steps
+    res = _fit(local, cfg, checkpoint_dir=tmp_path)
+    assert res.resumed_from == saved[-1]
+    np.testing.assert_array_equal(res.theta.numpy(), full.theta.numpy())
+    np.testing.assert_array_equal(res.alpha.numpy(), full.alpha.numpy())
+    assert res.history == full.history and res.epsilon == full.epsilon
+    res.checkpoints.finish()
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+def test_a_changed_or_foreign_checkpoint_is_not_used(local, tmp_path, caplog):
+    cfg = RUNS["dual"]
+    full = _fit(local, cfg)
+    with pytest.raises(Crash):
+        _fit(local, cfg, checkpoint_dir=tmp_path, on_step=_crash_at(full.steps - 2))
+    newest, older = sorted((int(p.name[5:]) for p in tmp_path.glob("step-*")), reverse=True)
+    # Someone flips a byte of the newest checkpoint's arrays: it fails its MAC and the older one is used.
+    arrays = tmp_path / f"step-{newest}" / "party-0" / "arrays.npz"
+    raw = bytearray(arrays.read_bytes())
+    raw[-40] ^= 1
+    arrays.write_bytes(bytes(raw))
+    with caplog.at_level("WARNING", logger="vfltorch.checkpoint"):
+        res = _fit(local, cfg, checkpoint_dir=tmp_path)
+    assert res.resumed_from == older
+    assert "is not used" in caplog.text
+    np.testing.assert_array_equal(res.theta.numpy(), full.theta.numpy())
+    # Another run's settings (another epsilon) do not resume from these checkpoints: a fresh start.
+    with pytest.raises(Crash):
+        _fit(local, cfg, checkpoint_dir=tmp_path, on_step=_crash_at(full.steps - 2))
+    other = DPSCDConfig(**{**cfg.as_dict(), "epsilon": 0.5})
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="vfltorch.checkpoint"):
+        res = _fit(local, other, checkpoint_dir=tmp_path)
+    assert res.resumed_from == 0 and "of another run" in caplog.text
+
+
+def test_checkpoint_options_are_checked(local, tmp_path):
+    fed, data = local
+    with pytest.raises(VFLInputError, match="primal-rows variant runs on one machine"):
+        _fit(local, DPSCDConfig(variant="primal-rows", L=5, accountant="rdp"), checkpoint_dir=tmp_path)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(VFLInputError, match="is not a folder"):
+        Checkpoints(fed, tmp_path / "file", method="dpscd", fingerprint={})
+    cli = subprocess.run([sys.executable, "-m", "vfltorch", "dpscd", "--dataset", "breast_cancer", "--parties", "1",
+                          "--variant", "primal", "--L", "5", "--checkpoint", str(tmp_path / "ck")],
+                         env=_env(), capture_output=True, text=True, timeout=120)
+    assert cli.returncode != 0 and "checkpoints are for the variants dual" in cli.stderr
+    assert "Traceback" not in cli.stderr
+
+
+# ------------------------------------------------------------------------- across organisations
+def _env():
+    return {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+            "VFLTORCH_TIMEOUT": "30"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+DPSCD = ["dpscd", "--dataset", "breast_cancer", "--epochs", "6", "--L", "20", "--key-bits", "512", "--insecure-key",
+         "--simulate-seed", "5", "--accountant", "rdp", "--monitor-objective", "--quiet"]
+
+
+def _start(tmp_path, names, keys, *, checkpoint: bool, out: Path):
+    procs = {}
+    for i, name in enumerate(names):
+        argv = [sys.executable, "-m", "vfltorch", *DPSCD, "--federation", str(tmp_path / "fed.json"),
+                "--party", name, "--identity", str(keys[name])]
+        if checkpoint:
+            argv += ["--checkpoint", str(tmp_path / name / "checkpoints")]
+        if i == 0:
+            argv += ["--output-json", str(out)]
+        procs[name] = subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                       cwd=tmp_path / name)
+    return procs
+
+
+def _finish(procs):
+    outs = {n: p.communicate(timeout=300) for n, p in procs.items()}
+    return {n: (procs[n].returncode, *outs[n]) for n in procs}
+
+
+def test_a_killed_party_resumes_across_organisations(tmp_path):
+    names = ["bank", "shop"]
+    keys, parties = {}, []
+    for r, name in enumerate(names):
+        (tmp_path / name).mkdir()
+        ident = generate(name, tmp_path / name / f"{name}.pem")
+        keys[name] = ident.path
+        parties.append(dict(name=name, rank=r, role="active" if r == 0 else "passive",
+                            address=f"127.0.0.1:{_free_port()}", fingerprint=ident.fingerprint,
+                            certificate=f"{name}/{name}.crt"))
+    ff.write(tmp_path / "fed.json", parties, federation="checkpoint-test")
+
+    unbroken = _finish(_start(tmp_path, names, keys, checkpoint=False, out=tmp_path / "unbroken.json"))
+    for name, (rc, _, err) in unbroken.items():
+        assert rc == 0, f"{name}: {err[-2000:]}"
+
+    procs = _start(tmp_path, names, keys, checkpoint=True, out=tmp_path / "broken.json")
+    first = tmp_path / "shop" / "checkpoints"
+    deadline = time.monotonic() + 240
+    while not any(first.glob("step-*/party-1/manifest.json")):
+        assert procs["shop"].poll() is None, procs["shop"].communicate()[1][-2000:]
+        assert time.monotonic() < deadline, "the passive party wrote no checkpoint"
+        time.sleep(0.02)
+    procs["shop"].send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    procs["bank"].wait(timeout=60)
+    named_after = time.monotonic() - killed
+    broken = _finish(procs)
+    rc, _, err = broken["bank"]
+    assert rc != 0 and "shop" in err and "Traceback" not in err, err[-2000:]
+    assert named_after < 5.0, named_after
+    assert not (tmp_path / "broken.json").exists() or "metrics" not in json.loads((tmp_path / "broken.json").read_text())
+
+    resumed = _finish(_start(tmp_path, names, keys, checkpoint=True, out=tmp_path / "resumed.json"))
+    for name, (rc, _, err) in resumed.items():
+        assert rc == 0, f"{name}: {err[-2000:]}"
+        assert f"vfl: {name} (party" in err and "resumed after step" in err, err[-2000:]
+    a = json.loads((tmp_path / "unbroken.json").read_text())
+    b = json.loads((tmp_path / "resumed.json").read_text())
+    assert b["resumed_from_step"] > 0 and a["resumed_from_step"] == 0
+    # The same model: every epoch's objective and epsilon, and the test metrics, to the last bit.
+    assert b["history"] == a["history"]
+    assert b["metrics"] == a["metrics"] and b["epsilon"] == a["epsilon"]
+    for name in names:           # the checkpoints (the noise's generator states) are deleted once the run ends
+        assert not (tmp_path / name / "checkpoints").exists()
