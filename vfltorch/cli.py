@@ -245,6 +245,16 @@ SAVE_HELP = ("save the trained model here, one shard per party (DIR/party-<rank>
              "each party writes only its own); score new rows later with `vfl predict --model DIR`")
 
 
+CHECKPOINT_HELP = ("save this party's state in DIR after every epoch and, when started again with the same command, go "
+                   "on after the newest epoch every party saved (across organisations each party its own DIR; "
+                   "docs/deployment.md). DIR is deleted when training ends; delete it by hand if you abandon the run")
+
+
+def add_checkpoint_argument(g, note: str = "") -> None:
+    """The ``--checkpoint DIR`` option of a method that can resume (``vfltorch.checkpoint``)."""
+    g.add_argument("--checkpoint", metavar="DIR", default=None, help=CHECKPOINT_HELP + note)
+
+
 def add_save_argument(p: argparse.ArgumentParser) -> None:
     """The ``--save-model DIR`` option of a training command (checked writable before any party starts); here,
     not in predict.py, so that parsing a command line imports no numpy."""

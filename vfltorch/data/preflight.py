@@ -62,6 +62,10 @@ def check_options(args) -> None:
     timeout = getattr(args, "timeout", None)
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise VFLInputError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    checkpoint = getattr(args, "checkpoint", None)
+    if checkpoint is not None and os.path.exists(checkpoint) and not os.path.isdir(checkpoint):
+        raise VFLInputError(f"--checkpoint {checkpoint}: exists and is not a folder; name a folder (it is made if "
+                            f"missing)")
     join = getattr(args, "join_timeout", None)
     if join is not None and not (math.isfinite(join) and join > 0):
         raise VFLInputError(f"--join-timeout must be a positive number of seconds, got {join:g}")

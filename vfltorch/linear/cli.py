@@ -22,6 +22,7 @@ seconds and bytes per epoch (per party), the encryption mode and the history.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..cli import Command, check_key_option
 from ..data.validation import VFLInputError
@@ -57,6 +58,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     add_save_argument(p)
     g = p.add_argument_group("hetero-LR")
+    from ..cli import add_checkpoint_argument
+
+    add_checkpoint_argument(g)
     g.add_argument("--protocol", choices=PROTOCOLS, default="shared",
                    help="shared: the model as additive shares between guest and host, no per-step gradient at any "
                         "party (2 data parties); paper: Hardy / Yang under Paillier (the host learns its gradients, "
@@ -184,7 +188,11 @@ def run(fed, data, args, log_):
     monitor = None
     if data is not None and X_test is not None and args.monitor:
         monitor = (X_test, data.y_test)
-    est.fit(X_train, None if data is None else data.y_train, monitor=monitor, log=log_, progress=True)
+    est.fit(X_train, None if data is None else data.y_train, monitor=monitor, log=log_, progress=True,
+            checkpoint=args.checkpoint)
+    if est.resumed_from_epoch_ and (fed.is_active or args.federation):
+        print(f"vfl: {fed.name()} resumed after epoch {est.resumed_from_epoch_} from its checkpoint in "
+              f"{args.checkpoint}", file=sys.stderr, flush=True)
     scores = est.decision_function(X_test) if (X_test is not None or fed.is_coordinator) else None
     from ..saving import save_estimator
 

@@ -80,6 +80,7 @@ from .local import LocalLearner
 from .masks import MaskSource
 from .packed import PackedCoordinator, PackedGuest, PackedHost
 from .packed_check import check_packed
+from .resume import restore, snapshot
 from .shared import DEFAULT_FEATURE_BITS as SHARED_FEATURE_BITS, SharedRole
 from .optimizers import IterationPlan, StepSize
 from .session import PHASE_MONITOR, PHASE_PREDICT, PHASE_REPORT, PHASE_SETUP, TRAIN_PHASES, Session
@@ -444,13 +445,16 @@ class HeteroLogisticRegression(ShardedModelMixin, ClassifierMixin, BaseEstimator
         return fed, session, role
 
     # -------------------------------------------------------------------- fit
-    def fit(self, X=None, y=None, *, monitor=None, log=None, progress: bool = False):
+    def fit(self, X=None, y=None, *, monitor=None, log=None, progress: bool = False, checkpoint=None):
         """Train on this party's columns X (guest: and labels y); ``X=None`` at the coordinator.
 
         ``monitor=(X_test, y_test)`` (``y_test`` only at the guest; every data
         party must pass its columns) scores those rows after every epoch
         through a secure sum and records the test AUC in ``history_``.
         ``log`` is a ``vfltorch.runlog.RunLog`` (TensorBoard curves at the guest).
+        ``checkpoint`` (a folder, each party its own; ``vfltorch.checkpoint``): save this role's state after
+        every epoch but the last, and go on after the newest epoch every party saved when the same fit is
+        started again (``resume.py`` says what is kept); the checkpoints are deleted when training ends.
         """
         X, y, monitor = self._fit_inputs(X, y, monitor)
         fed, session, role = self._start(X, y, monitor)
@@ -464,9 +468,23 @@ class HeteroLogisticRegression(ShardedModelMixin, ClassifierMixin, BaseEstimator
         bar = log.progress(total=int(self.max_epochs), desc=f"hetero-lr {self.optimizer}", unit="epoch") \
             if (log is not None and progress) else None
         decision = {"loss": float("nan"), "stop": True, "converged": False}
+        checkpoints, first = None, 0
+        if checkpoint is not None:
+            checkpoints = self._checkpoints(fed, checkpoint, X, y)
+            resumed = checkpoints.resume()
+            if resumed is not None:
+                state, arrays = resumed
+                restore(role, state["role"], arrays)
+                first, k, rounds = int(state["epoch"]), int(state["k"]), int(state["rounds"])
+                online, offline = float(state["online"]), float(state["offline"])
+                self.history_ = list(state["history"]) if fed.is_active else []
+                if bar is not None:
+                    bar.update(first)
+        self.resumed_from_epoch_ = first
+        epoch = first - 1
         fit_started = time.perf_counter()
         try:
-            for epoch in range(int(self.max_epochs)):
+            for epoch in range(first, int(self.max_epochs)):
                 eta = session.step(epoch)
                 batches = session.batches.epoch(epoch)
                 if self.precompute == "epoch":
@@ -496,15 +514,32 @@ class HeteroLogisticRegression(ShardedModelMixin, ClassifierMixin, BaseEstimator
                     bar.set_postfix(loss=f"{decision.get('loss', float('nan')):.6f}")
                 if decision["stop"]:
                     break
+                if checkpoints is not None and epoch + 1 < int(self.max_epochs):
+                    role_state, arrays = snapshot(role)
+                    checkpoints.save(epoch + 1, {"epoch": epoch + 1, "k": k, "rounds": rounds, "online": online,
+                                                 "offline": offline, "history": self.history_ if fed.is_active
+                                                 else [], "role": role_state}, arrays)
             if hasattr(role, "finish"):
                 role.finish()
             self.wall_seconds_ = time.perf_counter() - fit_started
             self._finish(fed, session, role, k, epoch + 1, decision, online, offline)
+            if checkpoints is not None:
+                checkpoints.finish()
         finally:
             if bar is not None:
                 bar.close()
             session.scheme.close()
         return self
+
+    def _checkpoints(self, fed, root, X, y):
+        """This party's ``Checkpoints``: the run's hyperparameters, its rank and a digest of its own data."""
+        from ..checkpoint import Checkpoints, array_digest
+
+        params = {k: v for k, v in self.get_params().items()
+                  if isinstance(v, (bool, int, float, str, type(None))) and k not in ("precompute", "crypto_processes", "obfuscation", "device")}
+        data = array_digest(None if X is None else to_numpy(X), None if y is None else to_numpy(y))
+        return Checkpoints(fed, root, method="hetero-lr",
+                           fingerprint={"params": params, "rank": fed.rank, "world": fed.world_size, "data": data})
 
     def _fit_inputs(self, X, y, monitor):
         """The edge: this party's columns as a float64 tensor, the guest's labels as -1 / +1 (``classes_``).

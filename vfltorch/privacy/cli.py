@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 
 from ..cli import Command, check_key_option, planned_parties
@@ -97,11 +96,9 @@ def _dpscd_arguments(p) -> None:
                         "another's partial sums)")
     g.add_argument("--monitor-every", type=int, default=1,
                    help="log epsilon (and the objective, if asked) every this many epochs (0: only at the end)")
-    g.add_argument("--checkpoint", metavar="DIR", default=None,
-                   help="save this party's state in DIR after every epoch and, when started again with the same "
-                        "command, go on after the newest epoch every party saved (dual, seq, nonprivate; across "
-                        "organisations each party its own DIR). DIR holds the noise's generator states: it is "
-                        "deleted when the run ends; delete it by hand if you abandon the run")
+    from ..cli import add_checkpoint_argument
+
+    add_checkpoint_argument(g, " (variants dual, seq, nonprivate; DIR holds the noise's generator states)")
     _common_model_arguments(g)
 
 
@@ -244,9 +241,7 @@ def _dpscd_check(args, info: dict) -> None:
         if cfg.variant not in RESUMABLE:
             raise VFLInputError(f"--checkpoint: the {cfg.variant} variant runs on one machine and is not resumed; "
                                 f"checkpoints are for the variants {', '.join(RESUMABLE)}")
-        if os.path.exists(args.checkpoint) and not os.path.isdir(args.checkpoint):
-            raise VFLInputError(f"--checkpoint {args.checkpoint}: exists and is not a folder; name a folder (it is "
-                                f"made if missing)")
+
     if parties is not None:
         check_vertical(cfg, parties)
     if cfg.variant != "primal" and info.get("rows"):
