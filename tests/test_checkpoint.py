@@ -247,7 +247,8 @@ def _hlr_job(fed, name, root, crash_epoch):
             "history": [h["loss"] for h in getattr(est, "history_", [])], "resumed": est.resumed_from_epoch_}
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "paper-sgd" else n for n in HLR])
+# The default protocol in the default run; the paper protocol's two optimizers (~30 s each) with the slow tests.
+@pytest.mark.parametrize("name", [n if n == "shared-sqn" else pytest.param(n, marks=pytest.mark.slow) for n in HLR])
 def test_hetero_lr_resumed_after_a_party_stopped_is_the_unbroken_run(tmp_path, name):
     from vfltorch.comm import FederationError, launch
 
