@@ -58,18 +58,10 @@ def _run_parties(hosts, path, keys, names, argv, out_json, after_first=None):
     return [(p.returncode, o, e) for p, (o, e) in zip(procs, outs)]
 
 
-def test_fdskl_across_simulated_hosts_equals_the_loopback_run(tmp_path):
-    # Two data parties and the dealer of FDSKL's default (shared) protocol, each on its own host.
-    names = ["bank", "shop", "dealer"]
-    with netns.SimulatedHosts(3, rate="1gbit") as hosts:
-        path, keys = _federation(tmp_path, hosts, names)
-        runs = _run_parties(hosts, tmp_path / "fed.json", keys, names, FDSKL, tmp_path / "hosts.json")
-    # Every party's tail on failure: the first party to fail often only names the one that died.
-    assert all(rc == 0 for rc, _, _ in runs), "\n".join(f"{n} (rc {rc}): {err[-1500:]}" for n, (rc, _, err) in zip(names, runs))
-    loop = subprocess.run([sys.executable, "-m", "vfltorch", *FDSKL, "--parties", "2", "--output-json",
+def _equals_loopback(hosts_rec, argv, tmp_path, loss_rel=3e-2):
+    loop = subprocess.run([sys.executable, "-m", "vfltorch", *argv, "--parties", "2", "--output-json",
                            str(tmp_path / "loopback.json")], env=_env(), capture_output=True, text=True, timeout=400)
     assert loop.returncode == 0, loop.stderr[-2000:]
-    hosts_rec = json.loads((tmp_path / "hosts.json").read_text())
     loop_rec = json.loads((tmp_path / "loopback.json").read_text())
     assert hosts_rec["config"]["backend"] == "tls" and loop_rec["config"]["backend"] == "gloo"
     # The dealer's masks are private (OS entropy) in both runs and the fixed-point rounding depends on them,
@@ -79,12 +71,24 @@ def test_fdskl_across_simulated_hosts_equals_the_loopback_run(tmp_path):
     assert hosts_rec["metrics"].keys() == loop_rec["metrics"].keys()
     for name, value in loop_rec["metrics"].items():
         if name == "batch_loss":
-            assert hosts_rec["metrics"][name] == pytest.approx(value, rel=3e-2, abs=1e-4), name
+            assert hosts_rec["metrics"][name] == pytest.approx(value, rel=loss_rel, abs=1e-4), name
         elif name == "bytes_per_iteration":
             assert hosts_rec["metrics"][name] == value, name
         else:   # test accuracy / error / AUC on 143 rows: within one row
             assert hosts_rec["metrics"][name] == pytest.approx(value, abs=0.0071), name
     assert hosts_rec["comm"]["0"]["bytes_sent"] == loop_rec["comm"]["0"]["bytes_sent"]
+
+
+@pytest.mark.slow          # the 1 Mbit/s test below runs the same comparison in the default run
+def test_fdskl_across_simulated_hosts_equals_the_loopback_run(tmp_path):
+    # Two data parties and the dealer of FDSKL's default (shared) protocol, each on its own host.
+    names = ["bank", "shop", "dealer"]
+    with netns.SimulatedHosts(3, rate="1gbit") as hosts:
+        path, keys = _federation(tmp_path, hosts, names)
+        runs = _run_parties(hosts, tmp_path / "fed.json", keys, names, FDSKL, tmp_path / "hosts.json")
+    # Every party's tail on failure: the first party to fail often only names the one that died.
+    assert all(rc == 0 for rc, _, _ in runs), "\n".join(f"{n} (rc {rc}): {err[-1500:]}" for n, (rc, _, err) in zip(names, runs))
+    _equals_loopback(json.loads((tmp_path / "hosts.json").read_text()), FDSKL, tmp_path)
 
 
 @pytest.mark.slow
@@ -142,7 +146,8 @@ def test_a_slow_organisation_at_1mbit_is_waited_for(tmp_path):
 
     The run lasts longer than the timeout many times over, and the shop is slow from its first byte (the token
     bucket holds 0.1 s at its rate), yet it is alive: its links carry data or heartbeats, so it is waited for and
-    the run ends with the loopback run's result (issue 33: liveness apart from progress)."""
+    the run ends with the loopback run's result (issue 33: liveness apart from progress). It is also the default
+    run's check that TLS across namespaces equals the loopback gloo run."""
     names = ["bank", "shop", "dealer"]
     argv = ["fdskl", "--dataset", "breast_cancer", "--mask-seed", "seed", "--epochs", "1", "--n-components", "128",
             "--quiet", "--timeout", "5", "--join-timeout", "120"]
@@ -157,4 +162,7 @@ def test_a_slow_organisation_at_1mbit_is_waited_for(tmp_path):
     # At 1 Mbit/s (125 kB/s) the shop's own traffic alone lasts longer than the 5 s timeout.
     print(f"shop moved {shop_bytes} bytes; the run took {took:.1f} s")
     assert shop_bytes / 125e3 > 5.0 and took > 5.0, (shop_bytes, took)
-    assert rec["config"]["backend"] == "tls" and rec["metrics"]["test_accuracy"] > 0.85
+    assert rec["metrics"]["test_accuracy"] > 0.85
+    # And the one-machine run's result. At 128 features the last batch's loss is small and moves more with the
+    # dealer's rounding: four loopback runs gave 0.0140, 0.0147, 0.0152, 0.0163 (the accuracy 0.9225 in each).
+    _equals_loopback(rec, argv, tmp_path, loss_rel=0.25)
