@@ -579,3 +579,48 @@ def test_a_dead_or_frozen_peer_is_named_over_tls(tmp_path, how, within):
     text = info.value.errors[0]
     assert "party 1" in text and ("closed" in text or "did not answer" in text), text
     assert took < within + 8, took            # + process start and join of two spawned interpreters
+
+
+def test_a_party_started_with_another_key_is_named_by_every_party_within_seconds(tmp_path):
+    """The shop starts with a key the federation file does not pin for it (it made a new one, say). It cannot
+    open a TLS link to say so; its notice tells the bank and the lender, who stop within 10 s naming the shop and
+    the reason, not a missing party after the 30 s join timeout."""
+    path, keys = make_federation(tmp_path, 3)
+    wrong = {**keys, "shop": generate("shop", tmp_path / "new" / "shop.pem").path}
+    errors, took = _join_all({"bank": path, "shop": path, "lender": path}, wrong)
+    assert set(errors) == {"bank", "shop", "lender"}, errors
+    assert "not the one the federation file pins for party 'shop'" in str(errors["shop"])
+    for name in ("bank", "lender"):
+        text = str(errors[name])
+        assert "shop" in text and "key is not the one the federation file pins" in text, (name, text)
+        assert errors[name].party == 1, (name, errors[name].party)
+    assert max(took.values()) < 10, took
+
+
+def test_a_notice_from_another_address_is_ignored(tmp_path, caplog):
+    """A notice names a party whose address in the file is not the sender's: refused and logged, the join goes
+    on (a stranger on the network cannot stop the bank by claiming to be the shop)."""
+    path, keys = make_federation(tmp_path, 2, addresses={"shop": f"127.0.0.2:{free_port()}"})
+    bank = ff.load(path).party("bank")
+    result = {}
+
+    def join():
+        try:
+            connect_federation(path, "bank", keys["bank"], timeout=4).transport.close()
+        except PartyFailure as exc:
+            result["error"] = exc
+
+    t = threading.Thread(target=join)
+    t.start()
+    body = json.dumps({"party": "shop", "reason": "forged"}).encode()
+    for _ in range(100):
+        try:
+            with socket.create_connection((bank.host, bank.port), timeout=1) as s:
+                s.sendall(b"VFLN" + struct.pack("!H", len(body)) + body)
+            break
+        except OSError:
+            time.sleep(0.05)
+    t.join()
+    text = str(result["error"])            # the bank waited its whole join timeout for the real shop
+    assert "shop" in text and "within 4 s" in text and "forged" not in text and "cannot join" not in text, text
+    assert "a notice claiming to be shop from an address that is not shop's" in caplog.text, caplog.text

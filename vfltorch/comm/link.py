@@ -73,6 +73,13 @@ _ABORT_MAX = 4096
 _ABORT_SEND_SECONDS = 2.0     # a peer that does not take the abort frame this fast is not waited for
 _ABORT_DIAL_SECONDS = 8.0     # a party that cannot listen dials its peers this long to tell them why
 _HANDSHAKE_GRACE = 3.0        # after a broken-off handshake, how long to wait for the peer's own abort
+# A party that cannot prove who it is (its key is not the one the file pins for it) cannot open a TLS link to say
+# why it stops. It sends a *notice* instead, in the clear, before any TLS: magic, 2-byte length, JSON {"party":
+# name, "reason": text}. A listener believes a notice only from an address the federation file gives that party
+# (an off-path stranger cannot complete a TCP handshake from it), only while that party has not joined, and
+# only to stop waiting for it: it names the party and the reason, marked as unauthenticated.
+_NOTICE_MAGIC = b"VFLN"
+_NOTICE_MAX = 2048
 _DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
            torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128]
 _DTYPE_CODE = {d: i for i, d in enumerate(_DTYPES)}
@@ -108,6 +115,14 @@ def _client_context(identity: Identity, peer: PartyEntry) -> ssl.SSLContext:
     return ctx
 
 
+def _addresses_of(host: str) -> set:
+    """The IP addresses ``host`` (a name or an address from the federation file) stands for."""
+    try:
+        return {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return {host}
+
+
 def _recv_exact(sock, view: memoryview) -> None:
     got, n = 0, len(view)
     while got < n:
@@ -128,20 +143,24 @@ class TLSMesh:
 
     def __init__(self, spec: FederationSpec, me: PartyEntry, identity: Identity, *, timeout: float,
                  join_timeout: float | None = None):
-        if identity.fingerprint != me.fingerprint:
-            raise LinkError(f"the identity {identity.path} (fingerprint {identity.fingerprint}) is not the one the "
-                            f"federation file pins for party {me.name!r} ({me.fingerprint}): pass that party's "
-                            f"own key file, or fix the file", reporter=me.rank, phase="join")
         self.spec, self.me, self.identity = spec, me, identity
         self.timeout = float(timeout)
         self.join_timeout = self.timeout if join_timeout is None else float(join_timeout)
+        if identity.fingerprint != me.fingerprint:
+            why = (f"the identity {identity.path} (fingerprint {identity.fingerprint}) is not the one the "
+                   f"federation file pins for party {me.name!r} ({me.fingerprint}): pass that party's own key "
+                   f"file, or fix the file")
+            # The peers cannot authenticate this process: tell them in a notice, so that they stop waiting.
+            self._notify_peers(f"its key is not the one the federation file pins for it ({identity.fingerprint} "
+                               f"instead of {me.fingerprint}): it needs its own key file, or a new entry in the file")
+            raise LinkError(why, reporter=me.rank, phase="join")
         self.max_message_bytes = spec.max_message_bytes
         self.out: dict[int, ssl.SSLSocket] = {}
         self.inc: dict[int, ssl.SSLSocket] = {}
         self.sent_seq: dict[int, int] = {}
         self.recv_seq: dict[int, int] = {}
         self.refused: list[str] = []
-        self._fatal: LinkError | None = None
+        self._fatal: PartyFailure | None = None
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
         self._digest = bytes.fromhex(spec.digest)
@@ -247,7 +266,7 @@ class TLSMesh:
         an abort frame, so that each of them names ``party`` and ``reason`` instead of waiting out its timeout."""
         deadline = time.monotonic() + min(_ABORT_DIAL_SECONDS, self.join_timeout)
         for peer in peers:
-            if peer.rank in self.out:
+            if peer.rank in self.out or peer.rank == party:     # (the party that stops is not told its own news)
                 continue
             try:
                 self._dial(peer, deadline)
@@ -393,6 +412,70 @@ class TLSMesh:
                             "(addresses, roles, pins or limits differ): every party must use the same file",
                             peer_rank)
 
+    def _notify_peers(self, reason: str) -> None:
+        """Send every peer a notice (module constants) saying why this party cannot join; each peer is dialled
+        for a few seconds (it may start later), all at once. Best effort: a peer that never listens learns
+        nothing and names this party when its join timeout ends."""
+        import json
+
+        body = json.dumps({"party": self.me.name, "reason": reason[:_NOTICE_MAX // 2]}).encode()[:_NOTICE_MAX]
+        notice = _NOTICE_MAGIC + struct.pack("!H", len(body)) + body
+        deadline = time.monotonic() + min(_ABORT_DIAL_SECONDS, self.join_timeout)
+
+        def tell(peer):
+            while time.monotonic() < deadline:
+                try:
+                    with socket.create_connection((peer.host, peer.port), timeout=1.0) as sock:
+                        sock.sendall(notice)
+                        return
+                except OSError:
+                    time.sleep(0.1)
+
+        threads = [threading.Thread(target=tell, args=(p,), daemon=True)
+                   for p in self.spec.parties if p.rank != self.me.rank]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def _read_notice(self, raw, addr) -> None:
+        """A notice on an incoming connection (``_NOTICE_MAGIC``): believed from the named party's own address,
+        while it has not joined; then this party stops waiting and names it and the reason."""
+        import json
+
+        raw.settimeout(_HANDSHAKE_SECONDS)
+        try:
+            head = bytearray(len(_NOTICE_MAGIC) + 2)
+            _recv_exact(raw, memoryview(head))
+            (size,) = struct.unpack_from("!H", head, len(_NOTICE_MAGIC))
+            if size > _NOTICE_MAX:
+                raise ValueError(f"a notice of {size} bytes")
+            body = bytearray(size)
+            _recv_exact(raw, memoryview(body))
+            doc = json.loads(body.decode())
+            name, reason = str(doc["party"]), str(doc["reason"])
+        except (OSError, ValueError, KeyError, TypeError, ConnectionError) as exc:
+            self._refuse(addr, f"a malformed notice ({exc})")
+            return
+        finally:
+            raw.close()
+        reason = "".join(c if c.isprintable() else " " for c in reason)[:_NOTICE_MAX // 2]
+        peer = next((p for p in self.spec.parties if p.name == name and p.rank != self.me.rank), None)
+        if peer is None:
+            self._refuse(addr, "a notice from no party of the federation file")
+            return
+        if addr[0] not in _addresses_of(peer.host):
+            self._refuse(addr, f"a notice claiming to be {peer.name} from an address that is not {peer.name}'s "
+                               f"({peer.host}): ignored")
+            return
+        with self._lock:
+            if peer.rank in self.inc or self._fatal is not None:
+                return
+            log.warning("%s: %s (rank %d) says it cannot join: %s", self.me.name, peer.name, peer.rank, reason)
+            self._fatal = PartyFailure(f"party {peer.name} (rank {peer.rank}) cannot join: {reason} (its notice is "
+                                       f"unauthenticated; it came from {addr[0]}, {peer.name}'s address in the "
+                                       f"federation file)", party=peer.rank, reporter=self.me.rank, phase="join")
+
     def _accept_loop(self) -> None:
         ctx = _server_context(self.identity, self.spec)
         listener = self._listener
@@ -411,6 +494,13 @@ class TLSMesh:
 
     def _handshake_incoming(self, ctx, raw, addr) -> None:
         raw.settimeout(_HANDSHAKE_SECONDS)
+        try:
+            first = raw.recv(len(_NOTICE_MAGIC), socket.MSG_PEEK | socket.MSG_WAITALL)
+        except OSError:
+            first = b""
+        if first == _NOTICE_MAGIC:
+            self._read_notice(raw, addr)
+            return
         try:
             tls = ctx.wrap_socket(raw, server_side=True)
         except (ssl.SSLError, OSError) as exc:
