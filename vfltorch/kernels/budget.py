@@ -234,7 +234,7 @@ class _Optimizer:
 
 def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None, cfg, *, n_blocks: int,
                  dealer: int | None = None, table=None, monitor=None, log=None,
-                 progress: bool = False) -> TrainResult:
+                 progress: bool = False, checkpoint=None, resume=None) -> TrainResult:
     """Train the D = n_blocks r feature model at this party (SPMD; the dealer too under the shared protocol).
 
     ``dealer`` None: the paper's protocol (or Q = 1); otherwise the shared
@@ -242,6 +242,11 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     columns ((n x 0) at the dealer), ``y`` the labels at the active party.
     ``cfg.f_delay`` 1: f on batch t is computed with the coefficients before step t - 1 (module
     docstring, *Pipelined iteration*); under the shared protocol the iteration is then pipelined.
+
+    ``checkpoint(t, state, arrays)`` is called at every rank after each epoch end (and the last iteration): the
+    active party's optimizer has then taken every step before t (the pipeline drains and no gradient waits at an
+    epoch end), and what any rank holds beyond it (rounds made ahead, the dealer's window) is rebuilt from the
+    public schedule after a restart. ``resume`` = (state, arrays) of such a checkpoint: the loop goes on at t.
     """
     n = X.shape[0]
     r = fmap.block_size
@@ -284,6 +289,9 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     if max_iter is not None and cfg.max_time is None:
         last_round = min(max_iter, limit if limit is not None else max_iter) - 1
     sent_until = -1
+    t = 0
+    if resume is not None:
+        t = _resume(resume, opt, loop, batch_of)
 
     def shared_round(t_round, carry=None):
         if window is not None:
@@ -312,7 +320,6 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                 return j + 1
         return max(1, most)
 
-    t = 0
     while True:
         started = time.perf_counter()
         with fed.phase(TRAIN_PHASE):
@@ -473,6 +480,8 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                 f_mon = use_mon.values(opt.model if opt is not None else None) if use_mon is not None else None
             loop.log_point(t, D, f_mon, use_mon, cfg, log, control_tree,
                            unsent=window.queued_before(t) if window is not None else 0)
+            if checkpoint is not None and (final or epoch_end):
+                checkpoint(t, *_snapshot(t, opt, loop, window.queued_before(t) if window is not None else 0))
     if pipe is not None:
         pipe.close()
     if window is not None:
@@ -484,6 +493,43 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                       f"n x D it could solve for. Raise n_components or the batch size, or train fewer epochs.",
                       RuntimeWarning, stacklevel=2)
     return loop.result(opt.model.to(X.dtype) if active else None, t)
+
+
+_OPT_ARRAYS = ("alpha", "m", "v", "mean", "before", "earlier")
+
+
+def _snapshot(t: int, opt, loop: TrainingLoop, unsent: int) -> tuple[dict, dict]:
+    """This rank's training state after iteration t - 1 (``train_budget``'s ``checkpoint``): the active party's
+    optimizer, and every rank's curve bookkeeping (points, clock; its bytes so far, ``unsent`` included)."""
+    state = {"t": int(t), "loop": loop.state(unsent)}
+    arrays = {}
+    if opt is not None:
+        state["opt"] = {"steps": opt.steps, "averaged": opt.averaged}
+        arrays = {k: getattr(opt, k) for k in _OPT_ARRAYS}
+    return state, arrays
+
+
+def _resume(resume, opt, loop: TrainingLoop, batch_of) -> int:
+    """Put this rank back after a checkpoint's iteration t (``_snapshot``); returns t."""
+    from ..checkpoint import CheckpointError
+
+    state, arrays = resume
+    try:
+        t = int(state["t"])
+        if opt is not None:
+            for k in _OPT_ARRAYS:
+                saved = torch.from_numpy(arrays[k].copy())
+                mine = getattr(opt, k)
+                if tuple(saved.shape) != tuple(mine.shape):
+                    raise ValueError(f"{k} has {tuple(saved.shape)} values, this run {tuple(mine.shape)}")
+                mine.copy_(saved.to(mine.dtype))
+            opt.steps, opt.averaged = int(state["opt"]["steps"]), int(state["opt"]["averaged"])
+        loop.restore(state["loop"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"the FDSKL checkpoint cannot be resumed ({exc}): delete the --checkpoint folder "
+                              f"and start again") from None
+    batch_of.skip_to(t)
+    return t
 
 
 class _Batches:
@@ -501,6 +547,12 @@ class _Batches:
     def forget(self, t: int) -> None:
         for k in [k for k in self.drawn if k < t]:
             del self.drawn[k]
+
+    def skip_to(self, t: int) -> None:
+        """Draw (and drop) the batches of iterations before t: a resumed run takes iteration t's batch next."""
+        while self.next_t < t:
+            self.sampler.next()
+            self.next_t += 1
 
 
 class _Pipeline:

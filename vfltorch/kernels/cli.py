@@ -163,6 +163,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..cli import add_save_argument
 
     add_save_argument(p)
+    from ..cli import add_checkpoint_argument
+
+    add_checkpoint_argument(p, " (bounded model, protocols shared and paper; binary or regression; the dealer "
+                               "its own DIR too)")
 
 
 def _show_warnings(caught, *, quiet: bool) -> None:
@@ -260,8 +264,12 @@ def run(fed, data, args, log):
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", LeakWarning)
-        est.fit(X_train, data.y_train, columns=data.columns, monitor=monitor, log=log, progress=True)
+        est.fit(X_train, data.y_train, columns=data.columns, monitor=monitor, log=log, progress=True,
+                checkpoint=args.checkpoint)
     _show_warnings(caught, quiet=args.quiet)
+    if getattr(est, "resumed_from_", 0) and (fed.is_active or args.federation):
+        print(f"vfl: {fed.name()} resumed after iteration {est.resumed_from_} from its checkpoint in "
+              f"{args.checkpoint}", file=sys.stderr, flush=True)
     from ..comm.start import profile_mark
 
     profile_mark(f"party{fed.rank}_trained")
@@ -307,7 +315,7 @@ def _run_dealer(fed, args):
     """The coordinator's part of `vfl fdskl --protocol shared`: deal masks and triples; it holds no data."""
     task = fed.recv_json(fed.active)
     est = _estimator(fed, args, "regression" if task == "regression" else "binary")
-    est.fit(None)
+    est.fit(None, checkpoint=args.checkpoint)
     if fed.recv_json(fed.active):
         est.decision_function()
     from ..saving import save_estimator

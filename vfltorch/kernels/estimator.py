@@ -259,7 +259,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         return derive_key(secret, 0xA5C), derive_key(secret, 0xB0B)
 
     # ---------------------------------------------------------------- fit
-    def fit(self, X, y=None, *, columns=None, monitor=None, log=None, progress: bool = False):
+    def fit(self, X, y=None, *, columns=None, monitor=None, log=None, progress: bool = False, checkpoint=None):
         """Train on this party's columns ``X`` (and labels ``y`` at the active party only).
 
         ``columns``: global indices of this party's columns (default: parties
@@ -268,10 +268,16 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         active party only). ``log``: a ``vfltorch.runlog.RunLog`` for
         TensorBoard. ``progress``: a progress bar at the active party.
         Under the shared protocol the dealer (the coordinator) calls ``fit()``
-        with no data.
+        with no data. ``checkpoint`` (a folder, each party its own, the dealer
+        too; ``vfltorch.checkpoint``): save the training state after every
+        epoch and go on after the newest epoch every rank saved when the same
+        fit is started again (bounded model, protocols shared and paper).
         """
         check_hyperparameters(self)
         fed = self._federation()
+        self._checkpoint = checkpoint
+        if checkpoint is not None:
+            self._check_resumable()
         shared = self._shared(fed)
         if shared:
             check_shared(self)
@@ -309,6 +315,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
                      dealer=fed.coordinator if shared else None,
                      monitor_rows=None if monitor is None else int(len(monitor[0])),
                      step=self._sealed_step() if self._sealed(fed) else self._step_size())
+        resumed = self._resume_point(fed, X, y if fed.is_active else None)
         warn_scaling(scaling)
         if self.protocol == "paper" and fed.num_parties > 1 and fed.is_active:
             warnings.warn(PAPER_LEAK, LeakWarning, stacklevel=2)
@@ -320,7 +327,9 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         self.columns_ = np.asarray(plan["columns"], dtype=np.int64)
         masks, phase_key = self._masks(fed)
         started = time.perf_counter()
-        if isinstance(self.sigma, str):
+        if resumed is not None:
+            self.sigma_ = float(resumed[0]["setup"]["sigma"])     # the width the run began with (a masked estimate)
+        elif isinstance(self.sigma, str):
             self.sigma_ = median_sigma(fed, X, seed=derive_key(self.random_state, 0x51), pairs=self.median_pairs,
                                        mask_seed=secrets.randbits(63), kernel=self.kernel)
         else:
@@ -346,9 +355,12 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
             # The width selection and the distillation open gradient sums: the sealed protocol runs neither.
             self._check_sealed(plan, X.shape[0])
             self.sigma_multiplier_, self.sigma_scores_, self.selection_seconds_ = 1.0, None, 0.0
+        elif resumed is not None:
+            self._selected(resumed[0]["setup"])
         else:
             self._select_sigma(fed, make_map, X, y_fit, loss, dealer=fed.coordinator if shared else None,
                                table=table)
+        setup = self._setup()
         if self.sigma_multiplier_ != 1.0:
             self.sigma_ = self.sigma_ * self.sigma_multiplier_
         self.feature_map_ = make_map(1.0)
@@ -369,7 +381,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
                 self.table_ = table
             result = train_budget(fed, self.feature_map_, X, y_fit, cfg, n_blocks=self._n_blocks(),
                                   dealer=fed.coordinator if shared else None, table=table, monitor=monitor,
-                                  log=log, progress=progress and fed.is_active)
+                                  log=log, progress=progress and fed.is_active, **self._saver(setup, resumed))
             result = self._compress(fed, X, y_fit, cfg, result, dealer=fed.coordinator if shared else None,
                                     table=table)
         elif shared:
@@ -380,6 +392,53 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
             result = train_dsg(fed, self.feature_map_, X, y_fit, cfg, monitor=monitor, log=log,
                                progress=progress and fed.is_active)
         return self._finish(fed, result)
+
+    # ---------------------------------------------------------------------------------------- checkpoints
+    def _check_resumable(self) -> None:
+        if self.protocol == "sealed" or not self._bounded():
+            raise VFLInputError("checkpoints (--checkpoint) are for FDSKL's bounded model under the protocols "
+                                "shared and paper; the sealed protocol and the growing model (n_components=None) "
+                                "do not resume yet")
+
+    def _resume_point(self, fed: Federation, X, y):
+        """Collective (every rank, the dealer too, right after ``agree``): this rank's ``Checkpoints`` and the
+        (state, arrays) to resume from, or None."""
+        self._checkpoints = None
+        if self._checkpoint is None:
+            return None
+        from ..checkpoint import Checkpoints, array_digest
+
+        params = {k: v for k, v in self.get_params().items()
+                  if isinstance(v, (bool, int, float, str, type(None))) and k not in ("device", "log_every")}
+        params["sigma_grid"] = [float(c) for c in self.sigma_grid]
+        data = array_digest(None if X is None else to_numpy(X), None if y is None else to_numpy(y))
+        self._checkpoints = Checkpoints(fed, self._checkpoint, method="fdskl",
+                                        fingerprint={"params": params, "rank": fed.rank, "world": fed.world_size,
+                                                     "data": data})
+        return self._checkpoints.resume()
+
+    def _setup(self) -> dict:
+        """What the run decided before training (its width, the selection's outcome): kept in every checkpoint,
+        so that a resumed run trains the same model instead of estimating them again."""
+        scores = self.sigma_scores_
+        return {"sigma": float(self.sigma_), "multiplier": float(self.sigma_multiplier_),
+                "scores": None if scores is None else [float(v) for v in np.asarray(scores, dtype=float).ravel()],
+                "selection_seconds": float(self.selection_seconds_)}
+
+    def _selected(self, setup: dict) -> None:
+        self.sigma_multiplier_ = float(setup["multiplier"])
+        self.sigma_scores_ = None if setup["scores"] is None else np.asarray(setup["scores"], dtype=float)
+        self.selection_seconds_ = float(setup["selection_seconds"])
+
+    def _saver(self, setup: dict, resumed) -> dict:
+        """``train_budget``'s checkpoint arguments: a save that adds the setup, and the state to resume from."""
+        ck = self._checkpoints
+        if ck is None:
+            return {}
+
+        def save(t, state, arrays):
+            ck.save(t, {**state, "setup": setup}, arrays)
+        return {"checkpoint": save, "resume": resumed}
 
     def _select_sigma(self, fed: Federation, make_map, X, y_fit, loss, *, dealer, table, step=None) -> None:
         """``sigma_multiplier_``: the multiplier of the median width chosen on a held-out split (selection.py),
@@ -422,6 +481,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         """The dealer's side of fit: it follows the public schedule, deals masks and triples, holds no data."""
         plan = agree(fed, rows=0, cols=0, params=self.get_params(), problems=[], columns=None,
                      dealer=fed.coordinator)
+        resumed = self._resume_point(fed, None, None)
         n = plan["rows"]
         self.n_features_in_ = 0
         self.columns_ = np.zeros(0, dtype=np.int64)
@@ -446,9 +506,12 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         if sealed:
             self._check_sealed(plan, n)
             self.sigma_multiplier_, self.sigma_scores_, self.selection_seconds_ = 1.0, None, 0.0
+        elif resumed is not None:
+            self._selected(resumed[0]["setup"])
         else:
             self._select_sigma(fed, make_map, empty, None, self._loss(), dealer=fed.coordinator,
                                table=self.table_, step=plan["step"])
+        setup = self._setup()
         mon = None
         if plan.get("monitor_rows") is not None:
             mon = (torch.zeros(plan["monitor_rows"], 0, dtype=torch.float64), None)
@@ -459,7 +522,8 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
                                   dealer=fed.coordinator, table=self.table_)
         elif self._bounded():
             result = train_budget(fed, self.feature_map_, empty, None, cfg, n_blocks=self._n_blocks(),
-                                  dealer=fed.coordinator, table=self.table_, monitor=mon)
+                                  dealer=fed.coordinator, table=self.table_, monitor=mon,
+                                  **self._saver(setup, resumed))
             result = self._compress(fed, empty, None, cfg, result, dealer=fed.coordinator, table=self.table_)
         else:
             result = train_shared(fed, self.feature_map_, empty, None, cfg, dealer=fed.coordinator,
@@ -528,6 +592,10 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         self.batch_loss_ = result.batch_loss
         self.train_loss_ = result.train_loss
         self.comm_ = self._gather_comm(fed, result)
+        ck = getattr(self, "_checkpoints", None)
+        if ck is not None:
+            ck.finish()                     # trained (and compressed): nothing left to resume
+            self.resumed_from_ = ck.resumed_from
         return self
 
     def _prepare_targets(self, y: torch.Tensor) -> torch.Tensor:
@@ -758,21 +826,26 @@ class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
     def _encode_known(self, y):
         return BinaryLabels.encode(self, y)
 
-    def fit(self, X, y=None, *, columns=None, monitor=None, log=None, progress: bool = False):
+    def fit(self, X, y=None, *, columns=None, monitor=None, log=None, progress: bool = False, checkpoint=None):
         fed = self._federation()
         classes, rows = self._agree_classes(fed, y, X)
         self.estimators_ = None
         self.platt_ = None
         if classes is not None:
+            if checkpoint is not None:
+                raise VFLInputError("checkpoints (--checkpoint) are for binary classification and regression; a "
+                                    "multiclass FDSKL run (one model per class) does not resume yet")
             return self._fit_one_vs_rest(fed, X, y, classes, columns, monitor, log, progress)
         held = calibration_rows(rows, self.calibration, self.random_state) if _logistic_loss(self) else None
         if held is None:
-            return super().fit(X, y, columns=columns, monitor=monitor, log=log, progress=progress)
+            return super().fit(X, y, columns=columns, monitor=monitor, log=log, progress=progress,
+                               checkpoint=checkpoint)
         # Platt scaling on held-out rows: the model trains on the others; the same public split at every party.
         keep = np.setdiff1d(np.arange(rows), held)
         cut = (lambda A, idx: None if A is None else A[idx] if isinstance(A, torch.Tensor)
                else _rows(A, idx))
-        super().fit(cut(X, keep), cut(y, keep), columns=columns, monitor=monitor, log=log, progress=progress)
+        super().fit(cut(X, keep), cut(y, keep), columns=columns, monitor=monitor, log=log, progress=progress,
+                    checkpoint=checkpoint)
         f = self.decision_function(cut(X, held)) if fed.is_data_party else self.decision_function()
         if fed.is_active:        # f on the held-out rows: what predicting them gives the active party anyway
             self.platt_ = fit_platt(to_numpy(f), self._encode_known(cut(y, held)))

@@ -162,6 +162,25 @@ class TrainingLoop:
         self.last_batch_loss = float("nan")
         self.train_seconds = 0.0
 
+    def state(self, unsent: int = 0) -> dict:
+        """What a checkpoint keeps of this bookkeeping (at a curve point, so the loss window is empty): the
+        curve (active party), this rank's points, the clock, and its training bytes so far (``unsent``: bytes
+        its dealer window holds for iterations before the point)."""
+        sent = phase_totals(self.fed, TRAIN_PHASE)["bytes_sent"] - self.sent_before["bytes_sent"] + int(unsent)
+        return {"history": self.history, "points": self.points, "train_seconds": self.train_seconds,
+                "last_batch_loss": self.last_batch_loss, "bytes": int(sent)}
+
+    def restore(self, state: dict) -> None:
+        """Back to ``state()`` after a restart: later points count this process's bytes on top of the saved ones."""
+        self.history = [dict(p) for p in state["history"]]
+        self.points = [(int(t), int(b)) for t, b in state["points"]]
+        self.train_seconds = float(state["train_seconds"])
+        self.last_batch_loss = float(state["last_batch_loss"])
+        self.sent_before = dict(self.sent_before)
+        self.sent_before["bytes_sent"] -= int(state["bytes"])
+        if self.bar is not None and self.points:
+            self.bar.update(self.points[-1][0])
+
     def add_loss(self, value) -> None:
         """A batch's mean loss: a float, or a one-element tensor on any device (summed there in float64, read at
         the next curve point: no host round trip per iteration on a GPU; the same sums as Python floats)."""
