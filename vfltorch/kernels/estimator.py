@@ -596,6 +596,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         if ck is not None:
             ck.finish()                     # trained (and compressed): nothing left to resume
             self.resumed_from_ = ck.resumed_from
+            self._checkpoints = None        # (it holds the federation: not part of the fitted model)
         return self
 
     def _prepare_targets(self, y: torch.Tensor) -> torch.Tensor:
