@@ -6,11 +6,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_ARGS ?=
 
-.PHONY: install demo test test-slow bench clean
+.PHONY: install demo test test-slow bench docs clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,docs]'
 	# SecretFlow's spu for the rr22 PSI (docs/alignment.md): --no-deps, because its metadata asks for jax and
 	# numpy<2, which the two extension modules vfltorch loads (spu/libpsi.so, spu/libspu.so) do not need.
 	# No wheel for this platform or Python (>= 3.12): --psi falls back to ecdh.
@@ -30,8 +30,12 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow
 
+# The user guide and API reference (mkdocs.yml) into site/, warnings as errors; tests/test_docs.py runs the same build.
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict --quiet
+
 bench: $(STAMP)
 	$(PY) -m benchmarks.comm_topologies
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build site *.egg-info .pytest_cache
