@@ -88,6 +88,8 @@ def _dpscd_arguments(p) -> None:
     g.add_argument("--newton-steps", type=int, default=1, help="Newton steps per logistic coordinate step")
     g.add_argument("--vertical-protocol", choices=PROTOCOLS, default="encrypted",
                    help="encrypted: passive parties get only noisy updates (Paillier, the active party's key); "
+                        "shared: the same, with a dealer's correlated randomness instead of Paillier (a coordinator "
+                        "process is started; across organisations a dealer entry in the federation file); "
                         "paper: the paper's protocol, which sends the clipped steps in the clear and leaks labels")
     g.add_argument("--key-bits", type=int, default=2048, help="the active party's Paillier key size")
     g.add_argument("--insecure-key", action="store_true", help="allow Paillier keys under 1024 bits (tests only)")
@@ -271,6 +273,13 @@ def _dpscd(fed, data, args, log):
     from .solver import fit_glm
     from .vertical import ActiveLink
 
+    if fed.is_coordinator:
+        # The dealer of --vertical-protocol shared: no data; it deals each step's correlated randomness.
+        from ..saving import save_arrays
+
+        fit_glm(fed, None, None, _dpscd_config(args, args.glm or "logistic"))
+        save_arrays(fed, args, None, "dpscd", arrays={}, state={})
+        return None
     task = resolve_task(args.glm, data.task)
     cfg = _dpscd_config(args, task)
     C = cfg.C
@@ -422,11 +431,20 @@ def _dpsgd(fed, data, args, log):
     }
 
 
+def _wants_dealer(args) -> bool:
+    """The shared vertical protocol needs a dealer process, unless there is one party (no protocol)."""
+    import os
+
+    parties = args.parties if args.parties is not None else (
+        int(os.environ["WORLD_SIZE"]) - 1 if "WORLD_SIZE" in os.environ else 3)
+    return getattr(args, "vertical_protocol", None) == "shared" and args.variant == "dual" and parties > 1
+
+
 COMMANDS = [
     Command("dpscd", "DP-SCD: differentially private stochastic coordinate descent for ridge, logistic regression "
                      "and the L2-SVM over vertically split columns (Damaskinos et al., AAAI 2021)",
             _dpscd, add_arguments=_dpscd_arguments, data_defaults=DEFAULT_PREPROCESSING, tasks=("binary", "regression"),
-            check=_dpscd_check,
+            check=_dpscd_check, coordinator=_wants_dealer,
             preload=("vfltorch.privacy.glm", "vfltorch.privacy.solver", "vfltorch.privacy.vertical",
                      "vfltorch.privacy.accountant", "vfltorch.model_store")),
     Command("dpsgd", "the DP-SGD baseline (opacus) on DP-SCD's linear model and data; centralised (--parties 1)",

@@ -17,7 +17,7 @@ VARIANTS = ("dual", "seq", "primal", "primal-rows", "nonprivate")
 PRIVATE = ("dual", "seq", "primal", "primal-rows")
 MECHANISMS = ("rdp", "prv", "gdp")                         # opacus accountants (accountant.py)
 DEFAULT_MECHANISM = "prv"
-PROTOCOLS = ("encrypted", "paper")                         # vertical protocols (vertical.py)
+PROTOCOLS = ("encrypted", "shared", "paper")               # vertical protocols (vertical.py, shared_updates.py)
 
 
 def check_task(task: str) -> None:
@@ -52,7 +52,7 @@ def check_batch(L, n: int) -> None:
 
 def check_vertical(cfg: "DPSCDConfig", num_parties: int) -> None:
     """Across parties, the encrypted protocol exists for DP-SCD (the dual variant) only."""
-    if num_parties > 1 and cfg.protocol == "encrypted" and cfg.variant != "dual":
+    if num_parties > 1 and cfg.protocol in ("encrypted", "shared") and cfg.variant != "dual":
         raise VFLInputError(f"--variant {cfg.variant} across parties sends every coordinate step to the passive "
                             f"parties in the clear (and so the labels); only DP-SCD (--variant dual) has the "
                             f"encrypted protocol. Use --variant dual, or --vertical-protocol paper to accept the leak.")

@@ -79,7 +79,7 @@ def dual_steps(ctx):
         else:
             # An empty Poisson batch: no update, but the released state still gets its noise.
             XB, zeta = X[:0], X.new_zeros(0) if fed.is_active else None
-        zeta = ctx.apply_steps(XB, zeta)
+        zeta = ctx.apply_steps(XB, zeta, batch)
         yield t, batch, zeta
 
 

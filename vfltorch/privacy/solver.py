@@ -96,20 +96,22 @@ class Context:
             return 0.0
         return self.v_streams.normal(self.noise_std, device=self.X.device, dtype=self.X.dtype)
 
-    def apply_steps(self, XB: torch.Tensor, zeta: torch.Tensor | None) -> torch.Tensor | None:
+    def apply_steps(self, XB: torch.Tensor, zeta: torch.Tensor | None, rows: torch.Tensor | None = None
+                    ) -> torch.Tensor | None:
         """v_l += X_{l,B}^T zeta_B + noise at every party; returns zeta_B as this party knows it (None: not at all).
 
-        ``zeta`` is the active party's clipped steps (None elsewhere). One party: local. Federation, protocol
-        ``paper``: zeta_B goes down the tree in the clear. Protocol ``encrypted``: ``EncryptedUpdates``.
+        ``zeta`` is the active party's clipped steps (None elsewhere); ``rows`` the batch. One party: local.
+        Federation, protocol ``paper``: zeta_B goes down the tree in the clear. Protocol ``encrypted``:
+        ``EncryptedUpdates``; ``shared``: ``shared_updates.SharedUpdates`` (a dealer instead of Paillier).
         """
         st = self.state
         if self.encrypted is not None:
             if self.fed.is_active:
-                self.encrypted.update(XB, zeta, self.C, self.noise_std)
+                self.encrypted.update(XB, zeta, self.C, self.noise_std, rows=rows)
                 st.v += XB.T @ zeta if XB.shape[0] else 0.0
                 st.v += self.v_noise()
                 return zeta
-            st.v += self.encrypted.update(XB, None, self.C, self.noise_std)
+            st.v += self.encrypted.update(XB, None, self.C, self.noise_std, rows=rows)
             return None
         b = XB.shape[0]
         if b:
@@ -229,6 +231,12 @@ def fit_glm(fed: Federation, X: torch.Tensor, y: torch.Tensor | None, cfg: DPSCD
     kept (the checkpoints hold the noise's generator states: whoever reads them can remove the noise).
     """
     validate(cfg)
+    if fed.is_coordinator:
+        # The dealer of the shared vertical protocol: no data, no model; it follows the schedule and deals.
+        from .shared_updates import deal
+
+        deal(fed)
+        return None
     glm = make_glm(cfg.task, newton_steps=cfg.newton_steps) if cfg.task == "logistic" else make_glm(cfg.task)
     n, d = X.shape
     if cfg.variant != "primal":
@@ -242,7 +250,7 @@ def fit_glm(fed: Federation, X: torch.Tensor, y: torch.Tensor | None, cfg: DPSCD
     if noise_blocks is not None and fed.num_parties > 1:
         raise ValueError("noise_blocks is for centralised runs; in a federation each party's block is its columns")
     federated = fed.num_parties > 1
-    encrypted = federated and cfg.protocol == "encrypted"
+    encrypted = federated and cfg.protocol in ("encrypted", "shared")
     check_vertical(cfg, fed.num_parties)
     checkpoints = None if checkpoint_dir is None else \
         _checkpoints(fed, checkpoint_dir, cfg, X, y, secure=secure, simulation_seed=simulation_seed)
@@ -291,7 +299,15 @@ def fit_glm(fed: Federation, X: torch.Tensor, y: torch.Tensor | None, cfg: DPSCD
     if encrypted:
         streams = {p: NoiseStream(randomness, f"v/{fed.parties.index(p)}") for p in fed.parties if p != fed.active} \
             if (fed.is_active and private_noise) else None
-        enc = EncryptedUpdates(fed, key_bits=cfg.key_bits, insecure_key=cfg.insecure_key, noise_streams=streams)
+        if cfg.protocol == "shared":
+            from .shared_updates import SharedUpdates, check_range
+
+            check_range(cfg.L + 6 * cfg.L ** 0.5, C, noise_std)      # (a Poisson batch: L + 6 sd rows)
+            facts = {"n": n, "L": cfg.L, "epochs": cfg.epochs, "kind": cfg.resolved_sampling(),
+                     "seed": format(schedule_seed, "x"), "steps": sampler.steps} if fed.is_active else None
+            enc = SharedUpdates(fed, X, sampler_facts=facts, noise_streams=streams)
+        else:
+            enc = EncryptedUpdates(fed, key_bits=cfg.key_bits, insecure_key=cfg.insecure_key, noise_streams=streams)
     own_noise = private_noise and (not encrypted or fed.is_active)
     ctx = Context(fed=fed, link=link, X=X, y=y, sqnorms=sqnorms, glm=glm, sampler=sampler, state=state, n=n,
                   L=cfg.L, C=C, lam=float(cfg.lam), randomness=randomness, noise_std=noise_std,
@@ -358,6 +374,9 @@ def _checkpoints(fed, root, cfg, X, y, *, secure, simulation_seed):
     if cfg.variant not in RESUMABLE:
         raise VFLInputError(f"--checkpoint: the {cfg.variant} variant runs on one machine and is not resumed; "
                             f"checkpoints are for the variants {', '.join(RESUMABLE)}")
+    if fed.num_parties > 1 and cfg.protocol == "shared":
+        raise VFLInputError("--checkpoint: runs of --vertical-protocol shared are not resumed yet (the dealer's "
+                            "streams are not saved); use the encrypted or the paper protocol, or no checkpoint")
     settings = {**cfg.as_dict(), "secure_sum": bool(secure), "parties": fed.num_parties, "rank": fed.rank,
                 "simulation_seed": simulation_seed,
                 "data": array_digest(to_numpy(X), None if y is None else to_numpy(y))}

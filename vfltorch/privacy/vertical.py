@@ -113,7 +113,8 @@ class EncryptedUpdates:
     def frac_bits(self) -> int:
         return self.ZETA_FRAC_BITS + self.X_FRAC_BITS
 
-    def update(self, XB: torch.Tensor, zeta: torch.Tensor | None, C: float, noise_std: float) -> torch.Tensor | None:
+    def update(self, XB: torch.Tensor, zeta: torch.Tensor | None, C: float, noise_std: float,
+               rows: torch.Tensor | None = None) -> torch.Tensor | None:
         """At a passive party: its noisy block update. At the active party: runs steps 1 and 3, returns None."""
         if self.fed.is_active:
             self._serve(zeta, C, noise_std)
