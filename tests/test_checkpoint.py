@@ -308,8 +308,10 @@ def _fdskl_job(fed, protocol, root, crash_after, simulate):
             "y": data.y_test, "resumed": getattr(est, "resumed_from_", 0), "iterations": est.n_iter_}
 
 
-@pytest.mark.parametrize("protocol", ["paper", "shared"])
-def test_fdskl_resumed_after_a_party_stopped_is_the_unbroken_run(tmp_path, protocol):
+# (protocol, the save after which the passive party stops): the paper protocol after the last iteration's save
+# (training done: the resumed run trains nothing and goes on to what follows), the shared default mid-run.
+@pytest.mark.parametrize("protocol,crash_after", [("paper", 4), ("shared", 2)])
+def test_fdskl_resumed_after_a_party_stopped_is_the_unbroken_run(tmp_path, protocol, crash_after):
     """The paper protocol in simulation mode (seeded masks, no compression): the resumed model is the unbroken
     one bit for bit, so the whole optimizer state came back. The shared default (the dealer's masks are private,
     the compression on): as close as two unbroken runs are to each other (the fixed-point rounding depends on
@@ -320,10 +322,11 @@ def test_fdskl_resumed_after_a_party_stopped_is_the_unbroken_run(tmp_path, proto
     dealer = protocol == "shared"
     unbroken = launch(_fdskl_job, 2, coordinator=dealer, args=(protocol, None, None, simulate), timeout=120)
     with pytest.raises(FederationError):
-        launch(_fdskl_job, 2, coordinator=dealer, args=(protocol, str(tmp_path), 2, simulate), timeout=120)
+        launch(_fdskl_job, 2, coordinator=dealer, args=(protocol, str(tmp_path), crash_after, simulate), timeout=120)
     resumed = launch(_fdskl_job, 2, coordinator=dealer, args=(protocol, str(tmp_path), None, simulate), timeout=120)
     a, b = unbroken[0], resumed[0]
     assert b["resumed"] > 0 and b["iterations"] == a["iterations"]
+    assert (b["resumed"] == a["iterations"]) == (crash_after == 4)
     assert [r["resumed"] for r in resumed if r is not None] == [b["resumed"]] * 2
     if simulate:
         np.testing.assert_array_equal(a["alpha"], b["alpha"])

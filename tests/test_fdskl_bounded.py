@@ -25,6 +25,7 @@ from vfltorch.data import DataConfig, load_party_data
 from vfltorch.kernels import FDSKLClassifier
 from vfltorch.kernels.budget import DEALER_WINDOW, leak_limit
 from vfltorch.kernels.shared import TRAIN_BITS
+from vfltorch.kernels.traffic import announce, iteration_bytes
 from vfltorch.kernels.trainer import phase_totals
 
 BOUNDED = dict(batch_size=32, epochs=2, random_state=3, n_components=128, features_per_step=16)
@@ -233,7 +234,7 @@ def test_bytes_are_linear_in_rows_and_prediction_costs_m_times_d(runs):
     got = runs[0]["paper"]
     Q, B, D = 3, 32, 128
     # Training: 2 (2Q - 2) B D bytes per iteration (16-bit angles), the same at every iteration: O(n D) per epoch.
-    assert got["comm"]["bytes_per_iteration"] == 2 * (2 * Q - 2) * B * D
+    assert got["comm"]["bytes_per_iteration"] == 2 * (2 * Q - 2) * B * D == iteration_bytes("paper", Q, B, D, D)
     # The shared protocol (docs/fdskl.md, *Where the bytes go*): phases in a star into the active party
     # ((Q - 1) 2 B D), f's product in Z_2^20 (2 B D words of 2.5 bytes: 5 B D), the gradient's in Z_2^16
     # (2 B G words of 2 bytes: 4 B G, G = D gradient sums for adam), the dealer's corrections and the
@@ -245,7 +246,9 @@ def test_bytes_are_linear_in_rows_and_prediction_costs_m_times_d(runs):
     for key in ("shared", "shared_delay1"):
         G, T = D, runs[0][key]["n_iter"]
         shared = runs[0][key]["comm"]["bytes_per_iteration"]
-        extra = round(shared * T) - T * (2 * (Q - 1) * B * D + 5 * B * D + 4 * B * G + 5 * B + 4 * G + 32 * Q - 16)
+        formula = 2 * (Q - 1) * B * D + 5 * B * D + 4 * B * G + 5 * B + 4 * G + 32 * Q - 16
+        assert formula == iteration_bytes("shared", Q, B, D, G)     # (the formula a long run announces)
+        extra = round(shared * T) - T * formula
         windows = extra // (8 * Q)
         assert extra % (8 * Q) == 0 and math.ceil(T / DEALER_WINDOW) <= windows <= T, (key, extra)
     assert shared <= 3 * got["comm"]["bytes_per_iteration"]        # at most 3x the paper's (here 1.63x)
@@ -534,7 +537,9 @@ def test_32_bit_training_products_match_the_centralised_model_closely_and_cost_t
     G, T = D, got["n_iter"]
     shared = got["comm"]["bytes_per_iteration"]
     assert shared > narrow["comm"]["bytes_per_iteration"]
-    extra = round(shared * T) - T * (2 * (Q - 1) * B * D + 8 * B * (D + G) + 12 * (B + G) + 32 * Q - 16)
+    formula = 2 * (Q - 1) * B * D + 8 * B * (D + G) + 12 * (B + G) + 32 * Q - 16
+    assert formula == iteration_bytes("shared", Q, B, D, G, bits=(32, 32))
+    extra = round(shared * T) - T * formula
     windows = extra // (8 * Q)
     assert extra % (8 * Q) == 0 and math.ceil(T / DEALER_WINDOW) <= windows <= T, (shared, extra)
 
@@ -626,3 +631,13 @@ def test_pipelined_iteration_sends_one_message_each_way_at_two_parties():
         a, a_ref = runs[0][name]["alpha"].double(), ref.alpha_.double()
         assert float((a - a_ref).norm() / a_ref.norm()) < 0.04, name
     assert runs[1]["delay1"]["alpha"] is None
+
+
+def test_a_run_that_moves_a_lot_says_so_before_it_starts():
+    # a9a at Q = 4 with the defaults (issue 38 measured 4.59 GB): the line names the total and its time at 100 Mbit/s.
+    per = iteration_bytes("shared", 4, 1024, 1536, 1536)
+    line = announce(per, 128)
+    assert line.startswith("vfl: fdskl: training will move about ") and "GB over the links" in line
+    assert "100 Mbit/s" in line
+    assert announce(per, 1) is None and announce(None, 100) is None       # small runs and no formula: quiet
+    assert iteration_bytes("sealed", 2, 32, 128, 128) is None

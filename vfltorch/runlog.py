@@ -206,6 +206,9 @@ class _Silent:
     def set_postfix(self, *args, **kwargs):
         pass
 
+    def write(self, *args, **kwargs):      # (a line the bar would print: --quiet asked for none)
+        pass
+
     def close(self):
         pass
 

@@ -109,6 +109,7 @@ from ..comm import Federation, pairwise_tree
 from ..comm.sharing import split_bytes, words_from_bytes
 from .shared import (TRAIN_BITS, DealerWindow, DealtPhases, StarProducts, all_columns, deal_rounds,
                      post_operand_recvs, post_star_recvs, shared_decision_values, star_local, star_send)
+from .traffic import announce, iteration_bytes
 from .trainer import (MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, TrainResult, _stop, log_interval,
                       step_marks)
 
@@ -292,6 +293,14 @@ def train_budget(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     t = 0
     if resume is not None:
         t = _resume(resume, opt, loop, batch_of)
+        loop.tree = control_tree        # (the restored points' bytes are summed over it at the end)
+    if loop.bar is not None and cfg.max_time is None and max_iter is not None:
+        # A run that will move a lot says so before it starts (issue 38), from the formula the tests check.
+        line = announce(iteration_bytes("shared" if shared else "paper", fed.num_parties, B, D, grad_per_step,
+                                        bits=bits, angle_bits=fmap.circle.bits),
+                        min(max_iter, limit if limit is not None else max_iter) - t)
+        if line is not None:
+            loop.bar.write(line, file=getattr(loop.bar, "fp", None))
 
     def shared_round(t_round, carry=None):
         if window is not None:

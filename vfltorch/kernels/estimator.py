@@ -69,6 +69,7 @@ seeds them (give each party its own secret integer).
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 import warnings
@@ -420,14 +421,16 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
     def _setup(self) -> dict:
         """What the run decided before training (its width, the selection's outcome): kept in every checkpoint,
         so that a resumed run trains the same model instead of estimating them again."""
-        scores = self.sigma_scores_
-        return {"sigma": float(self.sigma_), "multiplier": float(self.sigma_multiplier_),
-                "scores": None if scores is None else [float(v) for v in np.asarray(scores, dtype=float).ravel()],
-                "selection_seconds": float(self.selection_seconds_)}
+        if getattr(self, "_checkpoints", None) is None:
+            return {}
+        # (the scores: the active party's list of {"multiplier", "accuracy" or "mse", "loss"}, None elsewhere)
+        return json.loads(json.dumps({"sigma": float(self.sigma_), "multiplier": float(self.sigma_multiplier_),
+                                      "scores": self.sigma_scores_,
+                                      "selection_seconds": float(self.selection_seconds_)}))
 
     def _selected(self, setup: dict) -> None:
         self.sigma_multiplier_ = float(setup["multiplier"])
-        self.sigma_scores_ = None if setup["scores"] is None else np.asarray(setup["scores"], dtype=float)
+        self.sigma_scores_ = setup["scores"]
         self.selection_seconds_ = float(setup["selection_seconds"])
 
     def _saver(self, setup: dict, resumed) -> dict:

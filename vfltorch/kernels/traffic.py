@@ -1,0 +1,57 @@
+"""FDSKL's bytes per training iteration, from the public sizes: the formula the tests check the meter against.
+
+All ranks together (the dealer included), per iteration of the bounded model, with Q data parties, B rows per
+batch, D features and G gradient sums per step (D under Adam):
+
+* ``paper`` (masked phases, ``protocol.py``): 2Q - 2 messages of B D angles, ``angle_bits`` each.
+* ``shared`` (``shared.py``, docs/fdskl.md *Where the bytes go*): the phases in a star into the active party,
+  (Q - 1) B D angles of 16 bits; f's product in Z_2^fb (2 B D words) and the gradient's in Z_2^gb (2 B G
+  words); the dealer's corrections and the openings; 128-bit seeds. At ``TRAIN_BITS`` (20, 16):
+  2 (Q - 1) B D + 5 B D + 4 B G + 5 B + 4 G + 32 Q - 16 bytes; with 32-bit products:
+  2 (Q - 1) B D + 8 B (D + G) + 12 (B + G) + 32 Q - 16. The dealer's messages of up to ``DEALER_WINDOW``
+  iterations also carry an 8-byte length per recipient and window (at most 8 Q per iteration, not counted).
+
+``announce`` turns it into the line a long run prints before its training starts (issue 38): the bytes the
+links will carry, and what that is at 100 Mbit/s, a fair guess of a link between organisations.
+"""
+
+from __future__ import annotations
+
+ANNOUNCE_BYTES = 100e6          # runs that will send less than this say nothing
+LINK_BITS_PER_SECOND = 100e6    # the link speed the line converts to time at
+
+
+def iteration_bytes(protocol: str, Q: int, B: int, D: int, G: int, *, bits=(20, 16), angle_bits: int = 16
+                    ) -> int | None:
+    """Bytes per training iteration, all ranks together (module docstring); None where no formula is kept."""
+    Q, B, D, G = int(Q), int(B), int(D), int(G)
+    if Q < 2:
+        return 0
+    if protocol == "paper":
+        return (2 * Q - 2) * B * D * int(angle_bits) // 8
+    if protocol == "shared":
+        star = 2 * (Q - 1) * B * D
+        if tuple(bits) == (20, 16):
+            return star + 5 * B * D + 4 * B * G + 5 * B + 4 * G + 32 * Q - 16
+        if tuple(bits) == (32, 32):
+            return star + 8 * B * (D + G) + 12 * (B + G) + 32 * Q - 16
+    return None
+
+
+def announce(per_iteration: int | None, iterations: int | None) -> str | None:
+    """'vfl: fdskl: training will move about 4.59 GB over the links ...' for ``iterations``, or None (short runs,
+    no formula)."""
+    if not per_iteration or not iterations:
+        return None
+    total = per_iteration * iterations
+    if total < ANNOUNCE_BYTES:
+        return None
+    size = f"{total / 1e9:.2f} GB" if total >= 1e9 else f"{total / 1e6:.0f} MB"
+    seconds = 8 * total / LINK_BITS_PER_SECOND
+    when = f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+    return (f"vfl: fdskl: training will move about {size} over the links ({per_iteration / 1e6:.3g} MB per "
+            f"iteration x {iterations} iterations, all parties together; a width selection and a compression add "
+            f"theirs): {when} of transfer at 100 Mbit/s")
+
+
+__all__ = ["ANNOUNCE_BYTES", "announce", "iteration_bytes"]
