@@ -140,7 +140,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-DPSCD = ["dpscd", "--dataset", "breast_cancer", "--epochs", "6", "--L", "20", "--key-bits", "512", "--insecure-key",
+DPSCD = ["dpscd", "--dataset", "breast_cancer", "--epochs", "4", "--L", "20", "--key-bits", "512", "--insecure-key",
          "--simulate-seed", "5", "--accountant", "rdp", "--monitor-objective", "--quiet"]
 
 

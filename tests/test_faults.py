@@ -271,7 +271,10 @@ LAUNCHER_KILL = {
 }
 
 
-@pytest.mark.parametrize("method", list(LAUNCHER_KILL))
+# FDSKL (a dealer) and hetero-LR's paper protocol (crypto worker pools, the most helper processes) in the default
+# run; the other methods' launchers are the same code, with the slow tests.
+@pytest.mark.parametrize("method", [m if m in ("fdskl", "hetero-lr") else pytest.param(m, marks=pytest.mark.slow)
+                                    for m in LAUNCHER_KILL])
 def test_a_killed_launcher_leaves_no_process_and_writes_nothing(method, tmp_path):
     """SIGKILL of `vfl` itself (no cleanup runs there): within 10 s no process of the run is left (parties, fork
     server, store host, helpers, resource trackers: found by session, group and parent chain, not by name), and

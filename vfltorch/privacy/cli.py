@@ -243,6 +243,9 @@ def _dpscd_check(args, info: dict) -> None:
         if cfg.variant not in RESUMABLE:
             raise VFLInputError(f"--checkpoint: the {cfg.variant} variant runs on one machine and is not resumed; "
                                 f"checkpoints are for the variants {', '.join(RESUMABLE)}")
+        if cfg.protocol == "shared" and parties != 1:
+            raise VFLInputError("--checkpoint: runs of --vertical-protocol shared are not resumed yet (the dealer's "
+                                "streams are not saved); use the encrypted or the paper protocol, or no checkpoint")
 
     if parties is not None:
         check_vertical(cfg, parties)
