@@ -109,7 +109,7 @@ def test_the_federated_run_equals_the_centralised_one(runs):
 def test_the_cli_starts_the_dealer_and_refuses_what_it_cannot_do(tmp_path):
     out = tmp_path / "run.json"
     run = subprocess.run([sys.executable, "-m", "vfltorch", "dpscd", "--dataset", "breast_cancer", "--parties", "2",
-                          "--vertical-protocol", "shared", "--quiet", "--output-json", str(out)],
+                          "--vertical-protocol", "shared", "--epochs", "3", "--quiet", "--output-json", str(out)],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     rec = json.loads(out.read_text())

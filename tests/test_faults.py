@@ -203,12 +203,12 @@ FDSKL_SHARED = ["fdskl", "--dataset", "phishing", "--parties", "2", "--epochs", 
 
 
 def _roles(default: str):
-    """Every role, the one most likely to break in the default run and the others slow (each run is ~12 s)."""
+    """Every role, ``default`` (None: none) in the default run and the others slow (each run is ~12 s)."""
     return [r if r == default else pytest.param(r, marks=pytest.mark.slow) for r in ("active", "passive", "coordinator")]
 
 
 @needs_dataset("phishing")
-@pytest.mark.parametrize("role", _roles("coordinator"))      # the dealer that runs ahead
+@pytest.mark.parametrize("role", _roles(None))               # (f_delay 1: every role slow; f_delay 0 below)
 def test_a_killed_party_stops_fdskl_shared_training(role):
     rank = {"active": 0, "passive": 1, "coordinator": 2}[role]
     code, err, elapsed, left = run_with_fault(FDSKL_SHARED, signal.SIGKILL, rank, settle=6.0)
@@ -216,7 +216,7 @@ def test_a_killed_party_stops_fdskl_shared_training(role):
 
 
 @needs_dataset("phishing")
-@pytest.mark.parametrize("role", _roles("active"))           # A, waited on while the others prepare ahead
+@pytest.mark.parametrize("role", _roles("coordinator"))      # the dealer, whose material is made ahead
 def test_a_killed_party_stops_fdskl_training_that_prepares_ahead(role):
     """f_delay 0 (the default): each party makes round t + 1's local part (the dealer's material among it)
     while it waits for round t's messages (A for the keeper's share of f, the keeper, whose share leaves without
