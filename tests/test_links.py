@@ -166,7 +166,7 @@ def test_a_listener_with_the_wrong_certificate_is_named(tmp_path):
     th = threading.Thread(target=serve, daemon=True)
     th.start()
     with pytest.raises(LinkError, match=r"link shop \(rank 1\) -> bank \(rank 0.*did not present bank's pinned"):
-        connect_federation(path, "shop", keys["shop"], timeout=5)
+        connect_federation(path, "shop", keys["shop"], timeout=2)     # (the rogue listens already)
     server.close()
 
 
@@ -606,7 +606,7 @@ def test_a_notice_from_another_address_is_ignored(tmp_path, caplog):
 
     def join():
         try:
-            connect_federation(path, "bank", keys["bank"], timeout=4).transport.close()
+            connect_federation(path, "bank", keys["bank"], timeout=2).transport.close()
         except PartyFailure as exc:
             result["error"] = exc
 
@@ -622,5 +622,5 @@ def test_a_notice_from_another_address_is_ignored(tmp_path, caplog):
             time.sleep(0.05)
     t.join()
     text = str(result["error"])            # the bank waited its whole join timeout for the real shop
-    assert "shop" in text and "within 4 s" in text and "forged" not in text and "cannot join" not in text, text
+    assert "shop" in text and "within 2 s" in text and "forged" not in text and "cannot join" not in text, text
     assert "a notice claiming to be shop from an address that is not shop's" in caplog.text, caplog.text

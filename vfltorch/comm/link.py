@@ -213,7 +213,11 @@ class TLSMesh:
             # A reason this party knows (another federation file, a refused certificate) or was told (an abort):
             # tell every peer already linked, so that none of them waits out its timeout to report a closed
             # connection. A link check names this party as the one stopping; a peer's abort is passed on.
-            self._tell_everyone(str(exc), self.me.rank if isinstance(exc, LinkError) else exc.party, peers)
+            # (A link check that failed on one peer - a wrong certificate at its address - is not told to that
+            # peer: whatever answers there is not it.)
+            failed = exc.party if isinstance(exc, LinkError) else None
+            self._tell_everyone(str(exc), self.me.rank if isinstance(exc, LinkError) else exc.party,
+                                [p for p in peers if p.rank != failed])
             raise
         finally:
             self._close_listener()
