@@ -1,7 +1,8 @@
 """Vertical DP-SCD with a dealer instead of Paillier (``--vertical-protocol shared``, issue 38).
 
-Real processes (two data parties and the dealer): the federated model equals the centralised run to the fixed
-point of the shares; the passive party's view is the noisy update of its block and nothing else (the label
+Real processes over the TLS mesh of a federation file that lists a dealer (the cross-organisation path; two
+torch threads per party): the federated model equals the centralised run to the fixed point of the shares; the
+active party's one opening of the passive columns, X - U, is uncorrelated with them; the passive party's view is the noisy update of its block and nothing else (the label
 attack of ``test_dpscd_label_attack`` is at chance, and recovers the labels once the noise is off: the attack
 is real, the noise is what stops it); the dealer receives only sizes and the schedule's public facts; the CLI
 starts the dealer itself.
@@ -17,7 +18,12 @@ import pytest
 import torch
 
 from test_dpscd_label_attack import BASE, DATA, balanced_accuracy, label_attack
-from vfltorch.comm import Federation, launch
+from vfltorch.comm import Federation
+from vfltorch.comm import federation_file as ff
+from vfltorch.comm.identity import generate
+from vfltorch.comm.link import launch_local
+from vfltorch.comm.transcript import Transcript
+from vfltorch.privacy.shared_updates import BITS, FX, PHASE
 from vfltorch.data import load_party_data
 from vfltorch.privacy import DPSCDConfig, fit_glm
 
@@ -27,6 +33,7 @@ EQUAL = dict(task="svm", variant="dual", epsilon=1.0, L=30, C=0.05, lam=1e-3, ep
 
 
 def party_job(fed):
+    fed.transcript = Transcript()
     data = load_party_data(fed, DATA) if fed.is_data_party else None
     X = None if data is None else data.X_train
     y = None if data is None else data.y_train
@@ -52,6 +59,12 @@ def party_job(fed):
         warnings.simplefilter("ignore")
         res = fit_glm(fed, X, y, DPSCDConfig(**EQUAL), simulation_seed=7, monitor_every=0)
     out["theta"] = None if res is None else res.theta.numpy()
+    if X is not None and not fed.is_active:
+        # What the active party is opened of this party's columns: X - U in the ring, once per run.
+        opened = [m.tensor for m in fed.transcript.messages if m.phase == PHASE and m.dst == fed.active
+                  and m.tensor.numel() == X.numel()]
+        out["opened"] = opened[0].to(torch.int64).reshape(X.shape).numpy()
+        out["Xq"] = FX.encode(X).numpy()
     out["columns"] = None if data is None else data.columns.tolist()
     out["X"] = None if X is None else X.numpy()
     out["y"] = None if y is None else y.numpy()
@@ -59,8 +72,24 @@ def party_job(fed):
 
 
 @pytest.fixture(scope="module")
-def runs():
-    return launch(party_job, 2, coordinator=True, record_transcript=True, timeout=120)
+def runs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("federation")
+    keys, parties = {}, []
+    for rank, (name, role) in enumerate((("bank", "active"), ("shop", "passive"), ("dealer", "coordinator"))):
+        ident = generate(name, folder / f"{name}.pem")
+        keys[name] = ident.path
+        parties.append(dict(name=name, rank=rank, role=role, address=f"127.0.0.1:{_free_port()}",
+                            fingerprint=ident.fingerprint, certificate=f"{name}.crt"))
+    ff.write(folder / "fed.json", parties, federation="dpscd-shared")
+    return launch_local(party_job, folder / "fed.json", keys, timeout=120, threads=2)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def received(runs, name: str, rank: int) -> list:
@@ -82,6 +111,17 @@ def test_without_noise_the_same_attack_recovers_the_labels(runs):
     active, passive, _ = runs
     acc, rows = balanced_accuracy(label_attack(passive["X"], passive["shared-no-noise"]["seen"]), active["y"])
     assert rows > 200 and acc > 0.9, acc
+
+
+def test_the_active_party_learns_nothing_of_the_passive_columns(runs):
+    """Its only message about them, X - U mod 2^32, is a one-time pad: uniform words, uncorrelated with the
+    columns (a linear fit of the columns on it explains nothing)."""
+    passive = runs[1]
+    words = passive["opened"].astype(np.float64).ravel()           # signed 32-bit representatives
+    x = passive["Xq"].astype(np.float64).ravel()
+    n = words.size
+    assert abs(words.mean()) / 2.0 ** (BITS - 1) < 5 / np.sqrt(3 * n)         # uniform on [-2^31, 2^31)
+    assert abs(np.corrcoef(words, x)[0, 1]) < 5 / np.sqrt(n)
 
 
 def test_the_dealer_receives_only_sizes_and_public_facts(runs):

@@ -137,6 +137,16 @@ def planned_parties(args) -> int | None:
     return 3
 
 
+def parties_beside_a_dealer(args) -> int:
+    """Data parties of a run whose method may start a dealer (``Command.coordinator``): --parties, else under
+    torchrun the world size less the dealer, else the default 3. Decides whether a dealer process is needed."""
+    import os
+
+    if args.parties is not None:
+        return args.parties
+    return int(os.environ["WORLD_SIZE"]) - 1 if "WORLD_SIZE" in os.environ else 3
+
+
 def check_key_option(bits: int, insecure: bool, option: str = "--key-bits") -> None:
     """A Paillier key size from the command line, by the policy ``generate_keypair`` applies."""
     from .crypto.errors import KeyTooSmallError

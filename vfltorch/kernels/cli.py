@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import sys
 import warnings
 
@@ -187,9 +186,9 @@ def _show_warnings(caught, *, quiet: bool) -> None:
 
 def _wants_dealer(args) -> bool:
     """The shared protocol needs a dealer process, unless there is one party (plain DSG, no protocol)."""
-    parties = args.parties if args.parties is not None else (
-        int(os.environ["WORLD_SIZE"]) - 1 if "WORLD_SIZE" in os.environ else 3)
-    return args.protocol in ("shared", "sealed") and parties > 1
+    from ..cli import parties_beside_a_dealer
+
+    return args.protocol in ("shared", "sealed") and parties_beside_a_dealer(args) > 1
 
 
 def _guarantee(args, parties: int) -> str:

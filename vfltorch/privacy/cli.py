@@ -436,11 +436,10 @@ def _dpsgd(fed, data, args, log):
 
 def _wants_dealer(args) -> bool:
     """The shared vertical protocol needs a dealer process, unless there is one party (no protocol)."""
-    import os
+    from ..cli import parties_beside_a_dealer
 
-    parties = args.parties if args.parties is not None else (
-        int(os.environ["WORLD_SIZE"]) - 1 if "WORLD_SIZE" in os.environ else 3)
-    return getattr(args, "vertical_protocol", None) == "shared" and args.variant == "dual" and parties > 1
+    return (getattr(args, "vertical_protocol", None) == "shared" and args.variant == "dual"
+            and parties_beside_a_dealer(args) > 1)
 
 
 COMMANDS = [
