@@ -84,7 +84,8 @@ form of Adam's step (this gradient's share at once), a slower first moment
 rate over the first epoch (at most half the run); f_t is still computed from
 a_{t-1} + (a_{t-1} - a_{t-2}). Nothing else changes: the same messages, bytes and
 openings. Centralised, 8 seeds: -0.06 point on phishing, -0.02 on credit_default
-against ``f_delay=0`` (docs/fdskl.md, *Delay compensation*). ``f_delay=0`` (the default,
+against ``f_delay=0`` (docs/design/2026-11-24-fdskl-shared-protocol-cost.md,
+*Delay compensation*). ``f_delay=0`` (the default,
 and always under ``paper``) keeps Adam and the four-message order, with the gradient
 share riding on the next phase message; each party makes round t + 1's local part (the
 dealer's material, the masks, its own partial phases: ``_local_round``) while round t's

@@ -125,7 +125,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--f-delay", choices=["auto", "0", "1"], default="auto",
                    help="bounded model: f on batch t from the coefficients before step t - 1 (1, with a "
                         "delay-compensated step: one message each way per iteration at Q = 2, the same bytes and openings, about "
-                        "20%% less time) or after it (0: the paper's algorithm). auto (the default): 0 (docs/fdskl.md, "
+                        "20%% less time) or after it (0: the paper's algorithm). auto (the default): 0 "
+                        "(docs/design/2026-11-24-fdskl-shared-protocol-cost.md, "
                         "*Delay compensation*: 1 cost credit_default 0.16 point at the defaults)")
     g.add_argument("--compress-epochs", type=float, default=1.0, help="passes of the distillation (default 1)")
     g.add_argument("--solver", choices=["adam", "dsg"], default="adam",

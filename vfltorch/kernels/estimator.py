@@ -122,7 +122,8 @@ SHARED_LEAK = ("protocol='shared' (the default) opens the active party the gradi
                "coefficients (at a higher cost).")
 
 
-# f_delay='auto' under the shared protocol (docs/fdskl.md, *Two messages per iteration* and *Delay compensation*). 1
+# f_delay='auto' under the shared protocol (docs/design/2026-11-24-fdskl-shared-protocol-cost.md,
+# *Two messages per iteration* and *Delay compensation*). 1
 # pipelines the shared iteration (two sequential messages at Q = 2 instead of four), with f one step behind and the
 # delay-compensated step (budget.DELAYED_BETA1): centralised over 8 seeds as accurate as the paper's algorithm when
 # the width and the model are fixed (-0.06 point on phishing, -0.02 on credit_default), but with the defaults' width

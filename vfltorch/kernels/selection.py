@@ -80,7 +80,8 @@ SELECT_TRAIN = 6000
 SELECT_EPOCHS = 1.5
 SELECT_BLOCKS = 0.5              # the candidates have half the model's random features
 # The candidates' batch: None, the model's rule for |S| rows (n / 128 in [32, 256]: 46 for 6,000 rows). Larger batches
-# (fewer rounds) flipped choices (docs/fdskl.md, *Issue 16: the fit time, second round*); benchmarks/fdskl_selection.py
+# (fewer rounds) flipped choices (docs/design/2026-11-24-fdskl-defaults-and-fit-time.md,
+# *Issue 16: the fit time, second round*); benchmarks/fdskl_selection.py
 # sets it to measure that.
 SELECT_BATCH = None
 SELECT_PHASE = "fdskl/select"

@@ -37,7 +37,8 @@ from .config import DEFAULT_MECHANISM, MECHANISMS, PROTOCOLS, TASKS, VARIANTS
 
 # Standardised columns, then unit rows (the sensitivity bound). The paper scales by the maximum absolute
 # value (--scale maxabs) instead: on breast_cancer its all-positive unit rows are nearly parallel, so the
-# bias-free model needs large coefficients, which a few noisy steps do not reach (docs/dpscd.md, "Defaults").
+# bias-free model needs large coefficients, which a few noisy steps do not reach (docs/dpscd.md, "Defaults";
+# the measurements: docs/design/2026-11-24-dpscd-defaults-and-issue-12.md).
 DEFAULT_PREPROCESSING = {"scale": "standard", "normalize_rows": True}
 
 
