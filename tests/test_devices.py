@@ -119,7 +119,7 @@ def test_pca_estimators_on_fake_cuda(name):
     with fake_cuda():
         est = cls(n_components=2).fit(torch.tensor(X, device="cuda"))
         assert_on(est.transform(), "cuda", f"{name}.transform()")
-        if name in ("ExactFederatedPCA", "VFedPCA"):
+        if name in ("ExactFederatedPCA", "VFedPCA", "VFedAKPCA"):
             assert_on(est.transform(torch.tensor(X[:10], device="cuda")), "cuda")
 
 

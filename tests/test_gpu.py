@@ -145,7 +145,7 @@ def test_cli_fdskl(protocol, parties, tmp_path):
 
 @pytest.mark.parametrize("method", ["exact", "vfedpca", "akpca", "rffkpca"])
 def test_cli_pca(method, tmp_path):
-    if method == "akpca":                     # (embeds the training rows only: nothing to save or predict)
+    if method == "akpca":                     # (no saved form yet: nothing to predict with)
         _cli(tmp_path, "pca", "--method", method, "--dataset", "breast_cancer", "--parties", "3", "--device", "cuda")
         return
     _train_and_predict(tmp_path, "pca", ["--method", method, "--parties", "3"], lambda m: True)

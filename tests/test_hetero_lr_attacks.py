@@ -24,6 +24,7 @@ from vfltorch.comm import launch
 from vfltorch.linear import HeteroLogisticRegression, attacks
 from vfltorch.linear.batches import BatchPlan
 from vfltorch.linear.bounds import quantize
+from vfltorch.linear.standardize import OwnColumnScaling
 
 N, N_TEST, D_G, D_H = 300, 120, 5, 10
 BATCH, SEED, L2, LR = 50, 3, 0.01, 0.2
@@ -52,6 +53,12 @@ def synthetic():
 
 def columns(fed, X):
     return X[:, :D_G] if fed.is_active else X[:, D_G:]
+
+
+def trained(X_cols):
+    """A party's columns as the protocol computes with them (``standardize=True``, the default): standardised
+    on its own training rows, which that party knows, so its attacks start from them."""
+    return OwnColumnScaling.fit(X_cols, center=True).apply(X_cols)
 
 
 def attack_job(fed):
@@ -88,7 +95,7 @@ def _host_view(runs, key):
     protocol, _ = key
     X, y, _, _ = synthetic()
     fx = 10 if protocol == "shared" else 16
-    Xh = quantize(X[:, D_G:], fx).numpy()
+    Xh = quantize(trained(X[:, D_G:]), fx).numpy()
     traj = runs[1][key]["views"]["trajectory"]
     weights = [attacks.as_numpy(w) for w, _ in traj]
     etas = [eta for _, eta in traj]
@@ -158,7 +165,7 @@ def test_guest_rebuilds_host_test_columns_from_monitoring_only(runs):
     assert attacks.r_squared(None, host_cols).max() == pytest.approx(0.0, abs=1e-12)
     # What it does receive about the training rows (Beaver openings X_A[S] - a) explains none of X_A.
     X, _, _, _ = synthetic()
-    Xh = quantize(X[:, D_G:], 10).numpy()
+    Xh = quantize(trained(X[:, D_G:]), 10).numpy()
     plan = BatchPlan(N, BATCH, N, SEED)
     batches = [rows for e in range(RUNS[("shared", "sgd")]["max_epochs"]) for rows in plan.epoch(e)]
     openings = [t for ph, src, t in _received(runs, ("shared", "sgd"), 0)
@@ -171,7 +178,7 @@ def test_guest_rebuilds_host_test_columns_from_monitoring_only(runs):
 
 def _true_hessian():
     X, _, _, _ = synthetic()
-    Xg, Xh = quantize(X[:, :D_G], 16), quantize(X[:, D_G:], 16)
+    Xg, Xh = quantize(trained(X[:, :D_G]), 16), quantize(trained(X[:, D_G:]), 16)
     Xf = torch.cat([Xg, torch.ones(N, 1, dtype=torch.float64), Xh], 1).numpy()
     return 0.25 * Xf.T @ Xf / N
 

@@ -178,7 +178,9 @@ def run(fed, data, args, log_):
         fed, protocol=args.protocol, optimizer=args.optimizer, batch_size=args.batch_size, lr=args.lr, decay=args.decay,
         decay_sqrt=args.decay_sqrt, L=args.L, M=args.M, hessian_batch=args.hessian_batch, l2=args.l2,
         fit_intercept=args.fit_intercept, max_epochs=args.max_epochs, tol=args.tol,
-        encryption=not args.insecure_plaintext, key_bits=args.key_bits, insecure_key=args.insecure_key,
+        # The loader has already scaled each party's columns as --scale asks (standard by default, with the
+        # same routine), and a saved model is scored through that preprocessing: no second scaling here.
+        standardize=False, encryption=not args.insecure_plaintext, key_bits=args.key_bits, insecure_key=args.insecure_key,
         feature_frac_bits=args.feature_frac_bits, mask_bits=args.mask_bits, precompute=args.precompute,
         obfuscation=args.obfuscation, crypto_processes=args.crypto_processes,
         packed_features=args.packed_features, random_state=args.seed,

@@ -83,7 +83,8 @@ from .packed_check import check_packed
 from .resume import restore, snapshot
 from .shared import DEFAULT_FEATURE_BITS as SHARED_FEATURE_BITS, SharedRole
 from .optimizers import IterationPlan, StepSize
-from .session import PHASE_MONITOR, PHASE_PREDICT, PHASE_REPORT, PHASE_SETUP, TRAIN_PHASES, Session
+from .session import PHASE_MONITOR, PHASE_PREDICT, PHASE_REPORT, PHASE_SCALE, PHASE_SETUP, TRAIN_PHASES, Session
+from .standardize import OwnColumnScaling, to_raw_scale
 from .stopping import LossTracker
 
 log = logging.getLogger("vfltorch.linear")
@@ -113,7 +114,7 @@ INSECURE_WARNING = ("INSECURE plaintext mode: the hetero-LR protocol runs WITHOU
 # Hyperparameters every process must share (mask_seed and device are each party's own).
 _AGREED = ("protocol", "optimizer", "batch_size", "lr", "decay", "decay_sqrt", "L", "M", "hessian_batch", "l2",
            "fit_intercept", "max_epochs", "tol", "encryption", "key_bits", "insecure_key", "feature_frac_bits",
-           "mask_bits", "random_state", "obfuscation", "packed_features")
+           "mask_bits", "random_state", "obfuscation", "packed_features", "standardize")
 
 
 class HeteroLogisticRegression(ShardedModelMixin, ClassifierMixin, BaseEstimator):
@@ -134,6 +135,16 @@ class HeteroLogisticRegression(ShardedModelMixin, ClassifierMixin, BaseEstimator
     hessian_batch: |S_H| rows per Hessian-vector product (None: ``batch_size``).
     l2: lambda of the penalty (lambda/2) ||w||^2 (the intercept is not penalised).
     fit_intercept: the guest holds an intercept column.
+    standardize: True (default): each data party standardises its own columns inside ``fit`` (mean and
+        standard deviation of its training columns, computed locally: nothing crosses the wire), the model
+        trains on them, and the fitted blocks are mapped back to the raw columns, so ``coef_`` /
+        ``intercept_`` are the coefficients of the columns as given and ``predict`` takes raw rows.
+        The raw intercept needs sum_q coef_q . mean_q over the parties: one number per party, added by the
+        masked sum of the prediction path at the guest, which learns that total (with one host: the mean of
+        the host's raw partial score over the training rows), nothing per feature or per row
+        (``standardize.py``). Without ``fit_intercept`` the columns are only divided by their standard
+        deviations and nothing is exchanged. False: train on the columns as given (``vfl hetero-lr``
+        scales them when it loads them, ``--scale``, and passes False).
     max_epochs, tol: stop when the epoch loss changes by less than ``tol``, or after ``max_epochs``.
     encryption: False runs the same protocol in the clear (INSECURE; debugging, cost of encryption).
     key_bits: Paillier modulus size (2048); under 1024 only with ``insecure_key`` (tests).
@@ -168,17 +179,16 @@ class HeteroLogisticRegression(ShardedModelMixin, ClassifierMixin, BaseEstimator
     def _expected_failed_checks(self) -> dict:
         """scikit-learn checks that cannot pass at the defaults, with the reason (scikit-learn >= 1.6 takes
         expected failures as an argument of its check functions, not as a tag; tests/test_sklearn_citizens.py
-        reads this)."""
-        unscaled = ("the check's features are ~N(100, 1), unscaled: the Taylor-loss SGD/SQN with its default step "
-                    "diverges and says so (DivergenceError: lower the learning rate); the method needs scaled "
-                    "columns (`vfl hetero-lr` scales them; in Python: make_pipeline(StandardScaler(), ...))")
-        return dict.fromkeys(("check_fit_idempotent", "check_fit_check_is_fitted", "check_n_features_in"), unscaled)
+        reads this). None since ``standardize=True`` became the default: the checks' unscaled columns
+        (~N(100, 1)) made the Taylor-loss SGD/SQN diverge before."""
+        return {}
 
     def __init__(self, fed: Federation | None = None, *, protocol: str = "shared", optimizer: str = "sqn",
                  batch_size: int | None = None,
                  lr: float | None = None, decay: float | None = None, decay_sqrt: bool = False, L: int = 4,
                  M: int = 10, hessian_batch: int | None = None, l2: float = 1e-3, fit_intercept: bool = True,
-                 max_epochs: int = 100, tol: float = 1e-5, encryption: bool = True, key_bits: int = 2048,
+                 standardize: bool = True, max_epochs: int = 100, tol: float = 1e-5, encryption: bool = True,
+                 key_bits: int = 2048,
                  insecure_key: bool = False, feature_frac_bits: int | None = None, mask_bits: int = 64,
                  precompute: str = "batch", obfuscation: str = "djn", crypto_processes: int | None = None,
                  packed_features: bool = False, random_state: int = 0, mask_seed: int | None = None, device=None):
@@ -194,6 +204,7 @@ class HeteroLogisticRegression(ShardedModelMixin, ClassifierMixin, BaseEstimator
         self.hessian_batch = hessian_batch
         self.l2 = l2
         self.fit_intercept = fit_intercept
+        self.standardize = standardize
         self.max_epochs = max_epochs
         self.tol = tol
         self.encryption = encryption
@@ -233,6 +244,8 @@ class HeteroLogisticRegression(ShardedModelMixin, ClassifierMixin, BaseEstimator
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
                 raise VFLInputError(f"{name} must be an integer >= {low}, got {v!r}")
 
+        if not isinstance(self.standardize, (bool, np.bool_)):
+            raise VFLInputError(f"standardize must be True or False, got {self.standardize!r}")
         if self.protocol not in PROTOCOLS:
             raise VFLInputError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
         if self.optimizer not in OPTIMIZERS:
@@ -308,7 +321,8 @@ class HeteroLogisticRegression(ShardedModelMixin, ClassifierMixin, BaseEstimator
         peak = float(X.abs().max())
         if peak > FEATURE_MAX:
             raise VFLInputError(f"{fed.name()}: a feature reaches |x| = {peak:.4g}, beyond {FEATURE_MAX:g}, the "
-                                f"public range of the fixed-point encoding. Scale the columns (--scale standard).")
+                                f"public range of the fixed-point encoding. Scale the columns (--scale standard; in "
+                                f"Python standardize=True).")
         if fed.is_active:
             if y is None:
                 raise VFLInputError("the guest (active party) must pass the labels y in {-1, +1} to fit")
@@ -457,6 +471,7 @@ class HeteroLogisticRegression(ShardedModelMixin, ClassifierMixin, BaseEstimator
         started again (``resume.py`` says what is kept); the checkpoints are deleted when training ends.
         """
         X, y, monitor = self._fit_inputs(X, y, monitor)
+        X, monitor = self._standardize(X, monitor)
         fed, session, role = self._start(X, y, monitor)
         if monitor is not None and fed.is_active and fed.world_size > 1:
             logging.getLogger("vfltorch.linear").warning(MONITOR_WARNING)
@@ -521,6 +536,7 @@ class HeteroLogisticRegression(ShardedModelMixin, ClassifierMixin, BaseEstimator
                                                  else [], "role": role_state}, arrays)
             if hasattr(role, "finish"):
                 role.finish()
+            self._to_raw_scale(fed, role)
             self.wall_seconds_ = time.perf_counter() - fit_started
             self._finish(fed, session, role, k, epoch + 1, decision, online, offline)
             if checkpoints is not None:
@@ -530,6 +546,27 @@ class HeteroLogisticRegression(ShardedModelMixin, ClassifierMixin, BaseEstimator
                 bar.close()
             session.scheme.close()
         return self
+
+    def _standardize(self, X, monitor):
+        """``standardize=True``: this party's columns (and its monitored rows) standardised on its own training
+        columns (``standardize.py``); the scaling is kept to map the fitted block back."""
+        self._scaling = None
+        # (a value other than True / False is refused with the other hyperparameters, in _agree)
+        if not (isinstance(self.standardize, (bool, np.bool_)) and self.standardize) or X is None or not len(X):
+            return X, monitor
+        self._scaling = OwnColumnScaling.fit(X, center=bool(self.fit_intercept))
+        if monitor is not None:
+            monitor = (self._scaling.apply(monitor[0]), monitor[1])
+        return self._scaling.apply(X), monitor
+
+    def _to_raw_scale(self, fed, role) -> None:
+        """Replace this data party's trained block by its raw-column block (``standardize.py``); collective."""
+        if getattr(self, "_scaling", None) is None:          # not standardised, or the coordinator
+            return
+        has_intercept = bool(self.fit_intercept and (fed.is_active or fed.world_size == 1))
+        with fed.phase(PHASE_SCALE):
+            role.w = to_raw_scale(fed, self._scaling, role.w, has_intercept=has_intercept,
+                                  fit_intercept=bool(self.fit_intercept), stream=self._mask_stream)
 
     def _checkpoints(self, fed, root, X, y):
         """This party's ``Checkpoints``: the run's hyperparameters, its rank and a digest of its own data."""
@@ -762,7 +799,8 @@ class HeteroLogisticRegression(ShardedModelMixin, ClassifierMixin, BaseEstimator
         this party's gradient block (1/|S|) X_l^T d + lambda w_l at a data
         party, and the batch's Taylor loss at the coordinator (in a
         centralised twin: (loss, gradient)). The coordinator sees the blocks
-        masked, exactly as in an SGD step.
+        masked, exactly as in an SGD step. X is taken as given (no
+        ``standardize``): the round is the protocol's at a model of these columns.
         """
         if self.protocol == "shared" and self._federation().world_size > 1:
             raise VFLInputError("loss_and_gradient hands each party its gradient block: it exists for the paper "

@@ -31,6 +31,7 @@ PHASE_EPOCH = "hetero-lr/epoch"
 PHASE_MONITOR = "hetero-lr/monitor"
 PHASE_REPORT = "hetero-lr/report"
 PHASE_PREDICT = "hetero-lr/predict"
+PHASE_SCALE = "hetero-lr/scale"         # the raw-scale intercept of standardize=True (standardize.py)
 TRAIN_PHASES = (PHASE_MARGINS, PHASE_GRADIENT, PHASE_LOSS, PHASE_CURVATURE, PHASE_EPOCH)
 
 

@@ -318,8 +318,10 @@ class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_
         if not hasattr(self, "sample_components_"):
             raise VFLInputError(f"{type(self).__name__} is not fitted yet: call fit first")
         if not self.linear:
-            raise VFLInputError(f"{type(self).__name__} cannot be saved for scoring new rows: it embeds the training "
-                                f"samples only; ExactFederatedKernelPCA scores new rows and can be saved")
+            # (VFedAKPCA: its transform of new rows needs the party's training columns, local eigenpairs, merge
+            # block and kernel means, which no shard format keeps yet)
+            raise VFLInputError(f"{type(self).__name__} cannot be saved yet: it scores new rows in the session that "
+                                f"fitted it only; ExactFederatedKernelPCA and RandomFeatureKernelPCA can be saved")
         state = self._layout_state()
         if self.loadings_ is None:
             return state, {}

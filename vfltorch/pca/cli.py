@@ -154,8 +154,10 @@ def check(args, info: dict) -> None:
         raise VFLInputError(f"--tol must be a positive number (the relative residual at which to stop), got {args.tol:g}")
     if getattr(args, "save_model", None) and (args.method == "akpca"
                                                 or args.method == "vfedpca" and args.kernel not in (None, "linear")):
-        raise VFLInputError(f"--save-model keeps models that score new rows: --method {args.method} embeds the "
-                            f"training samples only; use --method exact (with --kernel for exact kernel PCA, which "
+        why = ("scores new rows only in the session that fitted it (it has no saved form yet)" if args.method == "akpca"
+               else "embeds the training samples only")
+        raise VFLInputError(f"--save-model keeps models that score new rows: --method {args.method} {why}; use "
+                            f"--method exact (with --kernel for exact kernel PCA, which "
                             f"scores new rows through a masked cross-Gram sum), --method rffkpca (new rows in "
                             f"shares) or drop --save-model")
 

@@ -46,7 +46,7 @@ from ..data import VFLInputError
 from ..devices import to_device, to_numpy
 from .base import FederatedPCABase, as_tensor
 from .exact import SUM_TOPOLOGIES
-from .kernels import center_kernel, check_kernel, kernel_from_gram
+from .kernels import center_cross_kernel, center_kernel, check_kernel, cross_kernel_from_gram, kernel_from_gram
 from .linalg import float_work, shared_start, top_eigenpairs
 
 
@@ -148,11 +148,9 @@ class ExactFederatedKernelPCA(FederatedPCABase):
             if fed.rank == holder:
                 col_mean, grand_mean, diag = self._holder_state
                 Gx, sq = total[:, :n], total[:, n]
-                if self.kernel == "rbf":
-                    Kx = torch.exp(-self.gamma_ * (sq[:, None] + diag[None, :] - 2.0 * Gx).clamp_min(0.0))
-                else:
-                    Kx = kernel_from_gram(Gx, self.kernel, gamma=self.gamma_, degree=self.degree, coef0=self.coef0)
-                Kc = Kx - col_mean[None, :] - Kx.mean(dim=1, keepdim=True) + grand_mean
+                Kx = cross_kernel_from_gram(Gx, sq, diag, self.kernel, gamma=self.gamma_, degree=self.degree,
+                                            coef0=self.coef0)
+                Kc = center_cross_kernel(Kx, col_mean, grand_mean)
                 lam = self.eigenvalues_
                 scale = torch.where(lam > 0, lam.clamp_min(0).sqrt(), torch.ones_like(lam))
                 scores = Kc @ (self.sample_components_ / scale)

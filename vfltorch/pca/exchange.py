@@ -13,6 +13,10 @@ numbers. Nothing else about a party's columns leaves it.
   (``vfltorch.comm.ring`` / ``star``: neighbours are the ring's previous and
   next party, the star's centre is its first party); the complete graph is
   every pair, scheduled as Q - 1 shifts so that no pair waits on another.
+
+With ``coefficients=True`` (VFedAKPCA) each client also gets its own k x k block C_i of the merge
+(U = sum_i a_i C_i, ``merge.merge_with_coefficients``): in the server topology the server sends it
+to that client alone, after the merged block; a decentralised client computes it in its own merge.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from ..comm import Federation, broadcast, ring, star
-from .merge import merge
+from .merge import merge_with_coefficients
 
 TOPOLOGIES = ("server", "complete", "ring", "star")
 GRAPHS = ("complete", "ring", "star")
@@ -74,6 +78,17 @@ def broadcast_from_server(fed: Federation, merged: torch.Tensor | None, parties,
     return broadcast(fed, merged, hub, shape=shape, dtype=torch.float64)
 
 
+def coefficients_from_server(fed: Federation, C: torch.Tensor | None, parties, k: int) -> torch.Tensor | None:
+    """After the download: each client's own k x k block of the merge's coefficients, to that client only."""
+    if fed.is_coordinator:
+        for i, p in enumerate(parties):
+            fed.send(C[i].to(torch.float64).contiguous(), p)
+        return None
+    if fed.rank in parties:
+        return fed.recv(fed.coordinator, (k, k), torch.float64)
+    return None
+
+
 def exchange_with_neighbours(fed: Federation, payload: torch.Tensor, graph: str, parties) -> dict[int, torch.Tensor]:
     """Algorithm 5: send ``payload`` to every neighbour, return the neighbours' payloads by rank."""
     parties = [int(p) for p in parties]
@@ -112,7 +127,7 @@ def exchange_with_neighbours(fed: Federation, payload: torch.Tensor, graph: str,
 def merge_round(fed: Federation, parties, topology: str, vectors: torch.Tensor | None, values: torch.Tensor | None,
                 n: int, k: int, *, weight_scaling: bool = False, include_self: bool = True,
                 power: float = 1.0, mode: str = "subspace", reference: torch.Tensor | None = None,
-                device=None) -> torch.Tensor | None:
+                device=None, coefficients: bool = False):
     """One communication period: move the local eigenpairs, merge, return this party's merged n x k block.
 
     ``server``: the server merges every client's pair (Algorithm 2, with
@@ -122,27 +137,36 @@ def merge_round(fed: Federation, parties, topology: str, vectors: torch.Tensor |
     party, with no server, merges its own pair: the centralised algorithm.
     ``mode`` and ``reference`` go to ``merge`` (sign-free subspace merge by default,
     oriented towards ``reference``, which every member must hold identically).
+    ``coefficients=True``: returns (U, C_own), C_own this client's k x k block of the merge
+    (None at the server, and where the client's own pair was not merged).
     """
     how = dict(weight_scaling=weight_scaling, power=power, mode=mode, reference=reference)
     device = fed.device if device is None else device
     parties = list(parties)
+    result = (lambda U, C=None: (U, C)) if coefficients else (lambda U, C=None: U)
     if topology == "server":
         if fed.world_size == 1 or fed.coordinator is None:
             if len(parties) != 1:
                 raise ValueError("the server-client topology needs a coordinator rank")
-            return merge(vectors[None], values[None], **how)
+            U, C = merge_with_coefficients(vectors[None], values[None], **how)
+            return result(U, C[0])
         size = n * k + k
         gathered = gather_at_server(fed, pack(vectors, values) if fed.rank in parties else None, parties, size)
-        merged = None
+        merged = C = None
         if fed.is_coordinator:
             pairs = [unpack(p.to(device), n, k) for p in gathered]
-            merged = merge(torch.stack([a for a, _ in pairs]), torch.stack([v for _, v in pairs]), **how)
+            merged, C = merge_with_coefficients(torch.stack([a for a, _ in pairs]), torch.stack([v for _, v in pairs]),
+                                                **how)
         out = broadcast_from_server(fed, merged, parties, (n, k))
-        return None if out is None else out.to(device)
+        own = coefficients_from_server(fed, C, parties, k) if coefficients else None
+        return result(None if out is None else out.to(device), None if own is None else own.to(device))
     if fed.rank not in parties:
-        return None
+        return result(None)
     got = exchange_with_neighbours(fed, pack(vectors, values), topology, parties)
     members = ([(fed.rank, (vectors, values))] if include_self or not got else [])
     members += [(r, unpack(p.to(device), n, k)) for r, p in sorted(got.items())]
     members.sort(key=lambda m: m[0])
-    return merge(torch.stack([a for _, (a, _) in members]), torch.stack([v for _, (_, v) in members]), **how)
+    U, C = merge_with_coefficients(torch.stack([a for _, (a, _) in members]),
+                                   torch.stack([v for _, (_, v) in members]), **how)
+    ranks = [r for r, _ in members]
+    return result(U, C[ranks.index(fed.rank)] if fed.rank in ranks else None)

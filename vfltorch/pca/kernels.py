@@ -17,7 +17,9 @@ federated kernel PCA possible (``exact_kernel.py``): sum the parties' Gram
 matrices, then evaluate the kernel.
 
 Kernel PCA works with the kernel centred in feature space,
-K_c = H K H with H = I - 11^T / n.
+K_c = H K H with H = I - 11^T / n. New rows x are centred consistently with the
+training rows (scikit-learn's ``KernelCenterer``): k~(x, x_b) = k(x, x_b) - mean_a K_ab
+- mean_b' k(x, x_b') + mean K, so the training rows themselves get the rows of K_c back.
 """
 
 from __future__ import annotations
@@ -52,6 +54,21 @@ def kernel_matrix(X: torch.Tensor, kernel: str, *, gamma: float, degree: int = 3
                   coef0: float = 1.0) -> torch.Tensor:
     """k(X, X) over the rows of X (n x f)."""
     return kernel_from_gram(X @ X.T, kernel, gamma=gamma, degree=degree, coef0=coef0)
+
+
+def cross_kernel_from_gram(Gx: torch.Tensor, sq_rows: torch.Tensor, sq_fit: torch.Tensor, kernel: str, *,
+                           gamma: float, degree: int = 3, coef0: float = 1.0) -> torch.Tensor:
+    """k(X_new, X_fit) (m x n) from the cross-Gram matrix Gx = X_new X_fit^T and the squared row norms of
+    X_new (``sq_rows``) and X_fit (``sq_fit``; only RBF uses the norms)."""
+    check_kernel(kernel)
+    if kernel == "rbf":
+        return torch.exp(-gamma * (sq_rows[:, None] + sq_fit[None, :] - 2.0 * Gx).clamp_min(0.0))
+    return kernel_from_gram(Gx, kernel, gamma=gamma, degree=degree, coef0=coef0)
+
+
+def center_cross_kernel(Kx: torch.Tensor, fit_col_mean: torch.Tensor, fit_mean: torch.Tensor) -> torch.Tensor:
+    """k(X_new, X_fit) centred with the training kernel's column means and grand mean (module docstring)."""
+    return Kx - fit_col_mean[None, :] - Kx.mean(dim=1, keepdim=True) + fit_mean
 
 
 def center_kernel(K: torch.Tensor) -> torch.Tensor:

@@ -33,13 +33,17 @@ the federated estimators pass the shared positive start) or, without one, by
 making each column's largest entry positive.
 
 VFedAKPCA weights by sqrt(lambda) instead of lambda (``weight_power=0.5``).
+
+Both merges are linear in the members' vectors: U = sum_i a_i C_i with a k x k block C_i per member
+(``merge_with_coefficients``). VFedAKPCA's ``transform`` of new rows applies the same C_i to each
+member's own extension of its vectors to the new rows.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .linalg import align_signs, orthonormalize
+from .linalg import orthonormalize
 
 MERGES = ("subspace", "paper")
 
@@ -85,26 +89,37 @@ def check_merge(mode: str) -> str:
     return mode
 
 
+def column_signs(U: torch.Tensor, reference: torch.Tensor | None = None) -> torch.Tensor:
+    """The sign (+-1) per column that ``orient_columns`` multiplies by."""
+    if reference is not None:
+        s = torch.sign((U * reference.to(U.device, U.dtype)).sum(dim=0))
+    else:
+        lead = U.abs().argmax(dim=0)
+        s = torch.sign(U[lead, torch.arange(U.shape[1], device=U.device)])
+    return torch.where(s == 0, torch.ones_like(s), s)
+
+
 def orient_columns(U: torch.Tensor, reference: torch.Tensor | None = None) -> torch.Tensor:
     """A fixed sign per column: u_j^T r_j >= 0 for ``reference``, else the largest |entry| positive."""
-    if reference is not None:
-        return align_signs(U, reference.to(U.device, U.dtype))
-    lead = U.abs().argmax(dim=0)
-    s = torch.sign(U[lead, torch.arange(U.shape[1], device=U.device)])
-    return U * torch.where(s == 0, torch.ones_like(s), s)
+    return U * column_signs(U, reference)
 
 
-def subspace_merge(vectors: torch.Tensor, values: torch.Tensor, *, weight_scaling: bool = False,
-                   power: float = 1.0, reference: torch.Tensor | None = None) -> torch.Tensor:
-    """The k leading eigenvectors of sum_ij c_ij a_ij a_ij^T (see the module docstring): n x k, sign-free."""
+def _subspace_block(vectors: torch.Tensor, values: torch.Tensor, weight_scaling: bool,
+                    power: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The n x mk block [sqrt(c_ij) a_ij] whose left singular vectors are the merge, and sqrt(c) (m x k)."""
     m, n, k = vectors.shape
     w = merge_weights(values, weight_scaling=weight_scaling, power=power)
     c = (w * (values.clamp_min(0.0) ** power).sum(dim=0, keepdim=True)).clamp_min(0.0)
     if not bool((c > 0).any()):
         c = torch.ones_like(c)                  # no variance anywhere: every vector counts the same
-    block = (vectors * c.sqrt()[:, None, :]).permute(1, 0, 2).reshape(n, m * k)
-    U = torch.linalg.svd(block, full_matrices=False)[0][:, :k]
-    return orient_columns(U.contiguous(), reference)
+    return (vectors * c.sqrt()[:, None, :]).permute(1, 0, 2).reshape(n, m * k), c.sqrt()
+
+
+def subspace_merge(vectors: torch.Tensor, values: torch.Tensor, *, weight_scaling: bool = False,
+                   power: float = 1.0, reference: torch.Tensor | None = None) -> torch.Tensor:
+    """The k leading eigenvectors of sum_ij c_ij a_ij a_ij^T (see the module docstring): n x k, sign-free."""
+    return merge_with_coefficients(vectors, values, weight_scaling=weight_scaling, power=power, mode="subspace",
+                                   reference=reference)[0]
 
 
 def merge(vectors: torch.Tensor, values: torch.Tensor, *, weight_scaling: bool = False,
@@ -114,11 +129,43 @@ def merge(vectors: torch.Tensor, values: torch.Tensor, *, weight_scaling: bool =
     ``mode="subspace"``: sign-free (default); ``mode="paper"``: u = orth(sum_i w_i a_i)
     (Algorithm 2 as written; ``reference`` is not used).
     """
+    return merge_with_coefficients(vectors, values, weight_scaling=weight_scaling, power=power, mode=mode,
+                                   reference=reference)[0]
+
+
+def merge_with_coefficients(vectors: torch.Tensor, values: torch.Tensor, *, weight_scaling: bool = False,
+                            power: float = 1.0, mode: str = "subspace",
+                            reference: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``merge``'s block U (n x k) and the coefficients C (m x k x k) with U = sum_i vectors[i] @ C[i].
+
+    ``paper``: U = Y R^-1 D for Y = sum_i a_i diag(w_i) = QR (D: the signs that make diag(R) >= 0; for one
+    column R = ||y||), so C_i = diag(w_i) R^-1 D. ``subspace``: the block B = [a_ij sqrt(c_ij)] = P S W^T
+    gives U = P_k D = B W_k S_k^-1 D, so C_i = diag(sqrt(c_i)) (W_k S_k^-1 D)[rows of member i]. A
+    direction with no support (R or S singular there) gets coefficients 0: U has no combination for it.
+    """
     check_merge(mode)
+    m, n, k = vectors.shape
     if mode == "subspace":
-        return subspace_merge(vectors, values, weight_scaling=weight_scaling, power=power, reference=reference)
+        block, root_c = _subspace_block(vectors, values, weight_scaling, power)
+        P, S, Wh = torch.linalg.svd(block, full_matrices=False)
+        U0 = P[:, :k].contiguous()
+        signs = column_signs(U0, reference)
+        inv_s = torch.where(S[:k] > 0, 1.0 / torch.where(S[:k] > 0, S[:k], torch.ones_like(S[:k])),
+                            torch.zeros_like(S[:k]))
+        G = (Wh[:k].T * inv_s * signs).reshape(m, k, k)      # member i, its vector j, merged column
+        return U0 * signs, root_c[:, :, None] * G
     w = merge_weights(values, weight_scaling=weight_scaling, power=power)
-    return orthonormalize((w[:, None, :] * vectors).sum(dim=0))
+    Y = (w[:, None, :] * vectors).sum(dim=0)
+    U = orthonormalize(Y)
+    if k == 1:
+        norm = torch.linalg.vector_norm(Y)
+        R_inv = (1.0 / norm if norm > 0 else torch.ones_like(norm)).reshape(1, 1)
+    else:
+        R = torch.linalg.qr(Y)[1]
+        d = torch.sign(torch.diagonal(R))
+        d = torch.where(d == 0, torch.ones_like(d), d)
+        R_inv = torch.linalg.pinv(R) * d                       # R^-1 D
+    return U, torch.diag_embed(w) @ R_inv
 
 
 def equal_merge(vectors: torch.Tensor) -> torch.Tensor:
