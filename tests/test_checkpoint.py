@@ -114,6 +114,35 @@ def test_a_changed_or_foreign_checkpoint_is_not_used(local, tmp_path, caplog):
     assert res.resumed_from == 0 and "of another run" in caplog.text
 
 
+def _shared_party(fed, root, crash_at):
+    """One party (or the dealer) of a shared-protocol DP-SCD run with OS-entropy randomness (no simulation seed)."""
+    data = None if fed.is_coordinator else load_party_data(fed, DATA)
+    cfg = DPSCDConfig(task="logistic", variant="dual", epsilon=50.0, L=20, C=0.1, lam=1e-3, epochs=4,
+                      accountant="rdp", protocol="shared")
+    # (a crash raises at both parties: the dealer is told and stops)
+    res = fit_glm(fed, None if data is None else data.X_train, None if data is None else data.y_train, cfg,
+                  monitor_objective=True, on_step=None if crash_at is None else _crash_at(crash_at),
+                  checkpoint_dir=None if fed.is_coordinator else root / f"party-{fed.rank}")
+    return None if res is None else (res.resumed_from, res.steps, [h["objective"] for h in res.history])
+
+
+def test_a_shared_protocol_run_resumes_with_fresh_randomness(tmp_path):
+    """The dealer keeps nothing between starts: a resumed run gets fresh seeds, and - drawn from OS entropy here -
+    a fresh schedule seed; the dealer must deal for the schedule the checkpoints restore (the active party sends
+    its generator state). Dealt for any other schedule, the passive party's updates are garbage and the objective
+    runs to the thousands (measured with the dealer replaying the new seed's schedule: 1.4e4 by the last epoch)."""
+    from vfltorch.comm import launch
+
+    with pytest.raises(Exception, match="Crash"):
+        launch(_shared_party, 2, (tmp_path, 50), coordinator=True)
+    res = launch(_shared_party, 2, (tmp_path, None), coordinator=True)
+    resumed_from, steps, objectives = res[0]
+    assert 0 < resumed_from < 50 and res[1][0] == resumed_from and res[2] is None
+    # epsilon 50: little noise; the unbroken runs' objectives are 0.5-1.1 (four runs) and the epoch objectives of
+    # a run dealt for another schedule reach 1e4
+    assert len(objectives) == 4 and max(objectives) < 3.0, objectives
+
+
 def test_checkpoint_options_are_checked(local, tmp_path):
     fed, data = local
     with pytest.raises(VFLInputError, match="primal-rows variant runs on one machine"):
@@ -144,10 +173,11 @@ DPSCD = ["dpscd", "--dataset", "breast_cancer", "--epochs", "4", "--L", "20", "-
          "--simulate-seed", "5", "--accountant", "rdp", "--monitor-objective", "--quiet"]
 
 
-def _start(tmp_path, names, keys, *, checkpoint: bool, out: Path):
+def _start(tmp_path, names, keys, *, checkpoint: bool, out: Path, protocol: str):
     procs = {}
     for i, name in enumerate(names):
-        argv = [sys.executable, "-m", "vfltorch", *DPSCD, "--federation", str(tmp_path / "fed.json"),
+        argv = [sys.executable, "-m", "vfltorch", *DPSCD, "--vertical-protocol", protocol,
+                "--federation", str(tmp_path / "fed.json"),
                 "--party", name, "--identity", str(keys[name])]
         if checkpoint:
             argv += ["--checkpoint", str(tmp_path / name / "checkpoints")]
@@ -163,23 +193,27 @@ def _finish(procs):
     return {n: (procs[n].returncode, *outs[n]) for n in procs}
 
 
-def test_a_killed_party_resumes_across_organisations(tmp_path):
-    names = ["bank", "shop"]
+# The default protocol (shared: a dealer, the third organisation, which keeps nothing between starts and deals from
+# the resumed step on) and the Paillier one.
+@pytest.mark.parametrize("protocol", ["shared", pytest.param("encrypted", marks=pytest.mark.slow)])
+def test_a_killed_party_resumes_across_organisations(tmp_path, protocol):
+    names = ["bank", "shop"] + (["dealer"] if protocol == "shared" else [])
+    roles = ["active", "passive", "coordinator"]
     keys, parties = {}, []
     for r, name in enumerate(names):
         (tmp_path / name).mkdir()
         ident = generate(name, tmp_path / name / f"{name}.pem")
         keys[name] = ident.path
-        parties.append(dict(name=name, rank=r, role="active" if r == 0 else "passive",
-                            address=f"127.0.0.1:{_free_port()}", fingerprint=ident.fingerprint,
-                            certificate=f"{name}/{name}.crt"))
+        parties.append(dict(name=name, rank=r, role=roles[r], address=f"127.0.0.1:{_free_port()}",
+                            fingerprint=ident.fingerprint, certificate=f"{name}/{name}.crt"))
     ff.write(tmp_path / "fed.json", parties, federation="checkpoint-test")
+    start = lambda **kw: _start(tmp_path, names, keys, protocol=protocol, **kw)       # noqa: E731
 
-    unbroken = _finish(_start(tmp_path, names, keys, checkpoint=False, out=tmp_path / "unbroken.json"))
+    unbroken = _finish(start(checkpoint=False, out=tmp_path / "unbroken.json"))
     for name, (rc, _, err) in unbroken.items():
         assert rc == 0, f"{name}: {err[-2000:]}"
 
-    procs = _start(tmp_path, names, keys, checkpoint=True, out=tmp_path / "broken.json")
+    procs = start(checkpoint=True, out=tmp_path / "broken.json")
     first = tmp_path / "shop" / "checkpoints"
     deadline = time.monotonic() + 240
     while not any(first.glob("step-*/party-1/manifest.json")):
@@ -196,10 +230,11 @@ def test_a_killed_party_resumes_across_organisations(tmp_path):
     assert named_after < 5.0, named_after
     assert not (tmp_path / "broken.json").exists() or "metrics" not in json.loads((tmp_path / "broken.json").read_text())
 
-    resumed = _finish(_start(tmp_path, names, keys, checkpoint=True, out=tmp_path / "resumed.json"))
+    resumed = _finish(start(checkpoint=True, out=tmp_path / "resumed.json"))
     for name, (rc, _, err) in resumed.items():
         assert rc == 0, f"{name}: {err[-2000:]}"
-        assert f"vfl: {name} (party" in err and "resumed after step" in err, err[-2000:]
+        if name != "dealer":
+            assert f"vfl: {name} (party" in err and "resumed after step" in err, err[-2000:]
     a = json.loads((tmp_path / "unbroken.json").read_text())
     b = json.loads((tmp_path / "resumed.json").read_text())
     assert b["resumed_from_step"] > 0 and a["resumed_from_step"] == 0
@@ -208,6 +243,7 @@ def test_a_killed_party_resumes_across_organisations(tmp_path):
     assert b["metrics"] == a["metrics"] and b["epsilon"] == a["epsilon"]
     for name in names:           # the checkpoints (the noise's generator states) are deleted once the run ends
         assert not (tmp_path / name / "checkpoints").exists()
+    assert b["vertical_protocol"] == protocol
 
 
 # ------------------------------------------------------------------------------------------------ hetero-LR

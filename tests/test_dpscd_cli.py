@@ -25,8 +25,7 @@ def scalars(logdir):
 def test_dpscd_across_two_parties_writes_the_record_and_the_curves(tmp_path):
     out, tb = tmp_path / "dpscd.json", tmp_path / "tb"
     assert main(["dpscd", "--parties", "2", "--task", "logistic", "--epsilon", "2", "--L", "20", "--C", "0.2",
-                 "--lambda", "1e-2", "--epochs", "3", "--key-bits", "512", "--insecure-key", "--accountant", "rdp",
-                 "--output-json", str(out),
+                 "--lambda", "1e-2", "--epochs", "3", "--accountant", "rdp", "--output-json", str(out),
                  "--logdir", str(tb), "--quiet"]) == 0
     record = json.loads(out.read_text())
     for key in ("sigma", "sample_rate", "steps", "epsilon", "delta"):
@@ -38,9 +37,11 @@ def test_dpscd_across_two_parties_writes_the_record_and_the_curves(tmp_path):
     assert set(record["metrics"]) >= {"test_accuracy", "test_auc"}
     assert not any("objective" in k for k in record["metrics"])          # not private: only when asked for
     assert record["comm"]["1"]["phases"]["dpscd/margins"]["bytes_sent"] > 0
-    assert record["comm"]["1"]["phases"]["dpscd/masked-updates"]["bytes_sent"] > 0
+    # The default vertical protocol: a dealer (rank 2, started by the CLI) instead of Paillier.
+    assert record["comm"]["1"]["phases"]["dpscd/shared-updates"]["bytes_sent"] > 0
+    assert record["comm"]["2"]["phases"]["dpscd/shared-updates"]["bytes_sent"] > 0
     # Secret randomness: no seed is the schedule's source; epsilon per observer; the guarantee stands.
-    assert record["vertical_protocol"] == "encrypted" and record["randomness"].startswith("os entropy")
+    assert record["vertical_protocol"] == "shared" and record["randomness"].startswith("os entropy")
     assert record["dp_guarantee"].startswith("holds")
     observers = record["epsilon_by_observer"]
     assert observers["outsider"]["epsilon"] == record["epsilon"]
@@ -123,8 +124,8 @@ def test_help_names_the_models_and_the_paper_options():
         assert option in text, option
     args = parser.parse_args(["dpscd", "--task", "svm"])
     assert args.glm == "svm" and args.task is None and args.scale == "standard" and args.normalize_rows
-    # Privacy defaults: PRV, OS entropy (no simulation seed), the encrypted protocol, no objective.
-    assert args.accountant == "prv" and args.simulate_seed is None and args.vertical_protocol == "encrypted"
+    # Privacy defaults: PRV, OS entropy (no simulation seed), the shared protocol (a dealer), no objective.
+    assert args.accountant == "prv" and args.simulate_seed is None and args.vertical_protocol == "shared"
     assert not args.monitor_objective
 
 

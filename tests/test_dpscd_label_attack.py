@@ -2,11 +2,12 @@
 
 The passive party pools everything it has: the batch schedule (it must know it), what it received
 from the active party (the clipped steps zeta_B under the paper's protocol; ciphertexts and noisy
-updates X_{l,B}^T zeta_B + noise of its own block under the default protocol) and its own columns.
+updates X_{l,B}^T zeta_B + noise of its own block under the encrypted protocol) and its own columns.
 On a row's first visit alpha_j = 0, so sign(zeta_j) = y_j: the attack guesses y_j from the sign of
 zeta_j, read directly (paper) or estimated by least squares from the noisy update (encrypted).
-It recovers every label under the paper's protocol, and is at chance under the default one - but
+It recovers every label under the paper's protocol, and is at chance under the encrypted one - but
 only because of the DP noise: the same attack on the noise-free encrypted protocol recovers them.
+(The default protocol, shared, meets the same attack over a TLS federation in ``test_dpscd_shared``.)
 """
 
 import warnings
@@ -23,7 +24,8 @@ DATA = DataConfig(dataset="breast_cancer", scale="maxabs", normalize_rows=True, 
 # The CLI's default C for DP-SCD (0.01); small batches so that |B| <= d_l and least squares is determined.
 BASE = dict(task="logistic", variant="dual", epsilon=1.0, delta=1e-3, L=6, C=0.01, lam=1e-3, epochs=1,
             key_bits=512, insecure_key=True, accountant="rdp")
-RUNS = {"paper": dict(protocol="paper"), "encrypted": dict(), "encrypted-no-noise": dict(sigma=0.0)}
+RUNS = {"paper": dict(protocol="paper"), "encrypted": dict(protocol="encrypted"),
+        "encrypted-no-noise": dict(protocol="encrypted", sigma=0.0)}
 
 
 def party_job(fed):
@@ -81,7 +83,7 @@ def test_the_paper_protocol_leaks_every_label_to_the_passive_party(runs):
     assert rows > 200 and acc > 0.99
 
 
-def test_the_default_protocol_leaves_the_passive_party_at_chance(runs):
+def test_the_encrypted_protocol_leaves_the_passive_party_at_chance(runs):
     active, passive = runs
     assert "dpscd/steps" not in active["encrypted"]["phases"]          # zeta never travels in the clear
     assert all(zeta is None for _, zeta, _ in passive["encrypted"]["seen"])
@@ -91,7 +93,7 @@ def test_the_default_protocol_leaves_the_passive_party_at_chance(runs):
 
 
 def test_without_noise_the_same_attack_recovers_the_labels(runs):
-    # The attack is real: what protects the labels under the default protocol is the DP noise.
+    # The attack is real: what protects the labels under the encrypted protocol is the DP noise.
     active, passive = runs
     acc, rows = balanced_accuracy(label_attack(passive["X"], passive["encrypted-no-noise"]["seen"]), active["y"])
     assert rows > 200 and acc > 0.9, acc

@@ -1,14 +1,13 @@
-"""Vertical DP-SCD with a dealer instead of Paillier (``--vertical-protocol shared``, issue 38).
+"""Vertical DP-SCD with a dealer instead of Paillier (``--vertical-protocol shared``, the default; issue 38).
 
 Real processes over the TLS mesh of a federation file that lists a dealer (the cross-organisation path; two
 torch threads per party): the federated model equals the centralised run to the fixed point of the shares; the
 active party's one opening of the passive columns, X - U, is uncorrelated with them; the passive party's view is the noisy update of its block and nothing else (the label
 attack of ``test_dpscd_label_attack`` is at chance, and recovers the labels once the noise is off: the attack
-is real, the noise is what stops it); the dealer receives only sizes and the schedule's public facts; the CLI
-starts the dealer itself.
+is real, the noise is what stops it); the dealer receives only sizes and the schedule's public facts. Shared is
+the default vertical protocol; the CLI starts the dealer itself (test_dpscd_cli).
 """
 
-import json
 import subprocess
 import sys
 import warnings
@@ -146,17 +145,8 @@ def test_the_federated_run_equals_the_centralised_one(runs):
     np.testing.assert_allclose(theta, ref.theta.numpy(), rtol=0, atol=3e-3 * scale)
 
 
-def test_the_cli_starts_the_dealer_and_refuses_what_it_cannot_do(tmp_path):
-    out = tmp_path / "run.json"
-    run = subprocess.run([sys.executable, "-m", "vfltorch", "dpscd", "--dataset", "breast_cancer", "--parties", "2",
-                          "--vertical-protocol", "shared", "--epochs", "3", "--quiet", "--output-json", str(out)],
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    rec = json.loads(out.read_text())
-    assert rec["vertical_protocol"] == "shared" and rec["metrics"]["test_accuracy"] > 0.85
-    assert set(rec["comm"]) == {"0", "1", "2"}                 # the dealer is rank 2
-    for extra, why in ((["--variant", "seq"], "only DP-SCD"), (["--checkpoint", str(tmp_path / "ck")], "not resumed")):
-        bad = subprocess.run([sys.executable, "-m", "vfltorch", "dpscd", "--dataset", "breast_cancer", "--parties",
-                              "2", "--vertical-protocol", "shared", "--quiet", *extra],
-                             capture_output=True, text=True, timeout=300)
-        assert bad.returncode != 0 and why in bad.stderr and "Traceback" not in bad.stderr, bad.stderr[-2000:]
+def test_the_cli_refuses_what_the_shared_protocol_cannot_do():
+    # (the CLI's default run, which starts the dealer itself, is test_dpscd_cli's two-party run)
+    bad = subprocess.run([sys.executable, "-m", "vfltorch", "dpscd", "--dataset", "breast_cancer", "--parties", "2",
+                          "--variant", "seq", "--quiet"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "only DP-SCD" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr[-2000:]

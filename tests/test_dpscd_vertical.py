@@ -12,10 +12,11 @@ from vfltorch.privacy import DPSCDConfig, fit_glm
 from vfltorch.privacy.primal import check_centralised
 
 DATA = DataConfig(dataset="breast_cancer", scale="maxabs", normalize_rows=True, seed=0)
-# Small Paillier keys (the crypto package's test flag) and the fast RDP accountant keep this short.
-TEST_KEYS = dict(key_bits=512, insecure_key=True, accountant="rdp")
+# The encrypted protocol (Paillier; the default, shared, is tested against its centralised twin in
+# test_dpscd_shared), with small keys (the crypto package's test flag) and the fast RDP accountant to keep it short.
+TEST_KEYS = dict(key_bits=512, insecure_key=True, accountant="rdp", protocol="encrypted")
 RUNS = {
-    # name: (config, secure sum); the encrypted protocol is the default
+    # name: (config, secure sum)
     "dual-svm-tree": (dict(task="svm", variant="dual", epsilon=1.0, L=30, C=0.05, lam=1e-3, epochs=2), False),
     "dual-logistic-secure": (dict(task="logistic", variant="dual", epsilon=0.5, L=40, C=0.1, lam=1e-3, epochs=2),
                              True),
@@ -96,7 +97,7 @@ def test_no_message_carries_a_raw_feature_value(federated):
 
 def test_what_the_active_party_sends_the_passive_parties(federated):
     active = federated[0]
-    # Encrypted protocol (default): the key, the schedule seed, ciphertexts of zeta_B, noisy updates - never zeta_B.
+    # Encrypted protocol: the key, the schedule seed, ciphertexts of zeta_B, noisy updates - never zeta_B.
     for name in ("dual-svm-tree", "dual-logistic-secure"):
         # (the ring-masked sums of --secure-sum pass through passive parties; the monitor was asked for)
         training = {p for p in active[name]["phases_to_passive"] if p.startswith("dpscd/") and

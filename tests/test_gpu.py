@@ -151,8 +151,8 @@ def test_cli_pca(method, tmp_path):
     _train_and_predict(tmp_path, "pca", ["--method", method, "--parties", "3"], lambda m: True)
 
 
-@pytest.mark.parametrize("args", [["--parties", "1"], ["--parties", "2", "--vertical-protocol", "paper"],
-                                  ["--parties", "2", "--key-bits", "1024"]])
+@pytest.mark.parametrize("args", [["--parties", "1"], ["--parties", "2"], ["--parties", "2", "--vertical-protocol", "paper"],
+                                  ["--parties", "2", "--vertical-protocol", "encrypted", "--key-bits", "1024"]])
 def test_cli_dpscd(args, tmp_path):
     m = _train_and_predict(tmp_path, "dpscd", args, lambda m: m["test_accuracy"] > 0.85)
     assert m["test_accuracy"] > 0.85

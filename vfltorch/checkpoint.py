@@ -146,24 +146,26 @@ class Checkpoints:
             pass
 
     # ------------------------------------------------------------- collective
-    def resume(self):
+    def resume(self, ranks=None):
         """Every party: the newest step all parties hold, and this party's (manifest state, arrays) of it;
-        ``None`` to start afresh. Collective (every rank of the federation calls it)."""
+        ``None`` to start afresh. Collective over ``ranks`` (default: every rank of the federation; a method whose
+        dealer keeps nothing between starts passes the data parties, and tells the dealer the step itself)."""
         fed = self.fed
         mine = self.usable_steps()
         self._kept = list(mine)
         if fed.world_size == 1:
             step = mine[0] if mine else 0
         else:
-            held = fed.gather_json(mine, fed.active)
+            held = fed.gather_json(mine, fed.active, ranks=ranks)
             step = None
             if fed.is_active:
                 common = set(held[0]).intersection(*map(set, held[1:]))
                 step = max(common) if common else 0
                 if step == 0 and any(held):
                     log.warning("no checkpoint is held by every party (%s): starting from the first step",
-                                ", ".join(f"{fed.name(r)}: {h[:KEEP] or 'none'}" for r, h in enumerate(held)))
-            step = int(fed.broadcast_json(step, fed.active))
+                                ", ".join(f"{fed.name(r)}: {h[:KEEP] or 'none'}" for r, h in
+                                          zip(range(fed.world_size) if ranks is None else ranks, held)))
+            step = int(fed.broadcast_json(step, fed.active, ranks=ranks))
         if not step:
             return None
         manifest, arrays = self._read(step)

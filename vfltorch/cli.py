@@ -634,8 +634,12 @@ def _join_federation(args, coordinator: bool):
         raise VFLInputError(str(exc)) from None
     if (fed.coordinator is not None) != coordinator:
         fed.transport.close()
-        raise VFLInputError(f"this method {'needs' if coordinator else 'takes no'} coordinator, but the federation "
-                            f"file {'lists none' if coordinator else 'lists one'}")
+        raise VFLInputError(
+            f"this run needs a coordinator (a process with no data: a dealer or the key holder), but the federation "
+            f"file lists none: add one (docs/deployment.md), or pick the method's protocol that runs without one "
+            f"(its --help; e.g. vfl dpscd --vertical-protocol encrypted)" if coordinator else
+            "this run takes no coordinator, but the federation file lists one: remove it, or pick the method's "
+            "protocol that uses one (its --help)")
     if args.parties is not None and args.parties != fed.num_parties:
         fed.transport.close()
         raise VFLInputError(f"--parties {args.parties} but the federation file lists {fed.num_parties} data parties")

@@ -87,11 +87,12 @@ def _dpscd_arguments(p) -> None:
     g.add_argument("--sampling", choices=["poisson", "shuffle"], default=None,
                    help="batch sampling (default: poisson for dual/primal, shuffle for seq/nonprivate)")
     g.add_argument("--newton-steps", type=int, default=1, help="Newton steps per logistic coordinate step")
-    g.add_argument("--vertical-protocol", choices=PROTOCOLS, default="encrypted",
-                   help="encrypted: passive parties get only noisy updates (Paillier, the active party's key); "
-                        "shared: the same, with a dealer's correlated randomness instead of Paillier (a coordinator "
-                        "process is started; across organisations a dealer entry in the federation file); "
-                        "paper: the paper's protocol, which sends the clipped steps in the clear and leaks labels")
+    g.add_argument("--vertical-protocol", choices=PROTOCOLS, default="shared",
+                   help="shared (default): passive parties get only noisy updates; a dealer with no data deals "
+                        "correlated randomness (a coordinator process is started on one machine; across "
+                        "organisations the federation file lists a dealer); encrypted: the same guarantee with "
+                        "Paillier (the active party's key) and no dealer, 40-150x slower; paper: the paper's "
+                        "protocol, which sends the clipped steps in the clear and leaks labels")
     g.add_argument("--key-bits", type=int, default=2048, help="the active party's Paillier key size")
     g.add_argument("--insecure-key", action="store_true", help="allow Paillier keys under 1024 bits (tests only)")
     g.add_argument("--secure-sum", action="store_true",
@@ -244,9 +245,6 @@ def _dpscd_check(args, info: dict) -> None:
         if cfg.variant not in RESUMABLE:
             raise VFLInputError(f"--checkpoint: the {cfg.variant} variant runs on one machine and is not resumed; "
                                 f"checkpoints are for the variants {', '.join(RESUMABLE)}")
-        if cfg.protocol == "shared" and parties != 1:
-            raise VFLInputError("--checkpoint: runs of --vertical-protocol shared are not resumed yet (the dealer's "
-                                "streams are not saved); use the encrypted or the paper protocol, or no checkpoint")
 
     if parties is not None:
         check_vertical(cfg, parties)

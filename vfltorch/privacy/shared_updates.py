@@ -15,7 +15,10 @@ x and zeta / C to 2^-11 moves a coordinate of the update by about sqrt(|B|) 2^-1
 noise's standard deviation sqrt(2) sigma C.
 
 Once, at the start: D sends l a 128-bit seed s_l and A a seed r_l (OS entropy). From s_l, l and D expand a
-uniform n x d_l matrix U_l; l sends A the opened M_l = X_l - U_l (uniform to A: it never learns s_l).
+uniform n x d_l matrix U_l; l sends A the opened M_l = X_l - U_l (uniform to A: it never learns s_l). A run
+resumed from a checkpoint (``--checkpoint``) starts here again with fresh seeds: A is opened a second
+M'_l = X_l - U'_l, and M_l - M'_l = U'_l - U_l is uniform, so the two together say nothing about X_l either; the
+dealer keeps nothing between starts and deals from the resumed step on (the active party tells it the step).
 
 Step t, batch B (public to the parties and to D):
 
@@ -39,6 +42,7 @@ zeta_B (8 bytes each), and n d_l words once; no Paillier operation at all.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..comm import Federation
@@ -79,17 +83,20 @@ class SharedUpdates:
 
     def __init__(self, fed: Federation, X: torch.Tensor, *, sampler_facts: dict, noise_streams=None):
         if fed.coordinator is None:
-            raise VFLInputError("--vertical-protocol shared needs a dealer: start the federation with a coordinator "
-                                "(vfltorch.comm.launch(..., coordinator=True); `vfl dpscd` does this)")
+            raise VFLInputError("vertical protocol 'shared' (the default) needs a dealer: start the federation with "
+                                "a coordinator (vfltorch.comm.launch(..., coordinator=True); `vfl dpscd` does this "
+                                "on one machine; across organisations list a dealer in the federation file), or "
+                                "pass protocol='encrypted' / --vertical-protocol encrypted (Paillier, no dealer)")
         self.fed = fed
         self.dealer = fed.coordinator
         self.passive = [p for p in fed.parties if p != fed.active]
         self.noise_streams = noise_streams or {}
-        self.t = 0                                   # the step about to be served (the dealer's windows)
         self.window = {}
         with fed.phase(PHASE):
             if fed.is_active:
                 self.steps = int(sampler_facts["steps"])
+                # the step about to be served; a run resumed from a checkpoint starts after its steps (``start``)
+                self.start = self.t = int(sampler_facts.get("start", 0))
                 # The dealer follows the public schedule: the rows, the batch size, the schedule's seed.
                 fed.send_json(sampler_facts, self.dealer)
                 self.pads = {p: _stream_from(fed.recv_tensor(self.dealer, device="cpu")) for p in self.passive}
@@ -119,7 +126,7 @@ class SharedUpdates:
         zq = FZ.encode(zeta.detach().to("cpu", torch.float64) / C)
         idx = rows.to("cpu")
         with fed.phase(PHASE):
-            if self.t % WINDOW == 0:
+            if (self.t - self.start) % WINDOW == 0:
                 k = min(WINDOW, self.steps - self.t)
                 self.window = {p: _recv(fed, self.dealer, (k, self.opened[p].shape[1])) for p in self.passive}
             for p in self.passive:
@@ -127,7 +134,7 @@ class SharedUpdates:
                 M = self.opened[p]
                 d = M.shape[1]
                 pad = RING.random((b,), self.pads[p], "cpu")
-                h = self.window[p][self.t % WINDOW] + (_dot(M[idx], pad) if b else 0)
+                h = self.window[p][(self.t - self.start) % WINDOW] + (_dot(M[idx], pad) if b else 0)
                 stream = self.noise_streams.get(p)
                 if stream is not None and noise_std > 0:
                     h = h + FXZ.encode(stream.normal(d, noise_std) / C)
@@ -168,8 +175,18 @@ def deal(fed: Federation) -> int:
             own[p] = _stream_from(seed)
             masks[p] = RING.random((n, widths[p]), own[p], "cpu")
     seed = int(facts["seed"], 16)
+    start = int(facts.get("start", 0))
     sampler = BatchSampler(n, int(facts["L"]), float(facts["epochs"]), kind=str(facts["kind"]),
                            rng=numpy_from_seed128(seed))
+    if start:
+        # A run resumed after ``start`` steps (``fit_glm``'s checkpoints): the dealer keeps nothing between starts
+        # (its seeds above are fresh, and so are the passive parties' masks U_l); the active party sends the
+        # schedule's generator state of its checkpoint (the seed of this start is a new one), and the dealer deals
+        # from the next step on.
+        try:
+            sampler.resume(start, facts["schedule"], np.zeros(n, dtype=np.int64))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise VFLInputError(f"the active party's resumed schedule cannot be followed ({exc})") from None
     steps, window = 0, {p: [] for p in passive}
     for batch in sampler:
         idx = batch.to("cpu")
@@ -180,7 +197,7 @@ def deal(fed: Federation) -> int:
             c = _dot(masks[p][idx], pad) if b else torch.zeros(widths[p], dtype=torch.int64)
             window[p].append(c - c_l)
         steps += 1
-        if steps % WINDOW == 0 or steps == sampler.steps:
+        if steps % WINDOW == 0 or start + steps == sampler.steps:
             with fed.phase(PHASE):
                 for p in passive:
                     send_words(fed, torch.stack(window[p]), fed.active, BITS)

@@ -254,6 +254,10 @@ def fit_glm(fed: Federation, X: torch.Tensor, y: torch.Tensor | None, cfg: DPSCD
     check_vertical(cfg, fed.num_parties)
     checkpoints = None if checkpoint_dir is None else \
         _checkpoints(fed, checkpoint_dir, cfg, X, y, secure=secure, simulation_seed=simulation_seed)
+    # The step to go on from, agreed by the data parties before any protocol starts: the shared protocol's dealer
+    # keeps nothing between starts and is told the step (it deals from there).
+    resumed = checkpoints.resume(ranks=fed.parties) if checkpoints is not None else None
+    start = checkpoints.resumed_from if checkpoints is not None else 0
     if federated and cfg.protocol == "paper":
         warnings.warn(PAPER_LEAK, UserWarning, stacklevel=2)
     randomness = Randomness(simulation_seed)
@@ -304,7 +308,10 @@ def fit_glm(fed: Federation, X: torch.Tensor, y: torch.Tensor | None, cfg: DPSCD
 
             check_range(cfg.L + 6 * cfg.L ** 0.5, C, noise_std)      # (a Poisson batch: L + 6 sd rows)
             facts = {"n": n, "L": cfg.L, "epochs": cfg.epochs, "kind": cfg.resolved_sampling(),
-                     "seed": format(schedule_seed, "x"), "steps": sampler.steps} if fed.is_active else None
+                     "seed": format(schedule_seed, "x"), "steps": sampler.steps, "start": start,
+                     # resumed: the schedule's generator state after ``start`` steps (this start's seed is new)
+                     "schedule": (resumed[0].get("generators") or {}).get("schedule") if resumed else None} \
+                if fed.is_active else None
             enc = SharedUpdates(fed, X, sampler_facts=facts, noise_streams=streams)
         else:
             enc = EncryptedUpdates(fed, key_bits=cfg.key_bits, insecure_key=cfg.insecure_key, noise_streams=streams)
@@ -326,9 +333,8 @@ def fit_glm(fed: Federation, X: torch.Tensor, y: torch.Tensor | None, cfg: DPSCD
     saves = set()
     if checkpoints is not None:
         saves = set(sampler.epoch_ends()) - {steps}
-        resumed = checkpoints.resume()
         if resumed is not None:
-            history, train_seconds = _restore(ctx, checkpoints.resumed_from, resumed, _generators(ctx))
+            history, train_seconds = _restore(ctx, start, resumed, _generators(ctx))
             if progress is not None:
                 progress.update(sampler.start)
     started = time.perf_counter()
@@ -374,9 +380,6 @@ def _checkpoints(fed, root, cfg, X, y, *, secure, simulation_seed):
     if cfg.variant not in RESUMABLE:
         raise VFLInputError(f"--checkpoint: the {cfg.variant} variant runs on one machine and is not resumed; "
                             f"checkpoints are for the variants {', '.join(RESUMABLE)}")
-    if fed.num_parties > 1 and cfg.protocol == "shared":
-        raise VFLInputError("--checkpoint: runs of --vertical-protocol shared are not resumed yet (the dealer's "
-                            "streams are not saved); use the encrypted or the paper protocol, or no checkpoint")
     settings = {**cfg.as_dict(), "secure_sum": bool(secure), "parties": fed.num_parties, "rank": fed.rank,
                 "simulation_seed": simulation_seed,
                 "data": array_digest(to_numpy(X), None if y is None else to_numpy(y))}
