@@ -346,7 +346,7 @@ def _fdskl_job(fed, protocol, root, crash_after, simulate):
 
 # (protocol, the save after which the passive party stops): the paper protocol after the last iteration's save
 # (training done: the resumed run trains nothing and goes on to what follows), the shared default mid-run.
-@pytest.mark.parametrize("protocol,crash_after", [("paper", 4), ("shared", 2)])
+@pytest.mark.parametrize("protocol,crash_after", [pytest.param("paper", 4, marks=pytest.mark.slow), ("shared", 2)])
 def test_fdskl_resumed_after_a_party_stopped_is_the_unbroken_run(tmp_path, protocol, crash_after):
     """The paper protocol in simulation mode (seeded masks, no compression): the resumed model is the unbroken
     one bit for bit, so the whole optimizer state came back. The shared default (the dealer's masks are private,

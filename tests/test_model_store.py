@@ -374,6 +374,7 @@ def test_exact_kernel_pca_saves_and_scores_new_rows(tmp_path):
     assert lines[0] == "pc1,pc2" and len({row.split(",")[0] for row in lines[1:]}) > 10
 
 
+@pytest.mark.slow          # (17 s of CLI runs; the default run keeps the round trips above)
 def test_predict_without_dataset_takes_only_a_registered_name_from_the_model(tmp_path):
     """`vfl predict --model DIR` with no --dataset scores the registered dataset the model was trained on; a model
     trained on a file asks for --dataset FILE (a model folder never names a file a command reads, issue 36) and

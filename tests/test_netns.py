@@ -142,6 +142,9 @@ def test_link_overhead_benchmark_runs_gloo_and_tls_across_hosts(tmp_path):
     assert all(c > 0 for c in row["cpu_seconds"]["gloo"] + row["cpu_seconds"]["tls"])
 
 
+# slow (20 s): the default run keeps test_organisations (three namespaces at 1 Gbit/s) and test_links' slow peer
+# over TLS, waited for beyond the timeout
+@pytest.mark.slow
 def test_a_slow_organisation_at_1mbit_is_waited_for(tmp_path):
     """The shop's link runs at 1 Mbit/s in both directions while the others have 1 Gbit/s, under a 5 s timeout.
 

@@ -97,6 +97,9 @@ def _passive_truth(folder: Path, customer: int) -> np.ndarray:
     return (X[customer, 15:] - arrays["preprocess_shift"]) / arrays["preprocess_div"]
 
 
+# slow (12 s): the attack's success with the policy off; the default run keeps the policy's refusals and the
+# attack's failure under them (below)
+@pytest.mark.slow
 def test_with_the_policy_off_chosen_inputs_give_the_passive_row(model):
     """The attack is real: K = 45 requests for one customer in one run, policy off (--max-scores-per-row 0)."""
     attacker = Attacker(model / "m")

@@ -131,6 +131,7 @@ def test_datasets_into_a_closed_pipe_prints_no_traceback():
     assert p.wait(timeout=60) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
 
 
+@pytest.mark.slow          # (11 s: a whole run; the help and import tests above keep the start-up guard)
 def test_a_run_imports_no_torch_in_the_launching_process(tmp_path):
     """`vfl fdskl` (the demo, 2 parties and the dealer): the launching process imports neither torch nor
     scikit-learn (the fork server does, once; the store and FDSKL's check run in processes forked from it), and
