@@ -76,7 +76,7 @@ def test_fdskl_estimator_on_fake_cuda(protocol, tmp_path):
     X, y = make_classification(n_samples=5200, n_features=8, n_informative=5, random_state=0)
     X = (X - X.min(0)) / (X.max(0) - X.min(0))
     kw = dict(epochs=0.5, n_components=64, features_per_step=16, compress_to="if-faithful:32", protocol=protocol,
-              mask_seed="seed")
+              mask_seed="seed", calibration=0.1)
     warnings.simplefilter("ignore")
     cpu = FDSKLClassifier(**kw).fit(X, y)
     with fake_cuda():

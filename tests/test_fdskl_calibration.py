@@ -15,6 +15,7 @@ from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
 from vfltorch import FDSKLClassifier
+from vfltorch.data import VFLInputError
 from vfltorch.kernels.estimator import calibration_rows, fit_platt
 
 
@@ -49,14 +50,18 @@ def test_calibrated_probabilities_beat_the_raw_sigmoid(model, split):
     assert model.score(Xte, yte) > 0.92
 
 
-def test_the_held_out_rows_are_public_and_small_sets_keep_every_row():
+def test_the_held_out_rows_are_public_and_too_few_are_refused():
     a, b = calibration_rows(427, 0.1, 0), calibration_rows(427, 0.1, 0)
     assert len(a) == 43 and np.array_equal(a, b) and len(np.unique(a)) == 43
-    assert calibration_rows(150, 0.1, 0) is None and calibration_rows(1000, None, 0) is None
+    assert calibration_rows(1000, None, 0) is None
+    with pytest.raises(VFLInputError, match="holds out 15 of the 150 training rows, fewer than the 20"):
+        calibration_rows(150, 0.1, 0)
     X, y = load_breast_cancer(return_X_y=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert FDSKLClassifier(epochs=1).fit(X[:300], y[:300]).platt_ is None     # off by default
+        model = FDSKLClassifier(epochs=1).fit(X[:300], y[:300])
+    # off by default: every row trains, and there is no predict_proba (sigmoid(f) would be 0 or 1), as in SVC
+    assert model.platt_ is None and not hasattr(model, "predict_proba")
 
 
 def test_platt_fit_recovers_a_known_slope():

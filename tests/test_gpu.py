@@ -41,7 +41,7 @@ def test_fdskl_estimator(protocol, tmp_path):
 
     warnings.simplefilter("ignore")
     X, y = _hard()
-    kw = dict(epochs=1, protocol=protocol, mask_seed="seed")
+    kw = dict(epochs=1, protocol=protocol, mask_seed="seed", calibration=0.1)
     est = FDSKLClassifier(device="cuda", **kw).fit(X, y)
     assert est.alpha_.device.type == "cuda"
     cpu = FDSKLClassifier(**kw).fit(X, y)

@@ -71,7 +71,7 @@ def blobs(n=200, seed=0):
     return X, X @ w + 0.3 * rng.normal(size=n) > 0
 
 
-@pytest.mark.parametrize("make", [lambda: FDSKLClassifier(epochs=3), lambda: HeteroLogisticRegression(),
+@pytest.mark.parametrize("make", [lambda: FDSKLClassifier(epochs=3, calibration=0.2), lambda: HeteroLogisticRegression(),
                                   lambda: DPSCD(variant="nonprivate", normalize_rows=True), lambda: DPSGD(private=False)])
 def test_any_two_labels_give_the_same_model_and_come_back(make):
     X, positive = blobs()
@@ -88,7 +88,8 @@ def test_any_two_labels_give_the_same_model_and_come_back(make):
         scores.append(est.score(X[150:], y[150:]))
         proba = est.predict_proba(X[150:])
         assert proba.shape == (50, 2) and np.allclose(proba.sum(1), 1.0)
-        assert ((proba[:, 1] > 0.5) == (pred == pos)).mean() > 0.95
+        # (FDSKL's Platt scaling, fitted on 30 held-out rows, moves the 0.5 threshold off f = 0: 46 of 50 agree)
+        assert ((proba[:, 1] > 0.5) == (pred == pos)).mean() > 0.85
         probas.append(proba[:, 1])
     assert scores[0] > 0.8
     if not isinstance(est, (DPSCD, DPSGD)):         # same seeds, same model whatever the label names
@@ -108,9 +109,13 @@ def test_hetero_lr_score_with_zero_one_labels_is_the_accuracy():
     assert isinstance(lr_pm.predict(torch.tensor(X[300:])), torch.Tensor)      # torch in, torch out
 
 
-def test_predict_proba_only_where_the_loss_is_logistic():
-    assert hasattr(FDSKLClassifier(), "predict_proba") and not hasattr(FDSKLClassifier(loss="smooth_hinge"),
-                                                                       "predict_proba")
+def test_predict_proba_only_where_the_loss_is_logistic_and_fdskl_is_calibrated():
+    # FDSKL's uncalibrated sigmoid(f) is 0 or 1 on nearly every row: no predict_proba without calibration (as SVC)
+    assert hasattr(FDSKLClassifier(calibration=0.1), "predict_proba")
+    assert not hasattr(FDSKLClassifier(calibration=0.1, loss="smooth_hinge"), "predict_proba")
+    with pytest.raises(AttributeError) as info:          # (scikit-learn's message; ours is its cause, as for SVC)
+        FDSKLClassifier().predict_proba
+    assert "predict_proba needs calibration" in str(info.value.__cause__)
     assert hasattr(DPSCD(), "predict_proba") and not hasattr(DPSCD(task="svm"), "predict_proba")
     assert not hasattr(DPSGD(task="ridge"), "predict_proba") and not hasattr(FDSKLRegressor(), "predict_proba")
 
@@ -163,8 +168,9 @@ def citizens_job(fed):
     y = labels[:150] if fed.is_active else None
     train, test = (None, None) if mine is None else (mine[:150], mine[150:])
     out = {}
-    # predict / score / predict_proba are collective: every process calls them (the dealer too, without rows)
-    clf = FDSKLClassifier(fed, epochs=3).fit(train, y)
+    # predict / score / predict_proba are collective: every process calls them (the dealer too, without rows);
+    # calibration (Platt scaling, 30 of the 150 rows held out) makes predict_proba exist
+    clf = FDSKLClassifier(fed, epochs=3, calibration=0.2).fit(train, y)
     pred, score, proba = clf.predict(test), clf.score(test, labels[150:]), clf.predict_proba(test)
     out["fdskl"] = None if pred is None else {"classes": list(clf.classes_), "pred": pred.tolist(),
                                               "score": score, "proba": proba.tolist()}
@@ -189,7 +195,7 @@ def test_parties_take_numpy_and_any_labels_and_answer_with_them():
     assert fd["classes"] == ["no", "yes"] and set(fd["pred"]) <= {"no", "yes"}
     assert fd["score"] == np.mean(np.array(fd["pred"]) == labels[150:]) > 0.8
     proba = np.array(fd["proba"])
-    assert ((proba[:, 1] > 0.5) == (np.array(fd["pred"]) == "yes")).all()
+    assert ((proba[:, 1] > 0.5) == (np.array(fd["pred"]) == "yes")).mean() > 0.85    # (Platt's threshold)
     central = HeteroLogisticRegression(max_epochs=20).fit(X[:150], labels[:150])
     assert active["lr"]["score"] > 0.8 and abs(active["lr"]["score"] - central.score(X[150:], labels[150:])) < 0.05
     # every data party gets the summed scores, as numpy for numpy input; they match the pooled PCA

@@ -734,9 +734,25 @@ def _logistic_loss(est) -> bool:
     return (est.loss or est._default_loss) == "logistic"
 
 
+def _calibrated(est) -> bool:
+    """``predict_proba`` exists where it means something: the logistic loss with Platt scaling (``calibration``).
+    Uncalibrated, this model's sigmoid(f) is 0 or 1 on nearly every row (|f| ~ 100 on breast_cancer): scikit-learn's
+    ``SVC`` has the same rule (``probability=True``), and says why in the AttributeError, as here."""
+    if not _logistic_loss(est):
+        return False
+    if est.calibration is None:
+        raise AttributeError("predict_proba needs calibration, e.g. FDSKLClassifier(calibration=0.1): Platt scaling "
+                             "on 10% of the training rows held out; uncalibrated, sigmoid(f) is 0 or 1 on nearly "
+                             "every row. decision_function gives the scores (as SVC without probability=True)")
+    if getattr(est, "estimators_", None):
+        raise AttributeError("predict_proba: a one-vs-rest FDSKL model (three or more classes) has no calibrated "
+                             "probabilities yet; decision_function gives each class's score")
+    return True
+
+
 # Platt scaling (FDSKLClassifier(calibration=0.1)): the fraction of the training rows held out to fit
-# P(y = 1 | f) = sigmoid(A f + B), when it gives at least CALIBRATION_MIN_ROWS rows (at most CALIBRATION_MAX_ROWS).
-# Off by default: on, the model trains on fewer rows, which changes every fit's figures (a later decision).
+# P(y = 1 | f) = sigmoid(A f + B), at least CALIBRATION_MIN_ROWS rows (at most CALIBRATION_MAX_ROWS).
+# Off by default, and then there is no predict_proba (``_calibrated``): on, the model trains on fewer rows.
 CALIBRATION_FRACTION = 0.1
 CALIBRATION_MIN_ROWS = 20
 CALIBRATION_MAX_ROWS = 5000
@@ -744,7 +760,7 @@ CALIBRATION_MAX_ROWS = 5000
 
 def calibration_rows(n: int | None, fraction, seed: int):
     """The held-out rows for Platt scaling (sorted indices, from the public seed: the same at every party), or None
-    when ``fraction`` is None/0 or they would be fewer than ``CALIBRATION_MIN_ROWS``."""
+    when ``fraction`` is None/0; fewer than ``CALIBRATION_MIN_ROWS`` are refused (say what to change)."""
     if not n or not fraction:
         return None
     if not 0 < float(fraction) < 0.5:
@@ -752,7 +768,9 @@ def calibration_rows(n: int | None, fraction, seed: int):
                             f"{fraction!r}")
     m = min(CALIBRATION_MAX_ROWS, int(round(float(fraction) * n)))
     if m < CALIBRATION_MIN_ROWS:
-        return None
+        raise VFLInputError(f"calibration={fraction} holds out {m} of the {n} training rows, fewer than the "
+                            f"{CALIBRATION_MIN_ROWS} Platt scaling needs: pass a larger fraction (below 0.5), or "
+                            f"calibration=None (no predict_proba; decision_function gives the scores)")
     rng = np.random.default_rng(derive_key(seed, 0xCA1B) % 2 ** 63)
     return np.sort(rng.choice(n, size=m, replace=False))
 
@@ -795,12 +813,11 @@ class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
     Labels: any two values (``classes_``, sorted; the second is the positive class), trained on as
     -1 / +1; ``predict`` returns them. With three or more distinct labels, one-vs-rest: one binary
     model per class (``estimators_``), the class of the largest decision value wins.
-    ``predict_proba`` exists with the logistic loss only (binary: f is the log-odds of ``classes_[1]``;
-    one-vs-rest: the per-class sigmoids, normalised to sum to 1).
     ``calibration`` (binary, logistic loss): a fraction of the training rows (e.g. 0.1) held out, drawn from
     the public seed, on whose decision values the active party fits Platt scaling (``platt_`` = (A, B):
-    ``predict_proba`` = sigmoid(A f + B)); None (the default): every row trains and ``predict_proba`` is the
-    raw sigmoid(f), nearly always 0 or 1 for this model (docs/fdskl.md, *Probabilities*).
+    ``predict_proba`` = sigmoid(A f + B)); None (the default): every row trains and there is no
+    ``predict_proba`` (the raw sigmoid(f) is nearly always 0 or 1 for this model; scikit-learn's SVC has the same
+    rule), ``decision_function`` gives the scores (docs/fdskl.md, *Probabilities*).
     """
 
     _task = "binary"
@@ -840,6 +857,9 @@ class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
             if checkpoint is not None:
                 raise VFLInputError("checkpoints (--checkpoint) are for binary classification and regression; a "
                                     "multiclass FDSKL run (one model per class) does not resume yet")
+            if self.calibration is not None:
+                raise VFLInputError(f"calibration is for binary classification; with {classes} classes (one model "
+                                    f"per class) leave it None and use decision_function for the scores")
             return self._fit_one_vs_rest(fed, X, y, classes, columns, monitor, log, progress)
         held = calibration_rows(rows, self.calibration, self.random_state) if _logistic_loss(self) else None
         if held is None:
@@ -971,24 +991,22 @@ class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
         return BinaryLabels.decode(self, f >= 0, as_torch=isinstance(f, torch.Tensor),
                                    like=f if isinstance(f, torch.Tensor) else None)
 
-    @available_if(_logistic_loss)
+    @available_if(_calibrated)
     def predict_proba(self, X):
         """[P(classes_[0]), P(classes_[1])] at the active party (n x 2 numpy), None elsewhere.
 
-        Binary with ``platt_`` (fitted on held-out rows, ``calibration``): sigmoid(A f + B), Platt's calibrated
-        probability; otherwise sigmoid(f), which for a kernel model trained to a small lambda is nearly always 0
-        or 1 (|f| ~ 100 on breast_cancer). ``predict`` stays the sign of f: on rows near the boundary it can
-        disagree with ``argmax predict_proba`` (as scikit-learn's ``SVC(probability=True)``)."""
+        With ``calibration`` only (``platt_``, fitted on held-out rows): sigmoid(A f + B), Platt's calibrated
+        probability. ``predict`` stays the sign of f: on rows near the boundary it can disagree with
+        ``argmax predict_proba`` (as scikit-learn's ``SVC(probability=True)``)."""
         f = self.decision_function(X)
         if f is None:
             return None
-        if getattr(self, "estimators_", None):        # one-vs-rest: per-class sigmoids, normalised
-            p = torch.sigmoid(torch.as_tensor(f, dtype=torch.float64))
-            return to_numpy(p / p.sum(dim=1, keepdim=True))
         platt = getattr(self, "platt_", None)
-        if platt is not None:
-            f = platt[0] * torch.as_tensor(f, dtype=torch.float64) + platt[1]
-        return proba_columns(torch.sigmoid(torch.as_tensor(f)))
+        if platt is None:        # (a model loaded from a store written before calibration existed)
+            raise VFLInputError("this model was fitted without Platt scaling: predict_proba needs a fit with "
+                                "calibration (e.g. 0.1); decision_function gives the scores")
+        f = platt[0] * torch.as_tensor(f, dtype=torch.float64) + platt[1]
+        return proba_columns(torch.sigmoid(f))
 
     def score(self, X, y=None):
         """Accuracy at the active party (every party must call it with its own columns), None elsewhere."""
