@@ -247,7 +247,8 @@ def add_common_arguments(p: argparse.ArgumentParser, defaults: dict | None = Non
     o = p.add_argument_group("output")
     o.add_argument("--output-json", metavar="PATH", help="write metrics, timing, bytes per party and config here")
     o.add_argument("--logdir", metavar="DIR", help="TensorBoard scalars (loss, metrics, bytes) go here")
-    o.add_argument("--quiet", action="store_true", help="no progress bars, no summary")
+    o.add_argument("--quiet", action="store_true",
+                   help="no progress bars, notes or protocol warnings; the summary is its one line of metrics")
     o.add_argument("-v", "--verbose", action="store_true", help="log per-phase communication")
 
 
@@ -410,8 +411,7 @@ def run_party(fed, argv: list[str]) -> dict | None:
         if args.output_json and written != args.output_json:
             record["output_fallback"] = written
         log.scalar("comm/bytes_total", sum(e["bytes_sent"] for e in record["comm"].values()), 0)
-        if not args.quiet:
-            _print_summary(record)
+        _print_summary(record, brief=args.quiet)
         return record
     finally:
         log.close()
@@ -443,12 +443,16 @@ def _value(key: str, v: float) -> str:
     return f"{v:.4f}"
 
 
-def _print_summary(record: dict) -> None:
+def _print_summary(record: dict, brief: bool = False) -> None:
+    """The run's result on stdout; ``brief`` (``--quiet``): its first line only, the metrics (a quiet run still says
+    what it got: the progress bars, notes and the lines below are what --quiet leaves out)."""
     metrics = "  ".join(f"{k}={_value(k, v)}" for k, v in record["metrics"].items())
     sent = sum(e["bytes_sent"] for e in record["comm"].values())
     q = record["parties"]
     print(f"{record['method']} on {record['dataset']} with {q} {'party' if q == 1 else 'parties'}: {metrics}",
           flush=True)
+    if brief:
+        return
     if record.get("labels"):
         model = record.get("task")
         shown = f" (model: {model})" if model and model != record.get("data_task") else ""
