@@ -206,6 +206,35 @@ def test_fdskl_trains_saves_and_scores_with_each_party_holding_only_its_own_file
     assert differ <= len(rows) // 10 + 1, differ
 
 
+DOCS_DPSCD = {
+    "bank": "vfl dpscd --party-files bank.csv --id-column id --label-column diagnosis --positive-label malignant "
+            "--output-json run.json --federation fed.json --party bank --identity bank.pem",
+    "shop": "vfl dpscd --party-files shop.csv --id-column id --federation fed.json --party shop --identity shop.pem",
+    "dealer": "vfl dpscd --federation fed.json --party dealer --identity dealer.pem",
+}
+
+
+@pytest.mark.slow      # (about 20 s; the default run has the same three parties over loopback TLS: test_checkpoint)
+def test_dpscd_default_protocol_runs_with_a_dealer_between_organisations(tmp_path):
+    """DP-SCD's default vertical protocol (shared: a dealer instead of Paillier) between three organisations, each
+    in its own namespace with only its own files, by the commands docs/deployment.md shows."""
+    base = tmp_path / "orgs"
+    names, roles = ["bank", "shop", "dealer"], ["active", "passive", "coordinator"]
+    with netns.SimulatedHosts(3, rate="1gbit") as hosts:
+        orgs = Organisations(base, names, roles, hosts)
+        aligned = _bank_and_shop(base, slice(0, 569), seed=3)
+        runs = orgs.run({name: [*_documented(DOCS_DPSCD[name]), "--epochs", "2", "--quiet"] for name in names})
+        _ok(runs)
+    rec = json.loads((base / "bank" / "run.json").read_text())
+    assert rec["config"]["backend"] == "tls" and rec["vertical_protocol"] == "shared"
+    assert rec["alignment"]["aligned"] == aligned and rec["dp_guarantee"].startswith("holds")
+    assert rec["metrics"]["test_accuracy"] > 0.8, rec["metrics"]
+    # the dealer sends only its windows of corrections (d_l words per step) and seeds: no n-sized message
+    dealer = rec["comm"]["2"]
+    assert 0 < dealer["bytes_sent"] < 100_000, dealer
+    assert not list((base / "dealer").glob("*.csv"))
+
+
 def test_a_party_that_opens_another_partys_path_finds_nothing(tmp_path):
     """The bed itself: the shop, given the bank's path, cannot read it; its error names the file at every party."""
     base = tmp_path / "orgs"
