@@ -101,7 +101,7 @@ CASES = [
     ("dpscd --vertical-protocol encrypted --key-bits 512 --parties 2",
      "--key-bits 512: a 512-bit Paillier key is too small"),
     ("dpscd --vertical-protocol encrypted --key-bits 1025", "--key-bits 1025: the key size must be even"),
-    ("dpscd --variant seq --parties 2", "only DP-SCD (--variant dual) has the encrypted protocol"),
+    ("dpscd --variant seq --parties 2", "only DP-SCD (--variant dual) has the label-safe protocols"),
     ("hetero-lr --batch-size 5000", "batch_size=5000 is larger than the training set (455 rows): use at most 455"),
     ("dpscd --label-scale 0", "--label-scale must be a positive number, got 0"),
     ("dpscd --monitor-every -1", "--monitor-every must be >= 0 (0: only at the end), got -1"),

@@ -51,11 +51,12 @@ def check_batch(L, n: int) -> None:
 
 
 def check_vertical(cfg: "DPSCDConfig", num_parties: int) -> None:
-    """Across parties, the encrypted protocol exists for DP-SCD (the dual variant) only."""
+    """Across parties, the label-safe protocols (shared, encrypted) exist for DP-SCD (the dual variant) only."""
     if num_parties > 1 and cfg.protocol in ("encrypted", "shared") and cfg.variant != "dual":
         raise VFLInputError(f"--variant {cfg.variant} across parties sends every coordinate step to the passive "
                             f"parties in the clear (and so the labels); only DP-SCD (--variant dual) has the "
-                            f"encrypted protocol. Use --variant dual, or --vertical-protocol paper to accept the leak.")
+                            f"label-safe protocols (shared, the default, and encrypted). Use --variant dual, or "
+                            f"--vertical-protocol paper to accept the leak.")
 
 
 def check_primal_parties(num_parties: int) -> None:
