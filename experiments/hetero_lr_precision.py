@@ -46,7 +46,7 @@ def main(argv=None):
             est = HeteroLogisticRegression(None, optimizer=opt, batch_size=args.batch_size, feature_frac_bits=bits,
                                            random_state=args.seed, **HYPER["credit_default"][opt])
             est.fit(data.X_train, data.y_train)
-            w = torch.cat([est.coef_, torch.tensor([est.intercept_], dtype=torch.float64)])
+            w = torch.cat([torch.as_tensor(est.coef_), torch.tensor([est.intercept_], dtype=torch.float64)])
             reference = w if reference is None else reference
             auc = float(roc_auc_score(data.y_test.numpy(), est.decision_function(data.X_test).numpy()))
             runs.append({"optimizer": opt, "feature_frac_bits": bits, "epochs": est.n_epochs_,

@@ -280,7 +280,7 @@ def _hlr_job(fed, name, root, crash_epoch):
         est._role = role
     est.fit(None if data is None else data.X_train, None if data is None or not fed.is_active else data.y_train,
             checkpoint=None if root is None else os.path.join(root, f"party-dir-{fed.rank}"))
-    return {"coef": None if est.coef_ is None else est.coef_.numpy(), "intercept": est.intercept_,
+    return {"coef": None if est.coef_ is None else np.asarray(est.coef_), "intercept": est.intercept_,
             "history": [h["loss"] for h in getattr(est, "history_", [])], "resumed": est.resumed_from_epoch_}
 
 

@@ -56,7 +56,7 @@ def party_job(fed):
             fit_messages = fed.transcript.messages[start:]
             scores = est.decision_function(X_test)
             out[(name, encryption)] = {
-                "coef": est.coef_, "intercept": est.intercept_, "scores": scores, "epochs": est.n_epochs_,
+                "coef": None if est.coef_ is None else torch.as_tensor(est.coef_), "intercept": est.intercept_, "scores": scores, "epochs": est.n_epochs_,
                 "history": getattr(est, "history_", None), "encryption": est.encryption_,
                 "transcript": [(m.phase, m.src, m.dst, m.tensor) for m in fit_messages]}
 
@@ -127,7 +127,7 @@ def test_encrypted_equals_plaintext_equals_centralised(results, full, name):
                                        else "none (INSECURE plaintext mode)")
         coef = torch.cat([p["coef"] for p in parts])
         blocks[encryption] = coef
-        torch.testing.assert_close(coef, ref.coef_, rtol=0, atol=1e-9)
+        torch.testing.assert_close(coef, torch.as_tensor(ref.coef_), rtol=0, atol=1e-9)
         assert guest["intercept"] == pytest.approx(ref.intercept_, abs=1e-9)
         losses = [h["loss"] for h in guest["history"]]
         blocks[encryption, "loss"] = losses

@@ -77,7 +77,7 @@ def attack_job(fed):
         est = HeteroLogisticRegression(fed, **kw)
         est.fit(data, y if fed.is_active else None, monitor=monitor)
         sent = [(m.phase, m.src, m.dst, m.tensor) for m in fed.transcript.messages[start:]]
-        out[key] = {"views": {k: list(v) for k, v in views.items()}, "sent": sent, "coef": est.coef_}
+        out[key] = {"views": {k: list(v) for k, v in views.items()}, "sent": sent, "coef": None if est.coef_ is None else torch.as_tensor(est.coef_)}
     return out
 
 

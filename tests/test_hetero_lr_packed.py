@@ -71,7 +71,7 @@ def _job(fed):
             est = HeteroLogisticRegression(fed, packed_features=packed, encryption=packed, **COMMON, **kw)
             est.fit(X, y)
             out[name, packed] = {
-                "coef": est.coef_, "intercept": est.intercept_, "pairs": est.n_curvature_pairs_,
+                "coef": None if est.coef_ is None else torch.as_tensor(est.coef_), "intercept": est.intercept_, "pairs": est.n_curvature_pairs_,
                 "losses": [h["loss"] for h in getattr(est, "history_", [])],
                 "transcript": [(m.phase, m.src, m.dst, m.tensor) for m in fed.transcript.messages[start:]]}
     return out

@@ -50,7 +50,7 @@ def shared_job(fed):
         est.fit(None if data is None else data.X_train,
                 None if data is None or not fed.is_active else data.y_train)
         scores = est.decision_function(None if data is None else data.X_test)
-        out[name] = {"coef": est.coef_, "intercept": est.intercept_, "scores": scores,
+        out[name] = {"coef": None if est.coef_ is None else torch.as_tensor(est.coef_), "intercept": est.intercept_, "scores": scores,
                      "history": getattr(est, "history_", None), "encryption": est.encryption_,
                      "pairs": est.n_curvature_pairs_}
     return out
@@ -69,7 +69,7 @@ def test_shared_protocol_equals_centralised(results, name):
     assert guest["encryption"].startswith("additive secret sharing")
     coef = torch.cat([guest["coef"], host["coef"]])
     # Shares carry 16 fractional bits; each product's truncation is off by at most one unit.
-    assert float((coef - ref.coef_).abs().max()) < 2e-3
+    assert float((coef - torch.as_tensor(ref.coef_)).abs().max()) < 2e-3
     assert guest["intercept"] == pytest.approx(ref.intercept_, abs=2e-3)
     np.testing.assert_allclose([h["loss"] for h in guest["history"]], [h["loss"] for h in ref.history_],
                                rtol=0, atol=1e-4)

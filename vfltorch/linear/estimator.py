@@ -660,13 +660,7 @@ class HeteroLogisticRegression(ShardedModelMixin, ClassifierMixin, BaseEstimator
         self.train_seconds_ = online
         self.offline_seconds_ = offline
         self.n_curvature_pairs_ = getattr(getattr(role, "memory", None), "accepted", None)   # the key holder
-        w = getattr(role, "w", None)
-        if w is None:                      # the coordinator
-            self.coef_, self.intercept_ = None, None
-        elif self.fit_intercept and (fed.is_active or fed.world_size == 1):
-            self.coef_, self.intercept_ = w[:-1].clone(), float(w[-1])
-        else:
-            self.coef_, self.intercept_ = w.clone(), None
+        self._publish(getattr(role, "w", None), fed.is_active or fed.world_size == 1)   # (None at the coordinator)
         mine = {"rank": fed.rank, "role": role.role, "seconds": session.clock.as_dict(),
                 "obfuscators": {k2: v for k2, v in session.scheme.offline_stats().items()}}
         if hasattr(role, "memory"):
@@ -758,18 +752,24 @@ class HeteroLogisticRegression(ShardedModelMixin, ClassifierMixin, BaseEstimator
                  int(w.shape[0]) - int(bool(self.fit_intercept and fed.is_active))}
         return state, ({} if w is None else {"w": to_numpy(w, np.float64)})
 
+    def _publish(self, w, holds_intercept: bool) -> None:
+        """``coef_`` (this party's block, numpy, as scikit-learn's) and ``intercept_`` (at the party that holds it)
+        from this party's trained weights ``w`` (a tensor on the estimator's device; the intercept last where it
+        holds it); None at the coordinator. The model keeps computing with ``w`` itself (``_role_``)."""
+        if w is None:
+            self.coef_, self.intercept_ = None, None
+        elif self.fit_intercept and holds_intercept:
+            self.coef_, self.intercept_ = to_numpy(w[:-1], np.float64).copy(), float(w[-1])
+        else:
+            self.coef_, self.intercept_ = to_numpy(w, np.float64).copy(), None
+
     def _restore_shard(self, manifest, arrays, fed):
         self.fed = fed if fed.world_size > 1 else None
         w = arrays.get("w")
         w = None if w is None else torch.as_tensor(w, dtype=torch.float64, device=self.device or fed.device)
         self._role_ = _FittedWeights(w)
         self.n_iter_ = manifest["state"].get("n_iter")
-        if w is None:
-            self.coef_, self.intercept_ = None, None
-        elif self.fit_intercept and fed.is_active:
-            self.coef_, self.intercept_ = w[:-1].clone(), float(w[-1])
-        else:
-            self.coef_, self.intercept_ = w.clone(), None
+        self._publish(w, fed.is_active)
         self._mask_stream = (MaskStream(self.mask_seed, fed.rank) if self.mask_seed is not None
                              else MaskStream.private(fed.rank))
 
