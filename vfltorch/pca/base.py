@@ -120,6 +120,15 @@ class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_
         self._publish_fitted()
         return self
 
+    def __getstate__(self):
+        # A pickle keeps the tensors once: the public numpy copies are made again on unpickling.
+        state = super().__getstate__()
+        return {k: v for k, v in state.items() if not (k in FITTED_ARRAYS and "_" + k in state)}
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self._publish_fitted()
+
     def _forget_fitted(self) -> None:
         """Drop a previous fit's arrays (private tensors and public numpy), so that a refit shows only its own."""
         for name in FITTED_ARRAYS:
