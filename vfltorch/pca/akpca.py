@@ -73,7 +73,7 @@ class VFedAKPCA(FederatedPCABase):
     iterations); ``topology``, ``weight_scaling``, ``include_self`` as in
     ``VFedPCA``; ``seed`` (the shared start / sign reference).
 
-    Attributes: ``sample_components_`` (n x k), ``loadings_`` (Z_i = X_i^T u, f_i x k),
+    Attributes (arrays: numpy, on the host): ``sample_components_`` (n x k), ``loadings_`` (Z_i = X_i^T u, f_i x k),
     ``local_components_`` / ``local_eigenvalues_`` (the party's own kernel PCA),
     ``merge_coefficients_`` (k x k: this party's C_i, U = sum_i local_components_i C_i), ``X_fit_``
     (this party's own training columns, for new rows), ``gamma_``, ``rounds_`` (1), ``bytes_``,

@@ -17,7 +17,7 @@ Conventions (all estimators):
   paper's output: for the exact method Z_i = V_i S, the rows of the pooled
   right singular vectors that belong to party i's features, scaled.
 * ``explained_variance_`` (s_j^2 / (n - 1) with s_j^2 = u_j^T X X^T u_j) and
-  ``explained_variance_ratio_`` (numpy) are computed through a masked sum
+  ``explained_variance_ratio_`` are computed through a masked sum
   (``secure_allreduce``) over the parties of ||X_i^T u_j||^2 and ||X_i||_F^2:
   k + 1 numbers per party, of which only the totals are revealed (in the
   decentralised topologies: for the first party's estimate).

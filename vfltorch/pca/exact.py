@@ -164,9 +164,9 @@ class ExactFederatedPCA(FederatedPCABase):
     Warns (every protocol) when the other parties hold at most k columns together: the output (U, theta) then
     gives a party their Gram matrix exactly (docs/pca.md, 'What the output implies').
 
-    Attributes: ``protocol_`` (the protocol 'auto' chose), ``sample_components_`` (n x k), ``eigenvalues_`` (of X X^T), ``loadings_``,
-    ``history_`` (the k Ritz vectors after each round), ``residuals_``,
-    ``rounds_``, ``converged_``, ``bytes_``, ``fit_seconds_``, explained variance.
+    Attributes (arrays: numpy, on the host): ``protocol_`` (the protocol 'auto' chose), ``sample_components_``
+    (n x k), ``eigenvalues_`` (of X X^T), ``loadings_``, ``history_`` (the k Ritz vectors after each round),
+    ``residuals_``, ``rounds_``, ``converged_``, ``bytes_``, ``fit_seconds_``, explained variance.
     """
 
     method = "exact"

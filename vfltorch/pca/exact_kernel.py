@@ -58,7 +58,7 @@ class ExactFederatedKernelPCA(FederatedPCABase):
     (masked sum, default True) or ``sum_topology`` for a plain reduction;
     ``seed`` (sign reference); ``mask_seed``.
 
-    Attributes: ``sample_components_`` (n x k), ``eigenvalues_`` (of the centred kernel),
+    Attributes (arrays: numpy, on the host): ``sample_components_`` (n x k), ``eigenvalues_`` (of the centred kernel),
     ``loadings_`` (Z_i = X_i^T U), ``gamma_``, ``rounds_`` (1), ``bytes_``,
     ``fit_seconds_``.
     """

@@ -183,10 +183,10 @@ class RandomFeatureKernelPCA(FederatedPCABase):
     (number, None: 1 / total features, 'scale': scikit-learn's); ``seed`` (public: W, b and the sign
     reference); ``fed``.
 
-    Attributes: ``sample_components_`` (U, n x k; also ``eigenvectors_``), ``eigenvalues_`` (of the centred
-    random-feature kernel Phi Phi^T / D), ``scores_`` (U sqrt(eigenvalues), = ``transform()``),
-    ``feature_components_`` (V, D x k, at the two holders only; None elsewhere), ``gamma_``, ``bytes_``,
-    ``messages_``, ``fit_seconds_``. ``transform(X_new)`` scores new rows in shares (``_transform_rows``);
+    Attributes (arrays: numpy, on the host): ``sample_components_`` (U, n x k; also ``eigenvectors_``),
+    ``eigenvalues_`` (of the centred random-feature kernel Phi Phi^T / D), ``scores_`` (U sqrt(eigenvalues),
+    = ``transform()``), ``feature_components_`` (V, D x k, at the two holders only; None elsewhere), ``gamma_``,
+    ``bytes_``, ``messages_``, ``fit_seconds_``. ``transform(X_new)`` scores new rows in shares (``_transform_rows``);
     ``save`` / ``load`` keep what that needs.
     """
 

@@ -88,8 +88,8 @@ class VFedPCA(FederatedPCABase):
         local projectors) or 'paper' (Algorithm 2's weighted sum of the vectors, for reproduction).
     seed : the shared seed of the start vectors (and of the reference that orients the result).
 
-    Attributes (after ``fit``; see ``base.py``): ``sample_components_`` (n x k), ``loadings_``
-    (f_i x k, the paper's Z_i = X_i^T u), ``local_components_`` / ``local_eigenvalues_``
+    Attributes (after ``fit``; arrays: numpy, on the host; see ``base.py``): ``sample_components_`` (n x k),
+    ``loadings_`` (f_i x k, the paper's Z_i = X_i^T u), ``local_components_`` / ``local_eigenvalues_``
     (the party's own eigenpairs of the first period: what it has without federation),
     ``history_`` (the merged block after each period), ``rounds_``, ``bytes_``,
     ``fit_seconds_``, explained variance.
