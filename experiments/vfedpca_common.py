@@ -83,6 +83,15 @@ def pooled_matrix(dataset: str, scale: str = "none") -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------- fits
+def _torch(value):
+    """A fitted array (numpy since issue 37), or a list of them, as tensors: the experiments compute with torch."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [_torch(v) for v in value]
+    return torch.as_tensor(value)
+
+
 def _party(fed, jobs):
     out = []
     for job in jobs:
@@ -96,11 +105,11 @@ def _party(fed, jobs):
         est.set_params(fed=fed).fit(X, parties=parties)
         elapsed = time.perf_counter() - started
         out.append({
-            "components": getattr(est, "sample_components_", None),
-            "history": getattr(est, "history_", None) if fed.rank in (0, fed.coordinator) else None,
-            "local_components": getattr(est, "local_components_", None),
-            "local_eigenvalues": getattr(est, "local_eigenvalues_", None),
-            "loadings": getattr(est, "loadings_", None),
+            "components": _torch(getattr(est, "sample_components_", None)),
+            "history": _torch(getattr(est, "history_", None)) if fed.rank in (0, fed.coordinator) else None,
+            "local_components": _torch(getattr(est, "local_components_", None)),
+            "local_eigenvalues": _torch(getattr(est, "local_eigenvalues_", None)),
+            "loadings": _torch(getattr(est, "loadings_", None)),
             "bytes": getattr(est, "bytes_", 0), "rounds": getattr(est, "rounds_", 0),
             "seconds": elapsed, "converged": getattr(est, "converged_", None),
             "gamma": getattr(est, "gamma_", None),

@@ -24,6 +24,16 @@ def needs_dataset(name: str):
                                      f"set VFLTORCH_DATA to the shared data folder to run this test")
 
 
+def as_torch(value):
+    """A fitted array (numpy since issue 37; None; or a list of them, ``history_``) as tensors, for the checks
+    that compute in torch."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return [as_torch(v) for v in value]
+    return torch.as_tensor(value)
+
+
 def _safe():
     try:
         resolve_data_dir()

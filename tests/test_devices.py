@@ -119,6 +119,17 @@ def test_pca_estimators_on_fake_cuda(name):
     with fake_cuda():
         est = cls(n_components=2).fit(torch.tensor(X, device="cuda"))
         assert_on(est.transform(), "cuda", f"{name}.transform()")
+        # Issue 37: the estimator computes with its tensors on the device (private, "_" + name); the public fitted
+        # arrays are their numpy copies on the host (a CUDA tensor has no numpy view: to_numpy moved them).
+        from vfltorch.pca.base import FITTED_ARRAYS
+        held = [a for a in FITTED_ARRAYS if getattr(est, "_" + a, None) is not None]
+        assert "sample_components_" in held, held
+        for attr in held:
+            private, public = getattr(est, "_" + attr), getattr(est, attr)
+            for t, a in zip(private, public) if isinstance(private, list) else [(private, public)]:
+                # (rffkpca's V, D x k, stays with its ring arithmetic on the host, where the new rows' phases are)
+                assert_on(t, "cpu" if attr == "feature_components_" else "cuda", f"{name}._{attr}")
+                assert isinstance(a, np.ndarray) and a.shape == tuple(t.shape), (name, attr, type(a))
         if name in ("ExactFederatedPCA", "VFedPCA", "VFedAKPCA"):
             assert_on(est.transform(torch.tensor(X[:10], device="cuda")), "cuda")
 

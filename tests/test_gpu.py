@@ -93,11 +93,19 @@ def test_pca_estimators(name, tmp_path):
     cpu = cls(n_components=2).fit(torch.tensor(X))
     t_gpu, t_cpu = gpu.transform(), cpu.transform()
     assert t_gpu.device.type == "cuda"
+    # Issue 37: the tensors it computes with stay on the GPU (private); the public fitted arrays are host numpy.
+    from vfltorch.pca.base import FITTED_ARRAYS
+    for attr in FITTED_ARRAYS:
+        private = getattr(gpu, "_" + attr, None)
+        if isinstance(private, torch.Tensor):
+            assert private.device.type == ("cpu" if attr == "feature_components_" else "cuda"), attr
+            assert isinstance(getattr(gpu, attr), np.ndarray), attr
     if name in ("ExactFederatedPCA", "ExactFederatedKernelPCA"):
         assert torch.allclose(t_gpu.cpu().abs(), t_cpu.abs(), atol=1e-6)
     if name in ("ExactFederatedPCA", "VFedPCA", "ExactFederatedKernelPCA", "RandomFeatureKernelPCA"):
         gpu.save(tmp_path / "m")
         loaded = cls.load(tmp_path / "m")
+        assert not [k for k, v in vars(loaded).items() if isinstance(v, torch.Tensor) and not k.startswith("_")]
         new = loaded.transform(torch.tensor(X[:20]))
         assert new.shape == (20, 2) and torch.isfinite(torch.as_tensor(new).cpu()).all()
 

@@ -185,6 +185,10 @@ def test_save_load_pickle_and_joblib_round_trip(case, bc, tmp_path):
     for other in (loaded, pickle.loads(pickle.dumps(est))):
         got = getattr(other, method)(Xs)
         assert np.array_equal(np.asarray(got), np.asarray(expected))
+        if method == "transform":                       # PCA: the fitted arrays come back numpy (issue 37)
+            for name in ("mean_", "components_", "loadings_", "singular_values_", "explained_variance_"):
+                assert isinstance(getattr(other, name), np.ndarray), name
+                np.testing.assert_array_equal(getattr(other, name), getattr(est, name))
     joblib.dump(est, tmp_path / "e.joblib")
     assert np.array_equal(np.asarray(getattr(joblib.load(tmp_path / "e.joblib"), method)(Xs)), np.asarray(expected))
 
@@ -368,6 +372,9 @@ def test_exact_kernel_pca_saves_and_scores_new_rows(tmp_path):
     m.save(tmp_path / "k")
     loaded = ExactFederatedKernelPCA.load(tmp_path / "k")
     np.testing.assert_array_equal(loaded.transform(X[400:]), m.transform(X[400:]))
+    for name in ("X_fit_", "sample_components_", "eigenvalues_"):           # numpy, as fitted (issue 37)
+        assert isinstance(getattr(loaded, name), np.ndarray), name
+        np.testing.assert_array_equal(getattr(loaded, name), getattr(m, name))
     model, lines = _round_trip(tmp_path, "kpca", ["pca", "--parties", "2", "--method", "exact", "--kernel", "rbf",
                                                   "--components", "2", "--scale", "standard", "--test-fraction",
                                                   "0.25"], [])
@@ -421,6 +428,9 @@ def test_random_feature_kernel_pca_saves_and_scores_new_rows(tmp_path):
     m.save(tmp_path / "r")
     loaded = RandomFeatureKernelPCA.load(tmp_path / "r")
     np.testing.assert_array_equal(loaded.transform(X[400:]), m.transform(X[400:]))
+    for name in ("eigenvalues_", "feature_components_"):                    # numpy, as fitted (issue 37)
+        assert isinstance(getattr(loaded, name), np.ndarray), name
+        np.testing.assert_array_equal(getattr(loaded, name), getattr(m, name))
     assert np.abs(m.transform(X[400:])).max() > 0.1
 
 

@@ -17,6 +17,7 @@ import torch
 from sklearn.metrics.pairwise import pairwise_kernels
 from sklearn.preprocessing import KernelCenterer
 
+from conftest import as_torch
 from vfltorch.comm import launch
 from vfltorch.data import VFLInputError
 from vfltorch.pca import VFedAKPCA, merge, shared_start
@@ -104,7 +105,7 @@ def party_job(fed, parties):
         start = len(fed.transcript)
         est = VFedAKPCA(K, gamma=GAMMA, fed=fed, **kw).fit(mine)
         fitted = len(fed.transcript)
-        got = {"U": est.transform() if fed.is_data_party else None, "C": est.merge_coefficients_}
+        got = {"U": est.transform() if fed.is_data_party else None, "C": as_torch(est.merge_coefficients_)}
         if fed.is_data_party:                              # (numpy in, numpy out)
             got["train"] = torch.as_tensor(est.transform(mine))
             got["new"] = torch.as_tensor(est.transform(mine_new))

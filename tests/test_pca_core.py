@@ -124,11 +124,12 @@ def test_one_party_vfedpca_is_plain_power_iteration():
     Xc = X - X.mean(0)
     b0 = shared_start(40, 1, 0, 1, device="cpu")
     one = VFedPCA(1, periods=1, local_iters=4).fit(X)
-    torch.testing.assert_close(one.sample_components_, plain_power(Xc @ Xc.T, b0 / b0.norm(), 4), rtol=0, atol=1e-12)
+    torch.testing.assert_close(torch.as_tensor(one.sample_components_), plain_power(Xc @ Xc.T, b0 / b0.norm(), 4), rtol=0, atol=1e-12)
     # Period 2 adds one power step on the rank-one updated data; later periods change nothing (idempotent update).
     for periods in (2, 5):
         many = VFedPCA(1, periods=periods, local_iters=4, warm_start=True).fit(X)
-        torch.testing.assert_close(many.sample_components_, plain_power(Xc @ Xc.T, b0 / b0.norm(), 5), rtol=0, atol=1e-12)
+        torch.testing.assert_close(torch.as_tensor(many.sample_components_), plain_power(Xc @ Xc.T, b0 / b0.norm(), 5),
+                                   rtol=0, atol=1e-12)
     assert one.rounds_ == 1 and one.bytes_ == 0
 
 
@@ -151,7 +152,7 @@ def test_one_party_kernel_methods_equal_pooled_kernel_pca():
     assert aligned_distances(ak.sample_components_, G).max() < 1e-10
     sk = KernelPCA(2, kernel="rbf", gamma=0.5).fit(X.numpy())
     assert aligned_distances(exact.sample_components_, torch.as_tensor(sk.eigenvectors_)).max() < 1e-8
-    np.testing.assert_allclose(exact.eigenvalues_.numpy(), sk.eigenvalues_, rtol=1e-8)
+    np.testing.assert_allclose(exact.eigenvalues_, sk.eigenvalues_, rtol=1e-8)      # numpy, as scikit-learn's
 
 
 def test_one_party_transform_matches_scikit_learn():
@@ -166,7 +167,7 @@ def test_one_party_transform_matches_scikit_learn():
     torch.testing.assert_close(ours * signs, theirs, rtol=1e-6, atol=1e-6)
     train = m.transform()
     torch.testing.assert_close(train.abs(), torch.as_tensor(sk.transform(X.numpy())).abs(), rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(m.explained_variance_, torch.as_tensor(sk.explained_variance_), rtol=1e-8, atol=0)
+    np.testing.assert_allclose(m.explained_variance_, sk.explained_variance_, rtol=1e-8, atol=0)
 
 
 # ----------------------------------------------------------------------- kernels
@@ -300,16 +301,16 @@ def test_numpy_input_components_and_inverse_transform_match_scikit_learn():
     new = low_rank_data(n=9, seed=4, noise=0.5).numpy()
     sk = PCA(3).fit(X)
     est = ExactFederatedPCA(3).fit(X)                       # numpy in, Q = 1
-    signs = torch.sign((est.components_ * torch.as_tensor(sk.components_)).sum(1))
-    torch.testing.assert_close(est.components_ * signs[:, None], torch.as_tensor(sk.components_),
-                               rtol=1e-8, atol=1e-10)
+    assert isinstance(est.components_, np.ndarray) and est.components_.shape == sk.components_.shape
+    signs = torch.as_tensor(np.sign((est.components_ * sk.components_).sum(1)))
+    np.testing.assert_allclose(est.components_ * signs[:, None].numpy(), sk.components_, rtol=1e-8, atol=1e-10)
     scores = est.transform(new)                             # numpy out
     assert type(scores) is type(est.inverse_transform(scores)) is type(new)
     torch.testing.assert_close(torch.as_tensor(scores) * signs, torch.as_tensor(sk.transform(new)), rtol=1e-8,
                                atol=1e-8)
     torch.testing.assert_close(torch.as_tensor(est.inverse_transform(scores)),
                                torch.as_tensor(sk.inverse_transform(sk.transform(new))), rtol=1e-8, atol=1e-8)
-    torch.testing.assert_close(est.explained_variance_, torch.as_tensor(sk.explained_variance_), rtol=1e-8, atol=0)
+    np.testing.assert_allclose(est.explained_variance_, sk.explained_variance_, rtol=1e-8, atol=0)
     with pytest.raises(VFLInputError, match="no inverse_transform"):
         ExactFederatedKernelPCA(2, kernel="rbf", gamma=0.1).fit(X).inverse_transform(scores[:, :2])
 
@@ -355,7 +356,7 @@ def test_whiten_matches_scikit_learn():
     new = low_rank_data(n=9, seed=4, noise=0.5).numpy()
     sk = PCA(3, whiten=True).fit(X)
     est = ExactFederatedPCA(3, whiten=True).fit(X)
-    signs = torch.sign((est.components_ * torch.as_tensor(sk.components_)).sum(1))
+    signs = torch.as_tensor(np.sign((est.components_ * sk.components_).sum(1)))
     T = torch.as_tensor
     torch.testing.assert_close(T(est.transform(new)) * signs, T(sk.transform(new)), rtol=1e-8, atol=1e-8)
     torch.testing.assert_close(T(est.transform()) * signs, T(sk.transform(X)), rtol=1e-8, atol=1e-8)
@@ -368,7 +369,7 @@ def test_training_scores_versus_transform_of_the_training_rows():
     exact = ExactFederatedPCA(2).fit(X)
     torch.testing.assert_close(exact.transform(X), exact.transform(), rtol=1e-9, atol=1e-9)
     approx = VFedPCA(2, periods=1, local_iters=2).fit(X)         # far from converged on purpose
-    U, s = approx.sample_components_, approx.singular_values_
+    U, s = torch.as_tensor(approx.sample_components_), torch.as_tensor(approx.singular_values_)
     local, shipped = approx.transform(), approx.transform(X)
     assert (local - shipped).abs().max() > 1e-3                  # they differ for an approximate U ...
     Xc = X - X.mean(0)

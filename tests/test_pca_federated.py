@@ -9,6 +9,7 @@ the gathered local eigenpairs, and inspect the transcripts.
 import pytest
 import torch
 
+from conftest import as_torch
 from vfltorch.comm import launch
 from vfltorch.pca import (ExactFederatedKernelPCA, ExactFederatedPCA, VFedAKPCA, VFedPCA, aligned_distances, merge,
                           pooled_kernel_pca, pooled_pca, shared_start)
@@ -33,10 +34,23 @@ def columns(rank):
     return slice(BOUNDS[rank], BOUNDS[rank + 1])
 
 
+def _kind(value):
+    """The type name of a fitted attribute ('list[ndarray]' for history_)."""
+    if isinstance(value, list):
+        return "list[" + ",".join(sorted({type(v).__name__ for v in value})) + "]"
+    return type(value).__name__
+
+
+ARRAYS = ("sample_components_", "local_components_", "local_eigenvalues_", "history_", "eigenvalues_", "loadings_")
+
+
 def _state(est):
+    """What the checks below compare: the fitted arrays (numpy, issue 37) as tensors, and their types as fitted."""
     keep = ("sample_components_", "local_components_", "local_eigenvalues_", "history_", "rounds_", "bytes_",
             "explained_variance_ratio_", "eigenvalues_", "converged_", "loadings_")
-    return {k: getattr(est, k) for k in keep if hasattr(est, k)}
+    state = {k: as_torch(getattr(est, k)) if k in ARRAYS else getattr(est, k) for k in keep if hasattr(est, k)}
+    state["kinds"] = {k: _kind(v) for k, v in vars(est).items() if k.endswith("_") and not k.startswith("_")}
+    return state
 
 
 def party_job(fed):
@@ -89,6 +103,22 @@ def sent(results, rank, name):
     r = results[rank]
     a, b = r["marks"][name]
     return r["messages"][a:b]
+
+
+def test_fitted_arrays_are_numpy_at_every_rank(results):
+    """Issue 37: under a real federation too, every rank's fitted arrays are numpy (None where it holds none)."""
+    seen = set()
+    for r in results:
+        for name, state in r["out"].items():
+            if not isinstance(state, dict):
+                continue
+            for attr, kind in state["kinds"].items():
+                assert "Tensor" not in kind, (r["rank"], name, attr, kind)
+                seen.add((attr, kind))
+    for attr in ("sample_components_", "loadings_", "components_", "mean_", "eigenvalues_", "local_components_",
+                 "merge_coefficients_", "X_fit_", "singular_values_", "explained_variance_"):
+        assert (attr, "ndarray") in seen, attr
+    assert ("history_", "list[ndarray]") in seen
 
 
 # ------------------------------------------------------------------------- exact

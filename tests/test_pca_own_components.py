@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import as_torch
 from vfltorch.comm import launch
 from vfltorch.pca import ExactFederatedPCA
 from vfltorch.pca.exact import haar_rotation
@@ -77,8 +78,8 @@ def job(fed):
             with warnings.catch_warnings():
                 warnings.simplefilter("error")          # the new protocol warns about nothing
                 est = ExactFederatedPCA(K, covariance_sharing=mode, fed=fed).fit(X)
-            out[mode] = {"span": (start, len(fed.transcript)), "U": est.sample_components_,
-                         "theta": est.eigenvalues_, "components": getattr(est, "components_", None),
+            out[mode] = {"span": (start, len(fed.transcript)), "U": as_torch(est.sample_components_),
+                         "theta": as_torch(est.eigenvalues_), "components": as_torch(getattr(est, "components_", None)),
                          "bytes": est.bytes_, "W": recorded[-1]}
     finally:
         exact.open_own_rows = opener

@@ -14,6 +14,7 @@ import warnings
 import pytest
 import torch
 
+from conftest import as_torch
 from vfltorch.comm import launch
 from vfltorch.pca import ExactFederatedPCA, orthonormalize, shared_start
 from vfltorch.pca.exact import haar_rotation
@@ -56,7 +57,7 @@ def job(fed):
             warnings.simplefilter("always")
             est.set_params(fed=fed).fit(X)
         out[name] = {"span": (start, len(fed.transcript)), "warnings": [str(w.message) for w in caught],
-                     "components": est.sample_components_, "eigenvalues": est.eigenvalues_,
+                     "components": as_torch(est.sample_components_), "eigenvalues": as_torch(est.eigenvalues_),
                      "protocol": est.protocol_}
     sharing.rotate_shares = rotate
     msgs = [(m.phase, m.src, m.dst, m.tensor) for m in fed.transcript]

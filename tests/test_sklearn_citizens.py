@@ -64,6 +64,31 @@ def test_dp_estimators_at_their_defaults_work_on_raw_and_scaled_rows():
         assert DPSGD(epochs=1).fit(X[:30], y[:30]).batch_size_ == 30
 
 
+@pytest.mark.parametrize("make", [VFedPCA, VFedAKPCA, ExactFederatedPCA, ExactFederatedKernelPCA,
+                                  RandomFeatureKernelPCA])
+def test_pca_fitted_arrays_are_numpy_at_their_defaults(make):
+    """Issue 37: every public fitted array is a numpy ndarray (float64, as scikit-learn's PCA.components_), none a
+    torch.Tensor; ``history_`` is a list of them. The estimator still computes with tensors (transform of torch rows
+    gives torch)."""
+    from sklearn.datasets import load_breast_cancer
+
+    X = load_breast_cancer(return_X_y=True)[0][:200]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = make().fit(X)
+    fitted = {k: v for k, v in vars(est).items() if k.endswith("_") and not k.startswith("_")}
+    arrays = {k: v for k, v in fitted.items() if isinstance(v, (np.ndarray, torch.Tensor))}
+    listed = {f"{k}[{i}]": a for k, v in fitted.items() if isinstance(v, list)
+              for i, a in enumerate(v) if isinstance(a, (np.ndarray, torch.Tensor))}
+    assert "sample_components_" in arrays, sorted(fitted)
+    assert listed, "history_ holds the fitted blocks"
+    for name, value in {**arrays, **listed}.items():
+        assert isinstance(value, np.ndarray) and not isinstance(value, torch.Tensor), (name, type(value))
+        assert value.dtype == np.float64, (name, value.dtype)
+    assert isinstance(est.transform(), np.ndarray)                           # numpy in, numpy out
+    assert isinstance(est.transform(torch.as_tensor(X[:5])), torch.Tensor)   # torch in, torch out
+
+
 def blobs(n=200, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, 6))

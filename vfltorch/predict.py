@@ -416,7 +416,7 @@ def _predict_pca(fed, manifest, arrays, X, y):
             return None
         s = to_numpy(scores)
         return {f"pc{j + 1}": s[:, j] for j in range(s.shape[1])}, {}
-    part = ((X - est.mean_.to(X.device)) ** 2).sum().reshape(1)
+    part = ((X - est._mean_.to(X.device)) ** 2).sum().reshape(1)
     with fed.phase("pca/transform"):
         total = allreduce(fed, part, "tree", parties=fed.parties) if fed.num_parties > 1 else part
     if not fed.is_active:

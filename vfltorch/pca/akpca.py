@@ -73,7 +73,7 @@ class VFedAKPCA(FederatedPCABase):
     iterations); ``topology``, ``weight_scaling``, ``include_self`` as in
     ``VFedPCA``; ``seed`` (the shared start / sign reference).
 
-    Attributes: ``sample_components_`` (n x k), ``loadings_`` (Z_i = X_i^T u, f_i x k),
+    Attributes (arrays: numpy, on the host): ``sample_components_`` (n x k), ``loadings_`` (Z_i = X_i^T u, f_i x k),
     ``local_components_`` / ``local_eigenvalues_`` (the party's own kernel PCA),
     ``merge_coefficients_`` (k x k: this party's C_i, U = sum_i local_components_i C_i), ``X_fit_``
     (this party's own training columns, for new rows), ``gamma_``, ``rounds_`` (1), ``bytes_``,
@@ -134,15 +134,15 @@ class VFedAKPCA(FederatedPCABase):
                     v, lam = top_eigenpairs(K, k, reference=reference)
                 else:
                     v, lam = power_iteration(matrix_operator(K), reference, self.local_iters)
-                self.local_components_, self.local_eigenvalues_ = v, lam
+                self._local_components_, self._local_eigenvalues_ = v, lam
             with fed.phase(f"pca/{self.method}"):
                 U, C = merge_round(fed, parties, self.topology, v, lam, n, k, weight_scaling=self.weight_scaling,
                                    include_self=self.include_self, power=0.5, mode=self.merge,
                                    reference=shared_start(n, k, self.seed, 1, device=self._device),
                                    device=self._device, coefficients=True)
-        self.merge_coefficients_ = C
-        self.X_fit_ = X if client else None
-        self.history_ = [] if U is None else [U]
+        self._merge_coefficients_ = C
+        self._X_fit_ = X if client else None
+        self._history_ = [] if U is None else [U]
         self.rounds_ = 1
         self.fit_seconds_ = time.perf_counter() - started
         self._count_bytes(fed)
@@ -163,18 +163,18 @@ class VFedAKPCA(FederatedPCABase):
         A component with no variance (lambda_i <= n eps lambda_max) extends by 0: its vector is noise, and the
         merge gave it (almost) no weight.
         """
-        X_fit = self.X_fit_
+        X_fit = self._X_fit_
         Kx = cross_kernel_from_gram(X @ X_fit.T, (X ** 2).sum(dim=1), (X_fit ** 2).sum(dim=1), self.kernel,
                                     gamma=self.gamma_, degree=self.degree, coef0=self.coef0)
         Kc = center_cross_kernel(Kx, *self._kernel_means)
-        lam = self.local_eigenvalues_
+        lam = self._local_eigenvalues_
         floor = X_fit.shape[0] * torch.finfo(lam.dtype).eps * lam.max().clamp_min(0)
         inv = torch.where(lam > floor, 1.0 / torch.where(lam > floor, lam, torch.ones_like(lam)), torch.zeros_like(lam))
-        return Kc @ (self.local_components_ * inv)
+        return Kc @ (self._local_components_ * inv)
 
     def _new_rows(self, X, fed) -> torch.Tensor:
         """Scores of new rows (this party's columns of them), summed over the parties (module docstring)."""
-        if getattr(self, "X_fit_", None) is None:
+        if getattr(self, "_X_fit_", None) is None:
             raise VFLInputError("only a data party can transform its columns of new samples (the server holds no "
                                 "columns)")
         if not self._merged_alike():
@@ -183,15 +183,15 @@ class VFedAKPCA(FederatedPCABase):
                                 f"party holds its own. Fit with topology='server' (the default) or 'complete' (with "
                                 f"include_self=True), or use transform() for the training rows")
         X = as_tensor(X)
-        f = self.X_fit_.shape[1]
+        f = self._X_fit_.shape[1]
         if not isinstance(X, torch.Tensor) or X.dim() != 2 or X.shape[1] != f:
             raise VFLInputError(f"expected this party's {f} columns of the new samples (m x {f}), got "
                                 f"{tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__}")
-        X = X.to(self.X_fit_.device, torch.float64)
+        X = X.to(self._X_fit_.device, torch.float64)
         if not bool(torch.isfinite(X).all()):
             raise VFLInputError(f"{'this party' if fed is None else fed.name()}'s columns of the new samples contain "
                                 f"NaN or inf: impute them as the training columns were")
-        part = self._local_extension(X) @ self.merge_coefficients_.to(X.device)
+        part = self._local_extension(X) @ self._merge_coefficients_.to(X.device)
         if len(self.parties_) == 1:
             return part
         fed = Federation.local(X.device) if fed is None else fed
@@ -209,8 +209,8 @@ class VFedAKPCA(FederatedPCABase):
         number put there would be a made-up scale. Multiply by the exact kernel PCA's
         sqrt(eigenvalues_) if both are fitted, or compare directions (``aligned_distances``).
         """
-        if not hasattr(self, "sample_components_"):
+        if not hasattr(self, "_sample_components_"):
             raise RuntimeError("VFedAKPCA is not fitted yet: call fit first")
         if X is not None:
             return self._new_rows(X, fed)
-        return self.sample_components_
+        return self._sample_components_

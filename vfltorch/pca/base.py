@@ -17,7 +17,7 @@ Conventions (all estimators):
   paper's output: for the exact method Z_i = V_i S, the rows of the pooled
   right singular vectors that belong to party i's features, scaled.
 * ``explained_variance_`` (s_j^2 / (n - 1) with s_j^2 = u_j^T X X^T u_j) and
-  ``explained_variance_ratio_`` (numpy) are computed through a masked sum
+  ``explained_variance_ratio_`` are computed through a masked sum
   (``secure_allreduce``) over the parties of ||X_i^T u_j||^2 and ||X_i||_F^2:
   k + 1 numbers per party, of which only the totals are revealed (in the
   decentralised topologies: for the first party's estimate).
@@ -29,6 +29,13 @@ Conventions (all estimators):
   the data ranks taking part (default all). ``X`` may be numpy, pandas or
   torch: scores come back as numpy for numpy / pandas input, as torch tensors
   for torch input.
+* Fitted arrays are numpy (issue 37: scikit-learn's estimators hold ndarrays): the estimators
+  compute with torch tensors on the party's device and keep them under private names, an
+  underscore before the public one (``_components_``, ``_mean_``, ...: ``FITTED_ARRAYS``), which
+  transform, save / load, the CLI and ``vfl predict`` read. ``fit`` (and ``load``) end by
+  publishing them under the public names as float64 numpy arrays on the host
+  (``_publish_fitted``, through ``vfltorch.devices.to_numpy``; on the CPU a view of the tensor,
+  no copy). ``history_`` is a list of them.
 """
 
 from __future__ import annotations
@@ -55,6 +62,21 @@ def as_tensor(X):
     if isinstance(X, np.ndarray) or hasattr(X, "__array__"):
         return torch.as_tensor(np.asarray(X, dtype=np.float64))
     return X
+
+
+# The fitted arrays of the PCA estimators: kept as tensors under "_" + name, published as numpy under name.
+FITTED_ARRAYS = ("mean_", "components_", "singular_values_", "explained_variance_", "eigenvalues_",
+                 "sample_components_", "eigenvectors_", "loadings_", "local_components_", "local_eigenvalues_",
+                 "merge_coefficients_", "X_fit_", "history_", "scores_", "feature_components_")
+
+
+def _as_numpy(value):
+    """A fitted tensor (or a list of them, ``history_``) as numpy on the host; None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return [_as_numpy(v) for v in value]
+    return to_numpy(value)
 
 
 class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
@@ -93,7 +115,34 @@ class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_
         if X is not None:
             X, _ = features(self, X, reset=True, federated=federated)
             X = as_tensor(X)
-        return self._fit(X, fed, parties)
+        self._forget_fitted()
+        self._fit(X, fed, parties)
+        self._publish_fitted()
+        return self
+
+    def __getstate__(self):
+        # A pickle keeps the tensors once: the public numpy copies are made again on unpickling.
+        state = super().__getstate__()
+        return {k: v for k, v in state.items() if not (k in FITTED_ARRAYS and "_" + k in state)}
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self._publish_fitted()
+
+    def _forget_fitted(self) -> None:
+        """Drop a previous fit's arrays (private tensors and public numpy), so that a refit shows only its own."""
+        for name in FITTED_ARRAYS:
+            for attr in ("_" + name, name):
+                if attr in self.__dict__:
+                    delattr(self, attr)
+
+    def _publish_fitted(self) -> None:
+        """The fitted tensors (``_NAME``) as numpy arrays under their public names (``NAME``), the last step of
+        ``fit`` and of ``load``: what the user sees is scikit-learn's, what the estimator computes with stays
+        on its device. Names the fit did not set (a coordinator's ``loadings_``, ...) stay unset."""
+        for name in FITTED_ARRAYS:
+            if "_" + name in self.__dict__:
+                setattr(self, name, _as_numpy(self.__dict__["_" + name]))
 
     def transform(self, X=None, fed=None):
         """Scores of the training samples (``X=None``) or of new rows of this party's columns (see ``_transform``).
@@ -201,13 +250,13 @@ class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_
         estimate; the explained variance is that of the first party's, which
         it sends down the pairwise tree for the purpose.
         """
-        self.sample_components_ = U
+        self._sample_components_ = U
         client = fed.rank in parties
-        self.loadings_ = Xc.T @ U if client else None
+        self._loadings_ = Xc.T @ U if client else None
         if not self.linear:
-            self.eigenvectors_ = U              # scikit-learn KernelPCA's name for the sample-space vectors
+            self._eigenvectors_ = U              # scikit-learn KernelPCA's name for the sample-space vectors
             return
-        self.components_ = None
+        self._components_ = None
         if client:
             with fed.phase("pca/variance"):
                 common = U
@@ -220,15 +269,15 @@ class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_
                 sums = secure_allreduce(fed, parts, parties=parties) if len(parties) > 1 else parts
             captured, total = sums[:-1], sums[-1]
             dof = max(self.n_samples_ - 1, 1)
-            self.singular_values_ = captured.clamp_min(0).sqrt()
-            self.explained_variance_ = captured / dof
+            self._singular_values_ = captured.clamp_min(0).sqrt()
+            self._explained_variance_ = captured / dof
             self.total_variance_ = float(total / dof)
             # numpy, as scikit-learn's PCA (a report of the fit: nothing in vfltorch computes with it)
             self.explained_variance_ratio_ = to_numpy(captured / total if total > 0 else torch.zeros_like(captured),
                                                       np.float64)
             # scikit-learn's components_ restricted to this party's columns (k x f_i): V_i^T.
-            s = torch.where(self.singular_values_ > 0, self.singular_values_, torch.ones_like(self.singular_values_))
-            self.components_ = (self.loadings_ / s).T.contiguous()
+            sv = self._singular_values_
+            self._components_ = (self._loadings_ / torch.where(sv > 0, sv, torch.ones_like(sv))).T.contiguous()
 
     def _transform(self, X: torch.Tensor | None = None, fed: Federation | None = None) -> torch.Tensor:
         """Scores of samples on the components, at every data party.
@@ -253,23 +302,23 @@ class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_
                                 "and training samples would need every party's columns; use transform() for "
                                 "the training samples' embedding")
         if X is None:
-            if self.sample_components_ is None:
+            if self._sample_components_ is None:
                 raise VFLInputError(f"this {type(self).__name__} was loaded from a saved model, which keeps no "
                                     f"training embedding: pass the rows to transform")
-            return self._whiten(self.sample_components_ * self.singular_values_)
-        if self.loadings_ is None:
+            return self._whiten(self._sample_components_ * self._singular_values_)
+        if self._loadings_ is None:
             raise VFLInputError("only a data party can transform its columns of new samples")
         X = as_tensor(X)
         fed = Federation.local(X.device) if fed is None else fed
-        if X.dim() != 2 or X.shape[1] != self.loadings_.shape[0]:
-            raise VFLInputError(f"expected this party's {self.loadings_.shape[0]} columns of the new samples "
-                                f"(m x {self.loadings_.shape[0]}), got shape {tuple(X.shape)}")
+        if X.dim() != 2 or X.shape[1] != self._loadings_.shape[0]:
+            raise VFLInputError(f"expected this party's {self._loadings_.shape[0]} columns of the new samples "
+                                f"(m x {self._loadings_.shape[0]}), got shape {tuple(X.shape)}")
         # (on the model's device: numpy rows, or rows on another device, move there)
-        X = to_device(X, self.loadings_.device, torch.float64)
-        Xc = X - same_device(self.mean_, X)
-        sv = same_device(self.singular_values_, X)
+        X = to_device(X, self._loadings_.device, torch.float64)
+        Xc = X - same_device(self._mean_, X)
+        sv = same_device(self._singular_values_, X)
         s = torch.where(sv > 0, sv, torch.ones_like(sv))
-        part = Xc @ (same_device(self.loadings_, X) / s)
+        part = Xc @ (same_device(self._loadings_, X) / s)
         with fed.phase("pca/transform"):
             # Masked: a tree parent would otherwise see its child's m x k part (X_i V_i of the new rows).
             scores = secure_allreduce(fed, part, parties=self.parties_) if len(self.parties_) > 1 else part
@@ -279,7 +328,7 @@ class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_
         """``whiten=True``: scores / sqrt(explained_variance_) (scikit-learn's PCA), or back with ``inverse``."""
         if not getattr(self, "whiten", False):
             return scores
-        sd = self.explained_variance_.clamp_min(0).sqrt()
+        sd = self._explained_variance_.clamp_min(0).sqrt()
         sd = torch.where(sd > 0, sd, torch.ones_like(sd)).to(scores.device)
         return scores * sd if inverse else scores / sd
 
@@ -298,15 +347,15 @@ class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_
         if not self.linear:
             raise VFLInputError(f"{type(self).__name__} has no inverse_transform (kernel PCA has no linear "
                                 f"map back to the features)")
-        if getattr(self, "components_", None) is None:
+        if getattr(self, "_components_", None) is None:
             raise VFLInputError("only a data party can reconstruct (its own) columns")
         as_torch = isinstance(scores, torch.Tensor)
         scores = as_tensor(scores).to(torch.float64)
-        k = self.components_.shape[0]
+        k = self._components_.shape[0]
         if scores.dim() != 2 or scores.shape[1] != k:
             raise VFLInputError(f"expected scores of shape (m, {k}), got {tuple(scores.shape)}")
-        return output(self._whiten(scores.to(self.components_.device), inverse=True) @ self.components_ + self.mean_,
-                      as_torch)
+        V = self._components_
+        return output(self._whiten(scores.to(V.device), inverse=True) @ V + self._mean_, as_torch)
 
     # -------------------------------------------------- save / load (vfltorch.model_store)
     _model_method = "pca"
@@ -315,7 +364,7 @@ class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_
         """A data party's loadings (its columns' rows of V S), column means and the spectrum: what
         ``transform`` of new rows needs. The sample-space components (n x k, one value per training
         row) are not stored. A coordinator's shard holds nothing but the manifest."""
-        if not hasattr(self, "sample_components_"):
+        if not hasattr(self, "_sample_components_"):
             raise VFLInputError(f"{type(self).__name__} is not fitted yet: call fit first")
         if not self.linear:
             # (VFedAKPCA: its transform of new rows needs the party's training columns, local eigenpairs, merge
@@ -323,10 +372,10 @@ class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_
             raise VFLInputError(f"{type(self).__name__} cannot be saved yet: it scores new rows in the session that "
                                 f"fitted it only; ExactFederatedKernelPCA and RandomFeatureKernelPCA can be saved")
         state = self._layout_state()
-        if self.loadings_ is None:
+        if self._loadings_ is None:
             return state, {}
-        arrays = {"loadings": self.loadings_, "mean": self.mean_, "singular_values": self.singular_values_,
-                  "explained_variance": self.explained_variance_,
+        arrays = {"loadings": self._loadings_, "mean": self._mean_, "singular_values": self._singular_values_,
+                  "explained_variance": self._explained_variance_,
                   "explained_variance_ratio": self.explained_variance_ratio_}
         return state, {k: to_numpy(v, np.float64) for k, v in arrays.items()}
 
@@ -342,19 +391,24 @@ class FederatedPCABase(ShardedModelMixin, TransformerMixin, BaseEstimator, auto_
         self.party_widths_ = list(state["party_widths"])
 
     def _restore_shard(self, manifest, arrays, fed):
+        """``load``'s hook (``model_store.restore_estimator``): the estimator's tensors, then their numpy copies."""
+        self._restore_fitted(manifest, arrays, fed)
+        self._publish_fitted()
+
+    def _restore_fitted(self, manifest, arrays, fed):
         self._restore_layout(manifest["state"])
-        self.sample_components_ = None
+        self._sample_components_ = None
         # (on the loading federation's device, as a fit there would leave them)
         t = {k: to_device(v, fed.device, torch.float64) for k, v in arrays.items()}
-        self.loadings_ = t.get("loadings")
-        self.mean_ = t.get("mean")
-        self.singular_values_ = t.get("singular_values")
-        self.explained_variance_ = t.get("explained_variance")
+        self._loadings_ = t.get("loadings")
+        self._mean_ = t.get("mean")
+        self._singular_values_ = t.get("singular_values")
+        self._explained_variance_ = t.get("explained_variance")
         self.explained_variance_ratio_ = arrays.get("explained_variance_ratio")
-        self.components_ = None
-        if self.loadings_ is not None:
-            s = torch.where(self.singular_values_ > 0, self.singular_values_, torch.ones_like(self.singular_values_))
-            self.components_ = (self.loadings_ / s).T.contiguous()
+        self._components_ = None
+        if self._loadings_ is not None:
+            sv = self._singular_values_
+            self._components_ = (self._loadings_ / torch.where(sv > 0, sv, torch.ones_like(sv))).T.contiguous()
 
     def _bytes_in(self, fed: Federation) -> dict:
         """This party's meter totals for the fit proper (phases pca/<method>...), since the federation began."""

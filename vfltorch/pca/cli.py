@@ -188,14 +188,14 @@ def _gather_estimates(fed, est, decentralised: bool):
     import torch
 
     if not decentralised or fed.num_parties == 1:
-        return [est.sample_components_] if fed.is_active else None
+        return [est._sample_components_] if fed.is_active else None
     n, k = est.n_samples_, est.n_components
     with fed.phase("pca/evaluate"):
         if fed.is_active:
-            return [est.sample_components_ if p == fed.rank else fed.recv(p, (n, k), torch.float64, device="cpu")
+            return [est._sample_components_ if p == fed.rank else fed.recv(p, (n, k), torch.float64, device="cpu")
                     for p in fed.parties]
         if fed.is_data_party:
-            fed.send(est.sample_components_, fed.active)
+            fed.send(est._sample_components_, fed.active)
     return None
 
 
@@ -218,7 +218,7 @@ def _run(fed, data, args, log):
     if data is not None and data.X_test is not None and est.linear:
         # Variance of the held-out rows captured by the components: scores through a sum over the parties.
         scores = est.transform(data.X_test.to(args.device))
-        part = ((data.X_test.to(args.device, torch.float64) - est.mean_) ** 2).sum().reshape(1)
+        part = ((data.X_test.to(args.device, torch.float64) - est._mean_) ** 2).sum().reshape(1)
         with fed.phase("pca/transform"):
             total = allreduce(fed, part, "tree", parties=fed.parties)
         test_ratio = float((scores ** 2).sum() / total) if total > 0 else 0.0
@@ -286,10 +286,10 @@ def _evaluate(fed, est, args, log, finals, metrics) -> dict:
     per_party = [compare(U.cpu(), G, r) for U in finals]
     for key in ("distance", "distance_unaligned", "principal_angle_deg"):
         metrics[key] = max(p[key] for p in per_party)
-    if getattr(est, "local_components_", None) is not None:
-        metrics["isolated_distance"] = compare(est.local_components_.cpu(), G, r)["distance"]
+    if getattr(est, "_local_components_", None) is not None:
+        metrics["isolated_distance"] = compare(est._local_components_.cpu(), G, r)["distance"]
     history = []
-    for t, U in enumerate(est.history_, start=1):
+    for t, U in enumerate(est._history_, start=1):
         c = compare(U.cpu(), G, r)
         history.append({"period": t, **c})
         log.scalar("pca/distance", c["distance"], t)

@@ -164,9 +164,9 @@ class ExactFederatedPCA(FederatedPCABase):
     Warns (every protocol) when the other parties hold at most k columns together: the output (U, theta) then
     gives a party their Gram matrix exactly (docs/pca.md, 'What the output implies').
 
-    Attributes: ``protocol_`` (the protocol 'auto' chose), ``sample_components_`` (n x k), ``eigenvalues_`` (of X X^T), ``loadings_``,
-    ``history_`` (the k Ritz vectors after each round), ``residuals_``,
-    ``rounds_``, ``converged_``, ``bytes_``, ``fit_seconds_``, explained variance.
+    Attributes (arrays: numpy, on the host): ``protocol_`` (the protocol 'auto' chose), ``sample_components_``
+    (n x k), ``eigenvalues_`` (of X X^T), ``loadings_``, ``history_`` (the k Ritz vectors after each round),
+    ``residuals_``, ``rounds_``, ``converged_``, ``bytes_``, ``fit_seconds_``, explained variance.
     """
 
     method = "exact"
@@ -239,14 +239,14 @@ class ExactFederatedPCA(FederatedPCABase):
                                     f"knowing that it leaks the other parties' Gram matrix (docs/pca.md)")
             return self._fit_rotated(X, fed, parties, n)
         if fed.rank not in parties:        # the coordinator, if any, has nothing to do here
-            self.sample_components_, self.loadings_, self.bytes_, self.messages_, self.rounds_ = None, None, 0, 0, 0
-            self.converged_, self.eigenvalues_ = None, None
+            self._sample_components_, self._loadings_, self.bytes_, self.messages_, self.rounds_ = None, None, 0, 0, 0
+            self.converged_, self._eigenvalues_ = None, None
             return self
         if len(parties) > 1:
             warnings.warn(KRYLOV_LEAK, stacklevel=2)
         started = time.perf_counter()
         k = self.n_components
-        Xc, self.mean_ = self._center(X)
+        Xc, self._mean_ = self._center(X)
         extra = min(10, n - k) if self.oversample is None else int(self.oversample)
         b = max(k, min(n, k + max(extra, 0)))
         stream = MaskStream(secrets.randbits(62) if self.mask_seed is None else self.mask_seed, fed.rank)
@@ -274,8 +274,8 @@ class ExactFederatedPCA(FederatedPCABase):
             warnings.warn(f"{fed.name()}: exact PCA stopped at max_rounds={self.max_rounds} with relative residual "
                           f"{residuals[-1]:.3g} > tol={self.tol:g}: the components are not converged "
                           f"(converged_ is False)", stacklevel=2)
-        self.eigenvalues_ = theta[:k]
-        self.history_, self.residuals_, self.converged_ = history, residuals, converged
+        self._eigenvalues_ = theta[:k]
+        self._history_, self.residuals_, self.converged_ = history, residuals, converged
         self.rounds_ = len(history)
         self.fit_seconds_ = time.perf_counter() - started
         self._count_bytes(fed)
@@ -296,7 +296,7 @@ class ExactFederatedPCA(FederatedPCABase):
         coordinator = fed.coordinator
         Xc = None
         if client:
-            Xc, self.mean_ = self._center(X)
+            Xc, self._mean_ = self._center(X)
         block = None
         with fed.phase(f"pca/{self.method}"):
             if client:
@@ -320,18 +320,18 @@ class ExactFederatedPCA(FederatedPCABase):
                 del total, theta, W
             block = broadcast(fed, block, star([coordinator, *parties], center=coordinator), shape=(n + 1, k),
                               dtype=torch.float64)
-        self.eigenvalues_ = block[n].to(self._device).contiguous()
+        self._eigenvalues_ = block[n].to(self._device).contiguous()
         self.rounds_, self.converged_, self.residuals_ = 1, True, []
         self.fit_seconds_ = time.perf_counter() - started
         self._count_bytes(fed)
         if not client:
-            self.sample_components_, self.loadings_, self.history_ = None, None, []
+            self._sample_components_, self._loadings_, self._history_ = None, None, []
             return self
         # Eigenvectors have no sign: orient them as a power iteration from the shared positive start would.
         U = align_signs((P.T @ block[:n].to(Xc.device)).contiguous(), shared_start(n, k, self.seed, 1,
                                                                                     device=Xc.device))
         del P
-        self.history_ = [U]
+        self._history_ = [U]
         self._finish(fed, parties, Xc, U)
         return self
 
@@ -351,7 +351,7 @@ class ExactFederatedPCA(FederatedPCABase):
         coordinator, client = fed.coordinator, fed.rank in parties
         Xc = None
         if client:
-            Xc, self.mean_ = self._center(X)
+            Xc, self._mean_ = self._center(X)
         if len(parties) == 1:
             if not client:
                 return self._empty()
@@ -415,9 +415,9 @@ class ExactFederatedPCA(FederatedPCABase):
                                       offsets=offsets, k=k)
             del W, P
         if not client:
-            self.eigenvalues_ = block.to(self._device).contiguous()     # of P C P^T / s^2: ratios only
-            self.rounds_, self.converged_, self.residuals_, self.history_ = 1, True, [], []
-            self.sample_components_, self.loadings_ = None, None
+            self._eigenvalues_ = block.to(self._device).contiguous()     # of P C P^T / s^2: ratios only
+            self.rounds_, self.converged_, self.residuals_, self._history_ = 1, True, [], []
+            self._sample_components_, self._loadings_ = None, None
             self.fit_seconds_ = time.perf_counter() - started
             self._count_bytes(fed)
             return self
@@ -460,8 +460,8 @@ class ExactFederatedPCA(FederatedPCABase):
         return share
 
     def _empty(self) -> "ExactFederatedPCA":
-        self.sample_components_, self.loadings_, self.bytes_, self.messages_, self.rounds_ = None, None, 0, 0, 0
-        self.converged_, self.eigenvalues_, self.history_, self.residuals_ = None, None, [], []
+        self._sample_components_, self._loadings_, self.bytes_, self.messages_, self.rounds_ = None, None, 0, 0, 0
+        self.converged_, self._eigenvalues_, self._history_, self.residuals_ = None, None, [], []
         return self
 
     def _covariance_output(self, fed, parties, Xc, V_own, theta, started) -> "ExactFederatedPCA":
@@ -473,9 +473,9 @@ class ExactFederatedPCA(FederatedPCABase):
         U = XV / torch.where(s > 0, s, torch.ones_like(s))
         n = Xc.shape[0]
         U = align_signs(U.contiguous(), shared_start(n, U.shape[1], self.seed, 1, device=Xc.device))
-        self.eigenvalues_ = theta.contiguous()
+        self._eigenvalues_ = theta.contiguous()
         self.rounds_, self.converged_, self.residuals_ = 1, True, []
-        self.history_ = [U]
+        self._history_ = [U]
         self.fit_seconds_ = time.perf_counter() - started
         if len(parties) > 1:
             self._count_bytes(fed)

@@ -58,7 +58,7 @@ class ExactFederatedKernelPCA(FederatedPCABase):
     (masked sum, default True) or ``sum_topology`` for a plain reduction;
     ``seed`` (sign reference); ``mask_seed``.
 
-    Attributes: ``sample_components_`` (n x k), ``eigenvalues_`` (of the centred kernel),
+    Attributes (arrays: numpy, on the host): ``sample_components_`` (n x k), ``eigenvalues_`` (of the centred kernel),
     ``loadings_`` (Z_i = X_i^T U), ``gamma_``, ``rounds_`` (1), ``bytes_``,
     ``fit_seconds_``.
     """
@@ -87,7 +87,7 @@ class ExactFederatedKernelPCA(FederatedPCABase):
                                 f"choose one of {', '.join(SUM_TOPOLOGIES)}")
         fed, parties, X, n = self._setup(X, fed, parties)
         if fed.rank not in parties:
-            self.sample_components_, self.loadings_, self.bytes_, self.messages_, self.rounds_ = None, None, 0, 0, 0
+            self._sample_components_, self._loadings_, self.bytes_, self.messages_, self.rounds_ = None, None, 0, 0, 0
             return self
         started = time.perf_counter()
         k = self.n_components
@@ -115,9 +115,9 @@ class ExactFederatedKernelPCA(FederatedPCABase):
                 block = torch.cat([U, lam[None, :]])
             block = broadcast(fed, block, pairwise_tree(parties), shape=(n + 1, k), dtype=torch.float64)
         block = block.to(X.device)
-        self.X_fit_ = X                     # this party's own training columns (as scikit-learn's X_fit_)
-        U, self.eigenvalues_ = block[:n].contiguous(), block[n].contiguous()
-        self.history_ = [U]
+        self._X_fit_ = X                     # this party's own training columns (as scikit-learn's X_fit_)
+        U, self._eigenvalues_ = block[:n].contiguous(), block[n].contiguous()
+        self._history_ = [U]
         self.rounds_ = 1
         self.fit_seconds_ = time.perf_counter() - started
         self._count_bytes(fed)
@@ -127,21 +127,21 @@ class ExactFederatedKernelPCA(FederatedPCABase):
     def _transform(self, X=None, fed=None) -> torch.Tensor:
         """Kernel PCA scores: ``X=None``: the training samples', U sqrt(lambda); new rows: this party's
         columns of them (m x f_i), through the masked cross-Gram sum (module docstring), at every party."""
-        if not hasattr(self, "sample_components_"):
+        if not hasattr(self, "_sample_components_"):
             raise RuntimeError("ExactFederatedKernelPCA is not fitted yet: call fit first")
         if X is None:
-            return self.sample_components_ * self.eigenvalues_.clamp_min(0).sqrt()
-        if self.sample_components_ is None:
+            return self._sample_components_ * self._eigenvalues_.clamp_min(0).sqrt()
+        if self._sample_components_ is None:
             raise VFLInputError("only a data party can transform its columns of new samples")
         X = as_tensor(X)
-        if not isinstance(X, torch.Tensor) or X.dim() != 2 or X.shape[1] != self.X_fit_.shape[1]:
-            raise VFLInputError(f"expected this party's {self.X_fit_.shape[1]} columns of the new samples "
-                                f"(m x {self.X_fit_.shape[1]}), got {getattr(X, 'shape', type(X).__name__)}")
-        X = X.to(self.X_fit_.device, torch.float64)
+        if not isinstance(X, torch.Tensor) or X.dim() != 2 or X.shape[1] != self._X_fit_.shape[1]:
+            raise VFLInputError(f"expected this party's {self._X_fit_.shape[1]} columns of the new samples "
+                                f"(m x {self._X_fit_.shape[1]}), got {getattr(X, 'shape', type(X).__name__)}")
+        X = X.to(self._X_fit_.device, torch.float64)
         fed = Federation.local(X.device) if fed is None else fed
         parties, holder = self.parties_, self.parties_[0]
         m, n, k = X.shape[0], self.n_samples_, self.n_components
-        part = torch.cat([X @ self.X_fit_.T, (X ** 2).sum(dim=1, keepdim=True)], dim=1)
+        part = torch.cat([X @ self._X_fit_.T, (X ** 2).sum(dim=1, keepdim=True)], dim=1)
         with fed.phase(f"pca/{self.method}/transform"):
             total = part if len(parties) == 1 else secure_sum(fed, part, out=holder, parties=parties)
             scores = None
@@ -151,9 +151,9 @@ class ExactFederatedKernelPCA(FederatedPCABase):
                 Kx = cross_kernel_from_gram(Gx, sq, diag, self.kernel, gamma=self.gamma_, degree=self.degree,
                                             coef0=self.coef0)
                 Kc = center_cross_kernel(Kx, col_mean, grand_mean)
-                lam = self.eigenvalues_
+                lam = self._eigenvalues_
                 scale = torch.where(lam > 0, lam.clamp_min(0).sqrt(), torch.ones_like(lam))
-                scores = Kc @ (self.sample_components_ / scale)
+                scores = Kc @ (self._sample_components_ / scale)
             if len(parties) > 1:
                 scores = broadcast(fed, scores, pairwise_tree(parties), shape=(m, k), dtype=torch.float64)
         return scores.to(X.device)
@@ -163,28 +163,29 @@ class ExactFederatedKernelPCA(FederatedPCABase):
         """A data party's own training columns (``X_fit_``: its own data, in its own shard), the shared
         sample-space components and eigenvalues, gamma; the holder also the training kernel's column means
         and diag(G), which it computed from the pooled Gram matrix it already holds (module docstring)."""
-        if not hasattr(self, "sample_components_"):
+        if not hasattr(self, "_sample_components_"):
             raise VFLInputError(f"{type(self).__name__} is not fitted yet: call fit first")
-        state = {**self._layout_state(), "gamma": None if self.sample_components_ is None else float(self.gamma_)}
-        if self.sample_components_ is None:
+        state = {**self._layout_state(), "gamma": None if self._sample_components_ is None else float(self.gamma_)}
+        if self._sample_components_ is None:
             return state, {}
-        arrays = {"X_fit": self.X_fit_, "sample_components": self.sample_components_,
-                  "eigenvalues": self.eigenvalues_}
+        arrays = {"X_fit": self._X_fit_, "sample_components": self._sample_components_,
+                  "eigenvalues": self._eigenvalues_}
         held = getattr(self, "_holder_state", None)
         if held is not None:
             arrays.update(col_mean=held[0], grand_mean=held[1].reshape(1), diag=held[2])
         return state, {k: to_numpy(v, np.float64) for k, v in arrays.items()}
 
-    def _restore_shard(self, manifest, arrays, fed):
+    def _restore_fitted(self, manifest, arrays, fed):
         state = manifest["state"]
         self._restore_layout(state)
-        self.sample_components_ = self.loadings_ = self.components_ = None
+        self._sample_components_ = self._loadings_ = self._components_ = None
         if "X_fit" not in arrays:
             return
         t = {k: to_device(v, fed.device, torch.float64) for k, v in arrays.items()}   # (on the loading party's device)
-        self.X_fit_, self.sample_components_, self.eigenvalues_ = t["X_fit"], t["sample_components"], t["eigenvalues"]
+        self._X_fit_, self._sample_components_ = t["X_fit"], t["sample_components"]
+        self._eigenvalues_ = t["eigenvalues"]
         self.gamma_ = state["gamma"]
-        self.n_features_in_ = int(self.X_fit_.shape[1])
+        self.n_features_in_ = int(self._X_fit_.shape[1])
         if "col_mean" in t:
             self._holder_state = (t["col_mean"], t["grand_mean"][0], t["diag"])
 

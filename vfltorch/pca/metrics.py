@@ -21,6 +21,8 @@ Distances compare unit vectors u (federated) and g (pooled), per component:
 Principal angles compare subspaces: the k angles between span(U) and span(G),
 computed from the singular values of (I - G G^T) U (their sines) so that
 angles near zero are accurate.
+
+The comparisons take tensors or numpy arrays (the estimators' fitted attributes are numpy, issue 37).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import math
 
 import torch
 
+from ..devices import to_device
 from .kernels import center_kernel, kernel_matrix
 from .linalg import align_signs, center_columns
 
@@ -63,6 +66,15 @@ def pooled_kernel_pca(X: torch.Tensor, k: int, *, kernel: str, gamma: float, deg
     return orient(V.flip(1)[:, :k]), lam.flip(0)[:k]
 
 
+def _tensors(U, G):
+    """U and G as tensors on one device (the tensor's, when only one is): numpy arrays become tensors."""
+    if not isinstance(G, torch.Tensor):
+        G = to_device(G, U.device if isinstance(U, torch.Tensor) else "cpu")
+    if not isinstance(U, torch.Tensor):
+        U = to_device(U, G.device)
+    return U, G
+
+
 def _unit(U: torch.Tensor) -> torch.Tensor:
     norms = torch.linalg.vector_norm(U, dim=0)
     return U / torch.where(norms > 0, norms, torch.ones_like(norms))
@@ -70,17 +82,20 @@ def _unit(U: torch.Tensor) -> torch.Tensor:
 
 def aligned_distances(U: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
     """Per component: min(||u - g||, ||u + g||) for unit u, g."""
+    U, G = _tensors(U, G)
     U, G = _unit(U), _unit(G)
     return torch.minimum(torch.linalg.vector_norm(U - G, dim=0), torch.linalg.vector_norm(U + G, dim=0))
 
 
 def unaligned_distances(U: torch.Tensor, G: torch.Tensor, reference: torch.Tensor | None = None) -> torch.Tensor:
     """Per component: ||u - g|| (the paper's Dis(V, U)), g oriented by ``orient(G, reference)``."""
+    U, G = _tensors(U, G)
     return torch.linalg.vector_norm(_unit(U) - orient(_unit(G), reference), dim=0)
 
 
 def principal_angles(U: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
     """The principal angles (radians, ascending) between span(U) and span(G) (orthonormal columns)."""
+    U, G = _tensors(U, G)
     Qu = torch.linalg.qr(U)[0]
     Qg = torch.linalg.qr(G)[0]
     sines = torch.linalg.svdvals(Qu - Qg @ (Qg.T @ Qu)).clamp(0.0, 1.0)

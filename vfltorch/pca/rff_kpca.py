@@ -183,10 +183,10 @@ class RandomFeatureKernelPCA(FederatedPCABase):
     (number, None: 1 / total features, 'scale': scikit-learn's); ``seed`` (public: W, b and the sign
     reference); ``fed``.
 
-    Attributes: ``sample_components_`` (U, n x k; also ``eigenvectors_``), ``eigenvalues_`` (of the centred
-    random-feature kernel Phi Phi^T / D), ``scores_`` (U sqrt(eigenvalues), = ``transform()``),
-    ``feature_components_`` (V, D x k, at the two holders only; None elsewhere), ``gamma_``, ``bytes_``,
-    ``messages_``, ``fit_seconds_``. ``transform(X_new)`` scores new rows in shares (``_transform_rows``);
+    Attributes (arrays: numpy, on the host): ``sample_components_`` (U, n x k; also ``eigenvectors_``),
+    ``eigenvalues_`` (of the centred random-feature kernel Phi Phi^T / D), ``scores_`` (U sqrt(eigenvalues),
+    = ``transform()``), ``feature_components_`` (V, D x k, at the two holders only; None elsewhere), ``gamma_``,
+    ``bytes_``, ``messages_``, ``fit_seconds_``. ``transform(X_new)`` scores new rows in shares (``_transform_rows``);
     ``save`` / ``load`` keep what that needs.
     """
 
@@ -220,10 +220,10 @@ class RandomFeatureKernelPCA(FederatedPCABase):
             lo = sum(self.party_widths_[:me])
             part = partial_phase_words(X, range(lo, lo + X.shape[1]), sampler, D)
             b_words = CIRCLE.encode(phase_offsets(self.seed, D))
-        self.feature_components_ = self._holder_state = self._central_mean = None
+        self._feature_components_ = self._holder_state = self._central_mean = None
         if len(parties) == 1 and fed.world_size == 1:
             U, lam, scores, V, mean = reference_model(CIRCLE.add(part, b_words), k, self.seed)
-            self.feature_components_, self._central_mean = V, mean
+            self._feature_components_, self._central_mean = V, mean
             self._columns_ = (0, X.shape[1])
             self.bytes_, self.messages_ = 0, 0
             return self._output(U, lam, scores, started)
@@ -296,8 +296,8 @@ class RandomFeatureKernelPCA(FederatedPCABase):
                                         "entry); the opened matrix was out of range. Fit again (fresh masks).")
             theta = block[D].clamp_min(0) * 2.0 ** e_bits / n            # eigenvalues of Phi_c^T Phi_c
             if fed.rank == coordinator:
-                self.eigenvalues_ = theta / D
-                self.sample_components_ = self.scores_ = None
+                self._eigenvalues_ = theta / D
+                self._sample_components_ = self._scores_ = None
                 self.fit_seconds_ = time.perf_counter() - started
                 self._count_bytes(fed)
                 return self
@@ -318,7 +318,7 @@ class RandomFeatureKernelPCA(FederatedPCABase):
         if holder:
             # Kept for transforming new rows: V with the output's signs (a D x k output), and this holder's
             # share of s^T V (uniform on its own; the two shares open the training features' mean projection).
-            self.feature_components_ = V * signs
+            self._feature_components_ = V * signs
             self._holder_state = (Venc * signs.to(torch.int64), c_share * signs.to(torch.int64))
         self._columns_ = (lo, lo + X.shape[1])
         lam = theta / D
@@ -327,16 +327,16 @@ class RandomFeatureKernelPCA(FederatedPCABase):
 
     def _output(self, U, lam, scores, started):
         dev = getattr(self, "_device", "cpu")
-        self.sample_components_ = self.eigenvectors_ = U.to(dev)
-        self.eigenvalues_ = lam.to(dev)
-        self.scores_ = scores.to(dev)
-        self.components_ = self.loadings_ = None
-        self.rounds_, self.history_ = 1, [self.sample_components_]
+        self._sample_components_ = self._eigenvectors_ = U.to(dev)
+        self._eigenvalues_ = lam.to(dev)
+        self._scores_ = scores.to(dev)
+        self._components_ = self._loadings_ = None
+        self.rounds_, self._history_ = 1, [self._sample_components_]
         self.fit_seconds_ = time.perf_counter() - started
         return self
 
     def _empty(self) -> "RandomFeatureKernelPCA":
-        self.sample_components_ = self.scores_ = self.eigenvalues_ = None
+        self._sample_components_ = self._scores_ = self._eigenvalues_ = None
         self.bytes_, self.messages_, self.rounds_ = 0, 0, 0
         return self
 
@@ -359,10 +359,10 @@ class RandomFeatureKernelPCA(FederatedPCABase):
 
     def _transform(self, X=None, fed=None) -> torch.Tensor:
         if X is None:
-            if self.scores_ is None:
+            if self._scores_ is None:
                 raise VFLInputError("only a data party holds the training scores (a loaded model keeps none: "
                                     "pass the rows to transform)")
-            return self.scores_
+            return self._scores_
         if not hasattr(self, "_columns_"):
             raise VFLInputError("only a data party can transform its columns of new samples")
         X = as_tensor(X)
@@ -389,7 +389,7 @@ class RandomFeatureKernelPCA(FederatedPCABase):
         sampler = None if X is None else FourierSampler("rbf", 1.0 / math.sqrt(2.0 * self.gamma_), self.seed)
         part = None if X is None else partial_phase_words(X, range(*self._columns_), sampler, D)
         if fed is None or fed.world_size == 1:
-            V, mean = self.feature_components_, self._central_mean
+            V, mean = self._feature_components_, self._central_mean
             return reference_transform(CIRCLE.add(part, b_words), mean.to(V.device), V)
         parties, coordinator = self.parties_, fed.coordinator
         A, K = parties[0], parties[1]
@@ -438,39 +438,39 @@ class RandomFeatureKernelPCA(FederatedPCABase):
         """Every rank: the layout, gamma, D (hyperparameter) and the eigenvalues; a data party its columns'
         position; the two holders V (D x k, the output) and their own share of s^T V (k ring words, uniform
         on its own: only both holders' shards together give the training features' mean projection)."""
-        if not hasattr(self, "sample_components_"):
+        if not hasattr(self, "_sample_components_"):
             raise VFLInputError(f"{type(self).__name__} is not fitted yet: call fit first")
         state = {**self._layout_state(), "gamma": float(self.gamma_) if self.gamma_ == self.gamma_ else None}
         arrays = {}
-        if self.eigenvalues_ is not None:
-            arrays["eigenvalues"] = to_numpy(self.eigenvalues_, np.float64)
+        if self._eigenvalues_ is not None:
+            arrays["eigenvalues"] = to_numpy(self._eigenvalues_, np.float64)
         if hasattr(self, "_columns_"):
             state["columns"] = list(self._columns_)
         if getattr(self, "_holder_state", None) is not None:
             arrays["V_encoded"] = to_numpy(self._holder_state[0])
             arrays["mean_projection_share"] = to_numpy(self._holder_state[1])
         if getattr(self, "_central_mean", None) is not None:
-            arrays["V"] = to_numpy(self.feature_components_)
+            arrays["V"] = to_numpy(self._feature_components_)
             arrays["mean"] = to_numpy(self._central_mean)
         return state, arrays
 
-    def _restore_shard(self, manifest, arrays, fed):
+    def _restore_fitted(self, manifest, arrays, fed):
         state = manifest["state"]
         self._restore_layout(state)
-        self.sample_components_ = self.scores_ = self.components_ = self.loadings_ = None
-        self.feature_components_ = self._holder_state = self._central_mean = None
+        self._sample_components_ = self._scores_ = self._components_ = self._loadings_ = None
+        self._feature_components_ = self._holder_state = self._central_mean = None
         self.gamma_ = state["gamma"] if state["gamma"] is not None else float("nan")
         ev = arrays.get("eigenvalues")
-        self.eigenvalues_ = None if ev is None else torch.as_tensor(ev, dtype=torch.float64)
+        self._eigenvalues_ = None if ev is None else torch.as_tensor(ev, dtype=torch.float64)
         if "columns" in state:
             self._columns_ = tuple(state["columns"])
             self.n_features_in_ = self._columns_[1] - self._columns_[0]
         if "V_encoded" in arrays:
             Venc = torch.as_tensor(arrays["V_encoded"], dtype=torch.int64)
             self._holder_state = (Venc, torch.as_tensor(arrays["mean_projection_share"], dtype=torch.int64))
-            self.feature_components_ = Venc.to(torch.float64) / 2.0 ** V_BITS
+            self._feature_components_ = Venc.to(torch.float64) / 2.0 ** V_BITS
         if "V" in arrays:
-            self.feature_components_ = torch.as_tensor(arrays["V"], dtype=torch.float64)
+            self._feature_components_ = torch.as_tensor(arrays["V"], dtype=torch.float64)
             self._central_mean = torch.as_tensor(arrays["mean"], dtype=torch.float64)
 
 

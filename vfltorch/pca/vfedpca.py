@@ -88,8 +88,8 @@ class VFedPCA(FederatedPCABase):
         local projectors) or 'paper' (Algorithm 2's weighted sum of the vectors, for reproduction).
     seed : the shared seed of the start vectors (and of the reference that orients the result).
 
-    Attributes (after ``fit``; see ``base.py``): ``sample_components_`` (n x k), ``loadings_``
-    (f_i x k, the paper's Z_i = X_i^T u), ``local_components_`` / ``local_eigenvalues_``
+    Attributes (after ``fit``; arrays: numpy, on the host; see ``base.py``): ``sample_components_`` (n x k),
+    ``loadings_`` (f_i x k, the paper's Z_i = X_i^T u), ``local_components_`` / ``local_eigenvalues_``
     (the party's own eigenpairs of the first period: what it has without federation),
     ``history_`` (the merged block after each period), ``rounds_``, ``bytes_``,
     ``fit_seconds_``, explained variance.
@@ -127,7 +127,7 @@ class VFedPCA(FederatedPCABase):
         k, client = self.n_components, fed.rank in parties
         Xc, work = None, None
         if client:
-            Xc, self.mean_ = center_columns(X) if self.center else (X, torch.zeros(X.shape[1], dtype=X.dtype,
+            Xc, self._mean_ = center_columns(X) if self.center else (X, torch.zeros(X.shape[1], dtype=X.dtype,
                                                                                       device=X.device))
             if Xc.shape[1] <= k:
                 warnings.warn(f"{fed.name()} holds {Xc.shape[1]} column(s) and sends {k} local eigenvector(s) with "
@@ -147,7 +147,7 @@ class VFedPCA(FederatedPCABase):
                     start = U if (self.warm_start and U is not None) else cold
                     a, alpha = power_iteration(gram_operator(work), start, self.local_iters)   # Algorithm 1
                     if t == 1:
-                        self.local_components_, self.local_eigenvalues_ = a, alpha
+                        self._local_components_, self._local_eigenvalues_ = a, alpha
                 U = merge_round(fed, parties, self.topology, a, alpha, n, k, weight_scaling=self.weight_scaling,
                                 include_self=self.include_self, mode=self.merge, reference=cold,
                                 device=self._device)
@@ -155,7 +155,7 @@ class VFedPCA(FederatedPCABase):
                     work = update_local_data(work, U)                                      # Algorithm 2
                 if U is not None:
                     history.append(U)
-        self.history_ = history
+        self._history_ = history
         self.rounds_ = self.periods
         self.fit_seconds_ = time.perf_counter() - started
         self._count_bytes(fed)
