@@ -68,7 +68,8 @@ def _bc():
 @pytest.mark.parametrize("protocol", ["shared", "paper"])
 def test_fdskl_estimator_on_fake_cuda(protocol, tmp_path):
     """Q = 1 (the centralised path both protocols share): fit with width selection and checked compression, predict,
-    predict_proba, save / load; alpha_ on the estimator's device; the same model as on the CPU."""
+    predict_proba, save / load; the model's coefficients on the estimator's device (alpha_, the public copy, numpy);
+    the same model as on the CPU."""
     from sklearn.datasets import make_classification
 
     from vfltorch.kernels import FDSKLClassifier
@@ -81,7 +82,8 @@ def test_fdskl_estimator_on_fake_cuda(protocol, tmp_path):
     cpu = FDSKLClassifier(**kw).fit(X, y)
     with fake_cuda():
         est = FDSKLClassifier(device="cuda", **kw).fit(X, y)
-        assert_on(est.alpha_, "cuda", "alpha_")
+        assert_on(est._alpha, "cuda", "_alpha")
+        assert isinstance(est.alpha_, np.ndarray) and (est.support_ is None or isinstance(est.support_, np.ndarray))
         assert est.sigma_multiplier_ == cpu.sigma_multiplier_ and est.compress_["decision"] == cpu.compress_["decision"]
         f = est.decision_function(torch.tensor(X[:300], device="cuda"))
         assert_on(f, "cuda", "decision_function of cuda rows")
@@ -101,7 +103,7 @@ def test_fdskl_growing_and_multiclass_on_fake_cuda():
     warnings.simplefilter("ignore")
     with fake_cuda():
         grow = FDSKLClassifier(device="cuda", epochs=0.3, n_components=None).fit(X, y)
-        assert_on(grow.alpha_, "cuda")
+        assert_on(grow._alpha, "cuda")
         assert grow.score(X[:200], y[:200]) > 0.8
         ovr = FDSKLClassifier(device="cuda", epochs=0.5, n_components=64).fit(X, np.arange(len(y)) % 3)
         assert ovr.predict(X[:10]).shape == (10,)

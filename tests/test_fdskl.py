@@ -16,7 +16,7 @@ from vfltorch.comm import Federation, FederationError, launch, masked_sum_leakag
 from vfltorch.data import DataConfig, VFLInputError, load_party_data
 from vfltorch.kernels import FDSKLClassifier, FDSKLRegressor, ScalingWarning
 
-from conftest import needs_dataset
+from conftest import as_torch, needs_dataset
 
 # The paper's protocol with mask_seed="seed": masks and phases derived from the public seed, so Q parties
 # reproduce Q = 1 exactly (the default protocol is tested in test_fdskl_attack.py).
@@ -43,7 +43,7 @@ def fit_variants(fed, data, variants):
         Est = FDSKLRegressor if kw.pop("regressor", False) else FDSKLClassifier
         est = Est(fed, **kw).fit(data.X_train, data.y_train, columns=data.columns,
                                  monitor=(data.X_test, data.y_test))
-        out[name] = {"alpha": est.alpha_, "f": est.decision_function(data.X_test), "n_iter": est.n_iter_,
+        out[name] = {"alpha": as_torch(est.alpha_), "f": est.decision_function(data.X_test), "n_iter": est.n_iter_,
                      "sigma": est.sigma_, "keepers": list(est.feature_map_.keepers), "comm": est.comm_,
                      "history": est.history_, "score": est.score(data.X_test, data.y_test)}
     return out
@@ -280,7 +280,7 @@ def test_centralised_baseline_learns_and_is_sklearn_style():
     pred = clf.predict(data.X_test.numpy())
     assert isinstance(pred, np.ndarray) and set(np.unique(pred)) <= {-1.0, 1.0}
     assert clf.score(data.X_test.numpy(), data.y_test.numpy()) > 0.94
-    assert clf.alpha_.shape == (clf.n_random_features_,) and clf.n_iter_ == math.ceil(5 * 427 / 32)
+    assert as_torch(clf.alpha_).shape == (clf.n_random_features_,) and clf.n_iter_ == math.ceil(5 * 427 / 32)
     # float32 inputs stay float32; predictions agree with float64 almost everywhere.
     clf32 = FDSKLClassifier(batch_size=32, epochs=5).fit(data.X_train.float(), data.y_train)
     f32 = clf32.decision_function(data.X_test.float())

@@ -32,6 +32,7 @@ from vfltorch.kernels import Circle, FDSKLClassifier, FourierSampler, LeakWarnin
 from vfltorch.kernels.random_features import counter_words, derive_key
 from vfltorch.kernels.shared import dealt_phases
 from vfltorch.kernels.trainer import BatchSampler
+from conftest import as_torch
 
 TWO_PI = 2 * math.pi
 # sigma = 1: the attack's unwrapping needs no tuning (at breast cancer's median sigma, 0.68, it rebuilds the
@@ -92,7 +93,8 @@ def attack_job(fed):
             est.decision_function()
         else:
             est.fit(X, y, columns=data.columns, monitor=(data.X_test, data.y_test))
-            fits.append({"alpha": est.alpha_, "f": est.decision_function(data.X_test), "history": est.history_,
+            fits.append({"alpha": as_torch(est.alpha_), "f": est.decision_function(data.X_test),
+                         "history": est.history_,
                          "comm": est.comm_})
     out["fits"] = fits
     fmap = est.feature_map_
@@ -109,7 +111,7 @@ def attack_job(fed):
     # B = r = 1 under the shared protocol, for the reference DSG.
     ref = FDSKLClassifier(fed, **REF)
     ref.fit(X, y) if data is not None else ref.fit(None)
-    out["ref_alpha"] = ref.alpha_
+    out["ref_alpha"] = as_torch(ref.alpha_)
     # The paper's protocol on the same federation (the dealer sits it out): what its active party gets.
     if data is not None:
         with warnings.catch_warnings(record=True) as caught:
@@ -197,7 +199,7 @@ def test_masks_cancel_and_the_model_is_reproducible(runs):
     assert all(shared[r]["fits"][0]["alpha"] is None for r in (1, 2)) and shared[3]["fits"] == []
     # Federated == centralised (plain DSG at Q = 1), up to the 16-bit angles and the fixed point.
     local = FDSKLClassifier(**SHARED).fit(_full(shared), _labels())
-    rel = float((a["alpha"] - local.alpha_).norm() / local.alpha_.norm())      # measured: 2.6%
+    rel = float((a["alpha"] - as_torch(local.alpha_)).norm() / as_torch(local.alpha_).norm())      # measured: 2.6%
     assert rel < 0.08, rel
 
 
@@ -234,7 +236,7 @@ def test_b_equals_r_equals_one_matches_a_dsg_from_the_papers_equations(runs):
     torch.testing.assert_close(got, alpha, rtol=0, atol=1e-3)
     # The same reference, centralised (no protocol): to the 16-bit angle grid of the phases only.
     local = FDSKLClassifier(**REF).fit(X, y)
-    torch.testing.assert_close(local.alpha_, alpha, rtol=0, atol=2e-4)
+    torch.testing.assert_close(as_torch(local.alpha_), alpha, rtol=0, atol=2e-4)
 
 
 def _full(shared):
@@ -254,7 +256,7 @@ def test_paper_and_cached_schedules_compute_the_same_model():
     a = FDSKLClassifier(schedule="paper", **kw).fit(data.X_train, data.y_train)
     b = FDSKLClassifier(schedule="cached", **kw).fit(data.X_train, data.y_train)
     assert a.n_iter_ == b.n_iter_ == math.ceil(427 / 16)
-    torch.testing.assert_close(a.alpha_, b.alpha_, rtol=0, atol=1e-12)
+    torch.testing.assert_close(as_torch(a.alpha_), as_torch(b.alpha_), rtol=0, atol=1e-12)
 
 
 @pytest.mark.slow

@@ -27,6 +27,7 @@ from vfltorch.kernels.budget import DEALER_WINDOW, leak_limit
 from vfltorch.kernels.shared import TRAIN_BITS
 from vfltorch.kernels.traffic import announce, iteration_bytes
 from vfltorch.kernels.trainer import phase_totals
+from conftest import as_torch
 
 BOUNDED = dict(batch_size=32, epochs=2, random_state=3, n_components=128, features_per_step=16)
 # product_bits=32 (both training products in Z_2^32): the compressed and one-vs-rest runs are compared with their
@@ -130,7 +131,7 @@ def job(fed):
         before = phase_totals(fed, "fdskl/predict")["bytes_sent"]
         f = est.decision_function(data.X_test)
         out["shared_predict_bytes"] = phase_totals(fed, "fdskl/predict")["bytes_sent"] - before
-        out["shared"] = {"alpha": est.alpha_, "f": f, "comm": est.comm_, "history": est.history_,
+        out["shared"] = {"alpha": as_torch(est.alpha_), "f": f, "comm": est.comm_, "history": est.history_,
                          "n_iter": est.n_iter_}
     # The shared protocol with f_delay=1: f from the coefficients before the last step, the iteration pipelined.
     est = FDSKLClassifier(fed, f_delay=1, **BOUNDED)
@@ -138,21 +139,21 @@ def job(fed):
         est.fit(None)
     else:
         est.fit(data.X_train, data.y_train, columns=data.columns)
-        out["shared_delay1"] = {"alpha": est.alpha_, "comm": est.comm_, "n_iter": est.n_iter_}
+        out["shared_delay1"] = {"alpha": as_torch(est.alpha_), "comm": est.comm_, "n_iter": est.n_iter_}
     # The shared protocol with Z_2^32 training products (product_bits=32): the precise, larger option.
     est = FDSKLClassifier(fed, product_bits=32, **BOUNDED)
     if data is None:
         est.fit(None)
     else:
         est.fit(data.X_train, data.y_train, columns=data.columns)
-        out["shared32"] = {"alpha": est.alpha_, "comm": est.comm_, "n_iter": est.n_iter_}
+        out["shared32"] = {"alpha": as_torch(est.alpha_), "comm": est.comm_, "n_iter": est.n_iter_}
     # The paper's protocol (the dealer sits it out): bytes of training and of prediction.
     if data is not None:
         est = FDSKLClassifier(fed, protocol="paper", mask_seed="seed", **BOUNDED)
         est.fit(data.X_train, data.y_train, columns=data.columns)
         before = phase_totals(fed, "fdskl/predict")["bytes_sent"]
         f = est.decision_function(data.X_test)
-        out["paper"] = {"alpha": est.alpha_, "f": f, "comm": est.comm_, "n_iter": est.n_iter_,
+        out["paper"] = {"alpha": as_torch(est.alpha_), "f": f, "comm": est.comm_, "n_iter": est.n_iter_,
                         "predict_bytes": phase_totals(fed, "fdskl/predict")["bytes_sent"] - before,
                         "rows": data.X_test.shape[0], "features": est.n_random_features_}
     # The compressed model (prune + distil, compress.py) under both protocols: prediction on D' features.
@@ -167,7 +168,8 @@ def job(fed):
             est.fit(data.X_train, data.y_train, columns=data.columns)
         before = phase_totals(fed, "fdskl/predict")["bytes_sent"]
         f = est.decision_function(None if data is None else data.X_test)
-        out[f"compressed_{protocol}"] = {"support": est.support_, "alpha": est.alpha_, "f": f, "info": est.compress_,
+        out[f"compressed_{protocol}"] = {"support": as_torch(est.support_), "alpha": as_torch(est.alpha_), "f": f,
+                                         "info": est.compress_,
                                          "predict_bytes": phase_totals(fed, "fdskl/predict")["bytes_sent"] - before}
     # One-vs-rest on wine under the shared protocol.
     ovr = FDSKLClassifier(fed, **WINE)
@@ -199,9 +201,10 @@ def centralised(**kw):
 def test_bounded_model_federated_equals_centralised(runs):
     ref_delay0, data = centralised(**BOUNDED)          # the default (f_delay 'auto': 0), the paper's algorithm
     ref_delay1, _ = centralised(f_delay=1, **BOUNDED)  # the pipelined shared iteration's twin: f_delay 1 at Q = 1 too
-    assert ref_delay1.alpha_.shape == (128,) and ref_delay1.n_random_features_ == 128
+    assert as_torch(ref_delay1.alpha_).shape == (128,) and ref_delay1.n_random_features_ == 128
     # The two delays are different models (so the twins below tell them apart): 51% of the norm apart here.
-    assert float((ref_delay1.alpha_ - ref_delay0.alpha_).norm() / ref_delay0.alpha_.norm()) > 0.2
+    a1, a0 = as_torch(ref_delay1.alpha_), as_torch(ref_delay0.alpha_)
+    assert float((a1 - a0).norm() / a0.norm()) > 0.2
     for protocol in ("shared", "paper", "shared_delay1"):
         ref = ref_delay1 if protocol == "shared_delay1" else ref_delay0
         got = runs[0][protocol]
@@ -211,7 +214,7 @@ def test_bounded_model_federated_equals_centralised(runs):
         # magnitudes (issue 11), so alpha follows the centralised run to about 1.5% of its norm (measured:
         # max |diff| 0.02-0.055 at max |alpha| 1.38; f 0.15-0.19 at max |f| 39; prediction's f in Z_2^24 adds about
         # 1e-3 of max |f|).
-        a, a_ref = got["alpha"].double(), ref.alpha_.double()
+        a, a_ref = got["alpha"].double(), as_torch(ref.alpha_).double()
         if protocol == "paper":
             torch.testing.assert_close(a, a_ref, rtol=0, atol=2e-3)
         else:
@@ -275,8 +278,9 @@ def test_compressed_model_predicts_on_its_kept_features_only(runs):
     ref, data = centralised(**COMPRESSED)
     full, _ = centralised(**BOUNDED)
     m = data.X_test.shape[0]
-    assert ref.support_.shape == (Dp,) and ref.compress_["refit_iterations"] == 100       # at least 100 steps
-    torch.testing.assert_close(ref.support_, torch.topk(full.alpha_.abs(), Dp).indices.sort().values)
+    assert as_torch(ref.support_).shape == (Dp,) and ref.compress_["refit_iterations"] == 100       # at least 100 steps
+    top = torch.topk(as_torch(full.alpha_).abs(), Dp).indices.sort().values
+    torch.testing.assert_close(as_torch(ref.support_), top)
     f_ref, f_full = arr(ref.decision_function(data.X_test)), arr(full.decision_function(data.X_test))
     assert np.mean(np.sign(f_ref) == np.sign(f_full)) > 0.95 and np.corrcoef(f_ref, f_full)[0, 1] > 0.95
     for protocol in ("shared", "paper"):
@@ -286,12 +290,12 @@ def test_compressed_model_predicts_on_its_kept_features_only(runs):
         ranks = runs if protocol == "shared" else runs[:3]
         got = runs[0][f"compressed_{protocol}"]
         for r in ranks:                               # one support at every rank, the dealer included
-            torch.testing.assert_close(r[f"compressed_{protocol}"]["support"], ref.support_)
+            torch.testing.assert_close(r[f"compressed_{protocol}"]["support"], as_torch(ref.support_))
         off = torch.ones(128, dtype=torch.bool)
-        off[ref.support_] = False
+        off[as_torch(ref.support_)] = False
         assert float(got["alpha"][off].abs().max()) == 0.0
         assert all(r[f"compressed_{protocol}"]["alpha"] is None for r in ranks[1:])
-        torch.testing.assert_close(got["alpha"].double(), ref.alpha_.double(), rtol=0, atol=3e-3)
+        torch.testing.assert_close(got["alpha"].double(), as_torch(ref.alpha_).double(), rtol=0, atol=3e-3)
         # Under shared prediction's f is opened in Z_2^24 (predict_bits): about 1e-3 of max |f| more.
         atol = 3e-2 if protocol == "paper" else 3e-3 * float(np.abs(f_ref).max())
         np.testing.assert_allclose(arr(got["f"]), f_ref, rtol=0, atol=atol)
@@ -358,7 +362,7 @@ def test_compressed_model_survives_save_and_load(tmp_path, support):
     est, data = centralised(**dict(COMPRESSED, epochs=0.5, compress_epochs=0.1, compress_support=support))
     est.save(tmp_path / "m")
     loaded = FDSKLClassifier.load(tmp_path / "m")
-    torch.testing.assert_close(loaded.support_, est.support_)
+    torch.testing.assert_close(as_torch(loaded.support_), as_torch(est.support_))
     np.testing.assert_array_equal(arr(loaded.decision_function(data.X_test)), arr(est.decision_function(data.X_test)))
 
 
@@ -507,7 +511,7 @@ def four_party_paper_job(fed):
     est.fit(data.X_train, data.y_train, columns=data.columns)
     before = phase_totals(fed, "fdskl/predict")["bytes_sent"]
     f = est.decision_function(data.X_test)
-    return {"f": f, "alpha": est.alpha_, "rows": data.X_test.shape[0], "support": est.support_,
+    return {"f": f, "alpha": as_torch(est.alpha_), "rows": data.X_test.shape[0], "support": as_torch(est.support_),
             "predict_bytes": phase_totals(fed, "fdskl/predict")["bytes_sent"] - before}
 
 
@@ -517,8 +521,8 @@ def test_paper_star_with_three_passive_parties():
     runs = launch(four_party_paper_job, 4)
     ref, data = centralised(f_delay=0, **FOUR)              # the paper's algorithm: f after the last step
     got = runs[0]
-    torch.testing.assert_close(got["support"], ref.support_)
-    torch.testing.assert_close(got["alpha"].double(), ref.alpha_.double(), rtol=0, atol=2e-3)
+    torch.testing.assert_close(got["support"], as_torch(ref.support_))
+    torch.testing.assert_close(got["alpha"].double(), as_torch(ref.alpha_).double(), rtol=0, atol=2e-3)
     np.testing.assert_allclose(arr(got["f"]), arr(ref.decision_function(data.X_test)), rtol=0, atol=2e-2)
     total = sum(r["predict_bytes"] for r in runs)
     assert 0 <= total - (2 * 3 * got["rows"] * 32 + 16 * 3) < 1000
@@ -529,9 +533,9 @@ def test_32_bit_training_products_match_the_centralised_model_closely_and_cost_t
     federated model is the centralised one to about 0.1% (20-bit: about 3%), at 8 B (D + G) product bytes."""
     ref, _ = centralised(**BOUNDED)
     got, narrow = runs[0]["shared32"], runs[0]["shared"]
-    scale = float(ref.alpha_.abs().max())
-    err32 = float((got["alpha"].double() - ref.alpha_.double()).abs().max()) / scale
-    err20 = float((narrow["alpha"].double() - ref.alpha_.double()).abs().max()) / scale
+    scale = float(as_torch(ref.alpha_).abs().max())
+    err32 = float((got["alpha"].double() - as_torch(ref.alpha_).double()).abs().max()) / scale
+    err20 = float((narrow["alpha"].double() - as_torch(ref.alpha_).double()).abs().max()) / scale
     assert err32 < 1e-2 and err32 < err20, (err32, err20)
     Q, B, D = 3, 32, 128
     G, T = D, got["n_iter"]
@@ -581,7 +585,7 @@ def two_party_job(fed):
             before = phase_totals(fed, "fdskl/train")
             est.fit(None) if data is None else est.fit(data.X_train, data.y_train, columns=data.columns)
             sent = phase_totals(fed, "fdskl/train")
-            out[name] = {"alpha": est.alpha_, "n_iter": est.n_iter_,
+            out[name] = {"alpha": as_torch(est.alpha_), "n_iter": est.n_iter_,
                          "messages": sent["messages_sent"] - before["messages_sent"],
                          "bytes": sent["bytes_sent"] - before["bytes_sent"],
                          "ahead": [t for t, ahead in made if ahead], "rounds": [t for t, _ in made]}
@@ -628,7 +632,7 @@ def test_pipelined_iteration_sends_one_message_each_way_at_two_parties():
     data = bc(Federation.local())
     for name, kw in (("delay1", dict(f_delay=1)), ("delay0", {}), ("budget", dict(f_delay=1)), ("budget0", {})):
         ref = FDSKLClassifier(**dict(PIPE, **kw)).fit(data.X_train, data.y_train)
-        a, a_ref = runs[0][name]["alpha"].double(), ref.alpha_.double()
+        a, a_ref = runs[0][name]["alpha"].double(), as_torch(ref.alpha_).double()
         assert float((a - a_ref).norm() / a_ref.norm()) < 0.04, name
     assert runs[1]["delay1"]["alpha"] is None
 

@@ -30,6 +30,7 @@ from vfltorch.kernels.compress import CHECK_ROWS, compress_rows, public_support
 from vfltorch.kernels.estimator import LeakWarning
 from vfltorch.kernels.random_features import derive_key
 from vfltorch.kernels.trainer import phase_totals
+from conftest import as_torch
 
 # Prune 128 features to 48 (a public subset) and distil; both training products in Z_2^32 so that the twin is close.
 PUBLIC = dict(batch_size=32, epochs=2, random_state=3, n_components=128, features_per_step=16, compress_to=48,
@@ -63,7 +64,7 @@ def job(fed):
     for value in OUTCOMES:                     # the checked default, shared protocol
         est = FDSKLClassifier(fed, **dict(FAITHFUL, compress_to=value))
         est.fit(None) if data is None else est.fit(data.X_train, data.y_train, columns=data.columns)
-        out[value] = {"support": est.support_, "alpha": est.alpha_, "info": est.compress_,
+        out[value] = {"support": as_torch(est.support_), "alpha": as_torch(est.alpha_), "info": est.compress_,
                       "f": est.decision_function(None if data is None else data.X_test)}
     # The |alpha| support under the paper's protocol (the dealer sits it out): the LeakWarning at the active party.
     if data is not None:
@@ -82,7 +83,7 @@ def _public_runs(fed, data, out):
             continue
         est = FDSKLClassifier(fed, protocol=protocol, mask_seed="seed" if protocol == "paper" else "random", **PUBLIC)
         est.fit(None) if data is None else est.fit(data.X_train, data.y_train, columns=data.columns)
-        rec = {"support": est.support_, "alpha": est.alpha_, "info": est.compress_}
+        rec = {"support": as_torch(est.support_), "alpha": as_torch(est.alpha_), "info": est.compress_}
         for bits in (WIDTHS if protocol == "shared" else (32,)):
             est.set_params(predict_bits=bits)
             before = phase_totals(fed, "fdskl/predict")["bytes_sent"]
@@ -107,7 +108,7 @@ def twin():
 def test_public_support_student_equals_its_centralised_twin(runs, twin):
     ref, data = twin
     expected = public_support(128, 48, derive_key(PUBLIC["random_state"], 0xC0DE5))
-    torch.testing.assert_close(ref.support_, expected)
+    torch.testing.assert_close(as_torch(ref.support_), expected)
     f_ref = arr(ref.decision_function(data.X_test))
     assert np.mean(np.where(f_ref >= 0, 1, -1) == data.y_test.numpy()) > 0.9
     for protocol in ("shared", "paper"):
@@ -121,8 +122,8 @@ def test_public_support_student_equals_its_centralised_twin(runs, twin):
         assert float(got["alpha"][off].abs().max()) == 0.0
         assert all(r[protocol]["alpha"] is None and r[protocol][32]["f"] is None for r in ranks[1:])
         # 16-bit angles (and under shared the products' fixed point, training's in Z_2^32 here).
-        scale = float(ref.alpha_.abs().max())
-        torch.testing.assert_close(got["alpha"].double(), ref.alpha_.double(), rtol=0, atol=5e-3 * scale)
+        scale = float(as_torch(ref.alpha_).abs().max())
+        torch.testing.assert_close(got["alpha"].double(), as_torch(ref.alpha_).double(), rtol=0, atol=5e-3 * scale)
         np.testing.assert_allclose(arr(got[32]["f"]), f_ref, rtol=0, atol=1e-2 * np.abs(f_ref).max())
 
 
@@ -158,8 +159,8 @@ def test_if_faithful_decision_equals_its_centralised_twin_and_reaches_every_rank
         assert mine["rows"] == theirs["rows"] == len(check)
         assert abs(mine["student_accuracy"] - theirs["student_accuracy"]) <= 100.0 / n + 1e-9
         assert abs(mine["student_loss"] / theirs["student_loss"] - 1) < 0.02
-        scale = float(ref.alpha_.abs().max())
-        torch.testing.assert_close(got["alpha"].double(), ref.alpha_.double(), rtol=0, atol=5e-3 * scale)
+        scale = float(as_torch(ref.alpha_).abs().max())
+        torch.testing.assert_close(got["alpha"].double(), as_torch(ref.alpha_).double(), rtol=0, atol=5e-3 * scale)
         f_ref = arr(ref.decision_function(data.X_test))
         np.testing.assert_allclose(arr(got["f"]), f_ref, rtol=0, atol=1e-2 * np.abs(f_ref).max())
     # The decision is the check's: the 8-feature student is clearly worse on the check rows, the 96-feature one not.
@@ -206,11 +207,12 @@ def test_the_public_support_does_not_depend_on_the_labels():
         # (the support is chosen before the distillation: no pass needed to see it)
         alpha = [FDSKLClassifier(compress_support="alpha", **dict(small, compress_epochs=0.0)).fit(X, labels)
                  for labels in (y, other)]
-    supports = [set(a.support_.tolist()) for a in alpha]
+    supports = [set(as_torch(a.support_).tolist()) for a in alpha]
     assert len(supports[0] ^ supports[1]) >= 10
     # The distinguisher: which candidate's |alpha| ranking does the observed support match best?
     for observed in (0, 1):
-        overlaps = [len(supports[observed] & set(torch.topk(a.alpha_.abs(), 48).indices.tolist())) for a in alpha]
+        overlaps = [len(supports[observed] & set(torch.topk(as_torch(a.alpha_).abs(), 48).indices.tolist()))
+                    for a in alpha]
         assert int(np.argmax(overlaps)) == observed
 
 
@@ -222,12 +224,12 @@ def test_one_vs_rest_classes_share_the_public_support():
     Xtr, ytr, Xte, yte = wine()
     kw = dict(WINE, compress_to=32, compress_epochs=0.5)
     public = FDSKLClassifier(**kw).fit(Xtr, ytr)
-    assert len(public.estimators_) == 3 and public.support_.shape == (32,)
+    assert len(public.estimators_) == 3 and as_torch(public.support_).shape == (32,)
     for e in public.estimators_:
-        torch.testing.assert_close(e.support_, public.support_)
+        torch.testing.assert_close(as_torch(e.support_), as_torch(public.support_))
     assert public.score(Xte, yte) > 0.85
     alpha = FDSKLClassifier(compress_support="alpha", **dict(kw, compress_epochs=0.0)).fit(Xtr, ytr)
-    assert len(alpha.support_) > 32
+    assert len(as_torch(alpha.support_)) > 32
 
 
 def test_alpha_support_warns_in_a_federation(runs):

@@ -46,7 +46,7 @@ def job(fed, batch):
     meter = {phase: v for phase, v in fed.meter.as_dict().items() if phase.startswith("fdskl/train")}
     alpha = None
     if fed.is_active:
-        alpha = hashlib.sha256(np.ascontiguousarray(est.alpha_.detach().double().numpy()).tobytes()).hexdigest()
+        alpha = hashlib.sha256(np.ascontiguousarray(est.alpha_, dtype=np.float64).tobytes()).hexdigest()
     return alpha, meter, calls
 
 

@@ -25,6 +25,7 @@ from vfltorch.kernels import Circle, FDSKLClassifier, FourierSampler, LeakWarnin
 from vfltorch.kernels.random_features import counter_words, derive_key
 from vfltorch.kernels.sealed import MU_NUM, MU_SHIFT, check_sealed
 from vfltorch.kernels.trainer import TRAIN_PHASE, BatchSampler
+from conftest import as_torch
 
 CONFIG = DataConfig(dataset="breast_cancer", scale="minmax", seed=0)
 PARAMS = dict(protocol="sealed", epochs=3, random_state=4)
@@ -50,7 +51,7 @@ def sealed_job(fed, params):
         if fed.is_active:
             mine = set(out["columns"])
             passive = [c for c in range(est.n_columns_total_) if c not in mine]
-            out.update(alpha=est.alpha_.cpu(), sigma=est.sigma_, view=public_view(view, passive), passive=passive,
+            out.update(alpha=as_torch(est.alpha_), sigma=est.sigma_, view=public_view(view, passive), passive=passive,
                        accuracy=float((np.asarray(est.predict(data.X_test)) == np.asarray(data.y_test)).mean()))
         else:
             est.decision_function(data.X_test)

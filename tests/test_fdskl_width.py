@@ -29,6 +29,7 @@ from vfltorch.kernels.losses import get_loss
 from vfltorch.kernels.protocol import FederatedFeatureMap
 from vfltorch.kernels.random_features import FourierSampler
 from vfltorch.kernels.trainer import DSGConfig
+from conftest import as_torch
 
 SMALL = dict(batch_size=32, epochs=2, random_state=3, n_components=64, features_per_step=16)
 GRID = (1.0, 0.02)
@@ -151,7 +152,8 @@ def job(fed):
             continue
         est.fit(data.X_train, data.y_train, columns=data.columns)
         got = fed.meter.totals(["fdskl/select"])
-        out[protocol] = {"multiplier": est.sigma_multiplier_, "scores": est.sigma_scores_, "alpha": est.alpha_,
+        out[protocol] = {"multiplier": est.sigma_multiplier_, "scores": est.sigma_scores_,
+                         "alpha": as_torch(est.alpha_),
                          "sigma": est.sigma_, "f": est.decision_function(data.X_test),
                          "select_received": [got[k] - select[k] for k in ("messages_received", "bytes_received")]}
     return out
@@ -172,7 +174,7 @@ def test_federated_selection_equals_centralised(monkeypatch):
             assert mine["multiplier"] == theirs["multiplier"]
             assert abs(mine["accuracy"] - theirs["accuracy"]) <= 2 / 91 + 1e-9    # 91 held-out rows
             assert mine["loss"] == pytest.approx(theirs["loss"], abs=0.02)
-        torch.testing.assert_close(got["alpha"].double(), ref.alpha_.double(), rtol=0, atol=2e-3)
+        torch.testing.assert_close(got["alpha"].double(), as_torch(ref.alpha_).double(), rtol=0, atol=2e-3)
         f = torch.as_tensor(got["f"]).double().numpy()
         f_ref = torch.as_tensor(ref.decision_function(data.X_test)).double().numpy()
         assert np.mean(np.sign(f) == np.sign(f_ref)) > 0.97

@@ -43,7 +43,7 @@ def test_fdskl_estimator(protocol, tmp_path):
     X, y = _hard()
     kw = dict(epochs=1, protocol=protocol, mask_seed="seed", calibration=0.1)
     est = FDSKLClassifier(device="cuda", **kw).fit(X, y)
-    assert est.alpha_.device.type == "cuda"
+    assert est._alpha.device.type == "cuda" and isinstance(est.alpha_, np.ndarray)
     cpu = FDSKLClassifier(**kw).fit(X, y)
     acc, acc_cpu = est.score(X, y), cpu.score(X, y)
     assert acc > 0.85 and abs(acc - acc_cpu) < 0.02, (acc, acc_cpu)

@@ -15,7 +15,8 @@ In a party process (``vfltorch.comm.launch`` or under torchrun):
     >>> clf = FDSKLClassifier(fed, epochs=5).fit(data.X_train, data.y_train)  # y_train is None if passive
     >>> clf.decision_function(data.X_test)                                    # values at the active party
 
-Learned state (trailing underscore): ``alpha_`` (active party only),
+Learned state (trailing underscore; arrays are numpy, as scikit-learn's): ``alpha_`` (active party only; the
+model computes with its tensor on the estimator's device), ``support_`` (a compressed model's kept features),
 ``sigma_``, ``n_features_in_`` (this party's columns), ``columns_`` (their
 global indices), ``n_iter_``, ``n_random_features_``, ``feature_map_`` (this
 party's share of the random features), ``train_seconds_``, ``history_``
@@ -549,7 +550,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         ``compress_``: the kept features, the refit's iterations, seconds and bytes of this party (the check's
         included), ``decision`` ("student" / "teacher") and, at the active party under ``"if-faithful"``,
         ``check`` (both models' check-set figures)."""
-        self.support_ = None
+        self._set_support(None)
         self.compress_ = None
         D = self.feature_map_.n_features
         keep, checked = parse_compress_to(self.compress_to, int(self.predict_bits))
@@ -582,13 +583,26 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         if checked and fed.is_active:
             self.compress_["check"] = {k: v for k, v in verdict.items() if k != "keep"}
         if verdict["keep"]:
-            self.support_ = support
+            self._set_support(support)
             result.alpha = alpha
         return result
 
+    def _set_alpha(self, alpha) -> None:
+        """The random-feature coefficients: the model computes with ``_alpha``, a tensor on the estimator's device;
+        ``alpha_`` is their numpy copy on the host, as scikit-learn's fitted attributes are (None where this party
+        holds none)."""
+        self._alpha = alpha
+        self.alpha_ = None if alpha is None else to_numpy(alpha).copy()
+
+    def _set_support(self, support) -> None:
+        """A compressed model's kept features (public): ``_support`` (int64 tensor) for the model, ``support_``
+        (numpy) for the user; None when nothing was compressed."""
+        self._support = support
+        self.support_ = None if support is None else to_numpy(support).copy()
+
     def _finish(self, fed: Federation, result):
-        # alpha_ lives on the estimator's device (the shared protocol's host products hand it over on the CPU).
-        self.alpha_ = same_device(result.alpha, self.feature_map_.device)
+        # _alpha lives on the estimator's device (the shared protocol's host products hand it over on the CPU).
+        self._set_alpha(same_device(result.alpha, self.feature_map_.device))
         self.n_iter_ = result.iterations
         self.n_random_features_ = self.feature_map_.n_features
         self.train_seconds_ = result.train_seconds
@@ -677,14 +691,14 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
             if shared:
                 if X is None:
                     X = torch.zeros(verdict["rows"], 0, dtype=torch.float64)
-                f = shared_decision_values(fed, self.feature_map_, X, self.alpha_, dealer=fed.coordinator,
+                f = shared_decision_values(fed, self.feature_map_, X, self._alpha, dealer=fed.coordinator,
                                            table=self.table_, max_elements=self.max_elements, classes=classes,
-                                           support=getattr(self, "support_", None),
+                                           support=getattr(self, "_support", None),
                                            bits=int(getattr(self, "predict_bits", 32)))
                 if f is not None:
                     f = f.to(device=self.feature_map_.device, dtype=self.feature_map_.dtype)
             else:
-                f = self.feature_map_.decision_values(X, self.alpha_, support=getattr(self, "support_", None))
+                f = self.feature_map_.decision_values(X, self._alpha, support=getattr(self, "_support", None))
         if f is None:
             return None
         f = self._untransform(f)
@@ -946,12 +960,12 @@ class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
         if hasattr(first, "table_"):
             self.table_ = first.table_
         # Prediction evaluates the phases once for every class: on the union of the classes' kept features.
-        supports = [getattr(e, "support_", None) for e in self.estimators_]
-        self.support_ = None if any(x is None for x in supports) else torch.unique(torch.cat(supports))
+        supports = [getattr(e, "_support", None) for e in self.estimators_]
+        self._set_support(None if any(x is None for x in supports) else torch.unique(torch.cat(supports)))
         self.n_iter_ = sum(e.n_iter_ for e in self.estimators_)
         self.train_seconds_ = sum(e.train_seconds_ for e in self.estimators_)
         self.history_ = first.history_
-        self.alpha_ = torch.stack([e.alpha_ for e in self.estimators_], dim=1) if fed.is_active else None
+        self._set_alpha(torch.stack([e._alpha for e in self.estimators_], dim=1) if fed.is_active else None)
         self.comm_ = None
         if fed.is_active:
             every = [e.comm_ for e in self.estimators_]

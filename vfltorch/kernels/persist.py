@@ -34,7 +34,7 @@ def fdskl_shard_state(est) -> tuple[dict, dict]:
         # One-vs-rest: one shard for all classes when every class was trained on the same random features
         # (same public seed and phase key: the shared protocol's case); alpha_ is then D x classes.
         keys = {(str(e.feature_map_._phase_key), e.feature_map_.n_blocks) for e in subs}
-        if len(keys) != 1 or est.alpha_ is not None and est.alpha_.dim() != 2:
+        if len(keys) != 1 or est._alpha is not None and est._alpha.dim() != 2:
             from ..data.validation import VFLInputError
 
             raise VFLInputError("this one-vs-rest (multi-class) FDSKL model cannot be saved: its classes were "
@@ -48,14 +48,14 @@ def fdskl_shard_state(est) -> tuple[dict, dict]:
              "n_columns_total": int(getattr(est, "n_columns_total_", est.n_features_in_)),
              "n_iter": int(est.n_iter_), "phase_key": str(fmap._phase_key),
              "predict_coordinator": bool(est._shared(fed))}
-    support = getattr(est, "support_", None)
+    support = getattr(est, "_support", None)
     if support is not None:                           # a compressed model's kept features (public, every party)
         state["support"] = [int(j) for j in support.tolist()]
     if subs:
         state["one_vs_rest"] = len(subs)
     arrays = {"columns": np.asarray(est.columns_, dtype=np.int64)}
-    if est.alpha_ is not None and fed.is_active:
-        arrays["alpha"] = to_numpy(est.alpha_)
+    if est._alpha is not None and fed.is_active:
+        arrays["alpha"] = to_numpy(est._alpha)
         state["y_offset"] = float(getattr(est, "y_offset_", 0.0))
         state["y_scale"] = float(getattr(est, "y_scale_", 1.0))
         platt = getattr(est, "platt_", None)
@@ -86,15 +86,15 @@ def restore_fdskl_shard(est, manifest: dict, arrays: dict, fed) -> None:
         fmap.add_block()                              # W of this party's columns, keepers, kept phases
     est.feature_map_ = fmap
     est.n_random_features_ = fmap.n_features
-    est.support_ = torch.tensor(state["support"], dtype=torch.int64) if state.get("support") is not None else None
-    est.alpha_ = None
+    est._set_support(torch.tensor(state["support"], dtype=torch.int64) if state.get("support") is not None else None)
+    est._set_alpha(None)
     platt = state.get("platt")
     est.platt_ = None
     if "alpha" in arrays and isinstance(platt, list) and len(platt) == 2 and all(
             isinstance(v, (int, float)) and np.isfinite(v) for v in platt):
         est.platt_ = (float(platt[0]), float(platt[1]))
     if "alpha" in arrays:
-        est.alpha_ = to_device(arrays["alpha"], device)
+        est._set_alpha(to_device(arrays["alpha"], device))
         if "y_offset" in state:
             est.y_offset_, est.y_scale_ = state["y_offset"], state["y_scale"]
     shared = est._shared(fed)
@@ -107,6 +107,6 @@ def restore_fdskl_shard(est, manifest: dict, arrays: dict, fed) -> None:
         subs = []
         for k in range(int(state["one_vs_rest"])):
             sub = copy.copy(est)
-            sub.alpha_ = None if est.alpha_ is None else est.alpha_[:, k].contiguous()
+            sub._set_alpha(None if est._alpha is None else est._alpha[:, k].contiguous())
             subs.append(sub)
         est.estimators_ = subs
