@@ -234,7 +234,7 @@ def main(argv=None) -> int:
         p.error(f"unknown set(s) {unknown}; known: {list(fam)}")
     jobs = [(n, lambda n=n: synthetic(n), "synthetic") for n in names]
     jobs += [(n, lambda n=n: load(n), "shared") for n in args.datasets]
-    jobs.sort(key=lambda j: (0, fam[j[0]][3]) if j[1] == "synthetic" else (1, 0))   # synthetic by size, then shared
+    jobs.sort(key=lambda j: (0, fam[j[0]][3]) if j[2] == "synthetic" else (1, 0))   # synthetic by size, then shared
     from vfltorch.data.validation import VFLInputError
 
     rows, skipped, started = [], [], time.perf_counter()
