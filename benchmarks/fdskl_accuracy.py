@@ -56,10 +56,16 @@ def hard_synthetic(seed: int = 0):
     X, y = make_classification(n_samples=62_500, n_features=20, n_informative=10, n_redundant=4,
                                n_clusters_per_class=4, weights=[0.9], class_sep=1.0, flip_y=0.0, random_state=seed)
     y = 2.0 * y - 1.0
-    Xtr, Xte = X[:50_000], X[50_000:]
+    return split_minmax(X, y, 50_000)
+
+
+def split_minmax(X, y, n_train: int):
+    """(X_train, y_train, X_test, y_test): the first ``n_train`` rows train; min-max scaled on the training rows (the
+    test rows clipped to [-1, 2])."""
+    Xtr, Xte = X[:n_train], X[n_train:]
     lo, hi = Xtr.min(0), Xtr.max(0)
     scale = np.where(hi > lo, hi - lo, 1.0)
-    return (Xtr - lo) / scale, y[:50_000], np.clip((Xte - lo) / scale, -1, 2), y[50_000:]
+    return (Xtr - lo) / scale, y[:n_train], np.clip((Xte - lo) / scale, -1, 2), y[n_train:]
 
 
 def load(name: str):
@@ -150,7 +156,10 @@ def regression_row(name: str, svr_max_rows: int) -> dict:
     return rec
 
 
-def federated_job(fed, name):
+def federated_job(fed, name, loader=None):
+    """FDSKL defaults at one party of ``fed`` on dataset ``name``: a registry set, ``hard``, or (with ``loader``, an
+    importable function name -> (X_train, y_train, X_test, y_test)) a set every party builds alike, its columns
+    split into contiguous blocks."""
     from vfltorch.kernels import FDSKLClassifier
 
     warnings.simplefilter("ignore")
@@ -159,8 +168,8 @@ def federated_job(fed, name):
         est.fit(None)
         est.decision_function()
         return None
-    if name == "hard":
-        Xtr, ytr, Xte, yte = hard_synthetic()
+    if name == "hard" or loader is not None:
+        Xtr, ytr, Xte, yte = hard_synthetic() if loader is None else loader(name)
         per = Xtr.shape[1] // fed.num_parties
         i = fed.parties.index(fed.rank)
         cols = list(range(i * per, Xtr.shape[1] if i == fed.num_parties - 1 else (i + 1) * per))
