@@ -39,6 +39,7 @@ def test_quick_family_table(tmp_path):
     assert len(md) == 2 + len(rows)
 
 
+@pytest.mark.slow          # (6 s: a 4-party launch; the default run keeps the table on the quick sets)
 def test_federated_column_on_one_tiny_set(tmp_path):
     name = "moons-d10-bal-n400-s19783"
     main(["--quick", "--sets", name, "--datasets", "--federated-min-rows", "0", "--output-dir", str(tmp_path)])
