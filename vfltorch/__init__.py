@@ -24,7 +24,7 @@ starts without torch)::
 
 from ._lazy import lazy_exports
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # "package.module" -> the names it exports, imported on first use (PEP 562).
 __getattr__, __dir__, _PUBLIC = lazy_exports(__name__, {
