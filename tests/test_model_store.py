@@ -248,8 +248,10 @@ def test_unpickling_is_refused_in_shards(tmp_path):
 
 
 # ----------------------------------------------------------------- the other methods' CLI round trips
-@pytest.mark.slow
-@pytest.mark.parametrize("name,train_args,compare", [
+# DP-SCD's default (a dealer, whose shard holds no model) in the default run: its prediction once failed at the
+# dealer (KeyError 'theta') while only slow tests saved a two-party DP-SCD model.
+@pytest.mark.parametrize("name,train_args,compare", [pytest.param(*p, marks=pytest.mark.slow) if p[0] != "dpscd" else p
+                                                     for p in [
     ("lr", ["hetero-lr", "--max-epochs", "2"], ["test_accuracy", "test_auc"]),
     ("dpscd", ["dpscd", "--parties", "2", "--epochs", "2"], ["test_loss", "test_accuracy", "test_auc"]),
     ("dpsgd", ["dpsgd", "--epochs", "2"], ["test_loss", "test_accuracy", "test_auc"]),
@@ -257,7 +259,7 @@ def test_unpickling_is_refused_in_shards(tmp_path):
      ["test_explained_variance_ratio"]),
     ("fdskl-3", ["fdskl", "--parties", "3", "--epochs", "1", "--predict-bits", "32"], ["test_accuracy", "test_auc"]),
     ("fdskl-paper", ["fdskl", "--parties", "3", "--protocol", "paper", "--epochs", "1"], ["test_accuracy", "test_auc"]),
-])
+]])
 def test_cli_round_trip(tmp_path, name, train_args, compare):
     _round_trip(tmp_path, name, train_args, compare)
 

@@ -371,12 +371,14 @@ def _predict_dpscd(fed, manifest, arrays, X, y):
 
     from .privacy.vertical import ActiveLink
 
+    if not fed.is_data_party:
+        # The shared protocol's dealer: its shard holds no model (it dealt training's randomness only), and scoring
+        # is the data parties' sum of their partial margins.
+        return None
     theta = torch.as_tensor(arrays["theta"], dtype=torch.float64)
-    margins = None
-    if fed.is_data_party:
-        link = ActiveLink(fed, secure=bool((manifest.get("command") or {}).get("secure_sum", False)))
-        with fed.phase("dpscd/predict"):
-            margins = link.sum_at_active(X.to(torch.float64) @ theta.to(X.device))
+    link = ActiveLink(fed, secure=bool((manifest.get("command") or {}).get("secure_sum", False)))
+    with fed.phase("dpscd/predict"):
+        margins = link.sum_at_active(X.to(torch.float64) @ theta.to(X.device))
     if not fed.is_active:
         return None
     return _glm_outputs(manifest, margins, y)
