@@ -1,7 +1,9 @@
 """One entry point for every SCD variant, at one party of a federation (Q = 1: the centralised run).
 
 ``fit_glm(fed, X, y, config)`` runs in every party process with that party's
-columns ``X`` (and the labels ``y`` at the active party only):
+columns ``X`` (and the labels ``y`` at the active party only). Across parties the default vertical protocol
+(``shared``) needs the federation's coordinator, the dealer: it calls ``fit_glm(fed, None, None, config)`` too
+and gets None (``launch(..., coordinator=True)``; ``protocol="encrypted"`` runs without one, on Paillier):
 
 1. checks the configuration and the data (row norms <= 1 for the DP variants:
    the sensitivity bounds assume it),
