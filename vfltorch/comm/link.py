@@ -483,6 +483,8 @@ class TLSMesh:
     def _accept_loop(self) -> None:
         ctx = _server_context(self.identity, self.spec)
         listener = self._listener
+        if listener is None:
+            return       # the mesh was closed before this thread ran (a run that stopped at once)
         while True:
             try:
                 raw, addr = listener.accept()
