@@ -99,6 +99,7 @@ def test_federated_row_normalisation_matches_pooled_norms():
     torch.testing.assert_close(X, Xn)
 
 
+@pytest.mark.slow          # (11 s; own files joined by PSI stay in the default run: test_party_files, test_organisations)
 def test_own_files_joined_on_an_id_column(tmp_path):
     rng = np.random.default_rng(0)
     ids = np.arange(40)

@@ -86,6 +86,7 @@ def run_vfl(*args):
                           env=env)
 
 
+@pytest.mark.slow          # (12 s of CLI runs; the in-process calibration tests above stay in the default run)
 def test_vfl_predict_writes_calibrated_probabilities(tmp_path):
     model = tmp_path / "bc"
     r = run_vfl("fdskl", "--parties", "2", "--epochs", "1", "--calibration", "0.1", "--save-model", str(model),

@@ -239,7 +239,9 @@ def test_alpha_support_warns_in_a_federation(runs):
 
 
 # The student (the default's usual outcome) in the default run; the teacher kept (the fallback) with the slow tests.
-@pytest.mark.parametrize("compress_to,outcome", [("if-faithful:112", "student"),
+# (both slow since 2026-11-29: 9 s of CLI runs; the default run keeps the in-process compression tests and FDSKL's
+# save / predict in fresh processes, tests/test_model_store.py)
+@pytest.mark.parametrize("compress_to,outcome", [pytest.param("if-faithful:112", "student", marks=pytest.mark.slow),
                                                  pytest.param("if-faithful:8", "teacher", marks=pytest.mark.slow)])
 def test_compressed_model_round_trips_through_vfl_predict(tmp_path, compress_to, outcome):
     """`vfl fdskl --compress-to` (public support; the checked default's two outcomes: at one epoch the 112-feature

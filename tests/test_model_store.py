@@ -349,6 +349,7 @@ def test_loaded_classifier_predicts_the_labels_of_fit(tmp_path):
     assert (loaded.predict(Xw) == m.predict(Xw)).all() and loaded.score(Xw, yw) > 0.9
 
 
+@pytest.mark.slow          # (9 s; multiclass save / load in process stays in the default run)
 @needs_dataset("vehicle")
 def test_multiclass_fdskl_round_trip_through_the_cli(tmp_path):
     """Four classes, two parties and the dealer: `vfl predict` in fresh processes gives training's accuracy,
