@@ -214,7 +214,7 @@ DOCS_DPSCD = {
 }
 
 
-@pytest.mark.slow      # (about 20 s; the default run has the same three parties over loopback TLS: test_checkpoint)
+@pytest.mark.slow      # (29 s with other jobs running; the default run has the same three parties over loopback TLS: test_checkpoint)
 def test_dpscd_default_protocol_runs_with_a_dealer_between_organisations(tmp_path):
     """DP-SCD's default vertical protocol (shared: a dealer instead of Paillier) between three organisations, each
     in its own namespace with only its own files, by the commands docs/deployment.md shows."""
