@@ -1,10 +1,10 @@
-"""FDSKL: the default ``shared`` protocol (and ``sealed``) against the paper's masked phases, same data, same seed.
+"""FDSKL: the default ``sealed`` protocol and ``shared`` against the paper's masked phases, same data, same seed.
 
 For each dataset, ``vfl fdskl`` runs with Q parties and the same
-options, ``--protocol paper`` (the baseline, run first), then ``--protocol
-shared`` (plus its dealer process) and any other of ``--protocols``. Reported: test accuracy and AUC, training
+options, ``--protocol paper`` (the baseline, run first), then each of ``--protocols`` (default ``sealed`` and
+``shared``, each with its dealer process). Reported: test accuracy and AUC, training
 seconds (the active party's clock, set-up and prediction excluded), bytes per
-iteration (all ranks, the dealer included), and the ratios shared / paper.
+iteration (all ranks, the dealer included), and the ratios to the paper's.
 
     python -m benchmarks.fdskl_protocols --datasets phishing credit_default a9a give_me_some_credit \\
         --parties 4 --output-dir results/fdskl_protocols
@@ -90,8 +90,8 @@ def main(argv=None) -> int:
     ap.add_argument("--parties", type=int, default=4)
     ap.add_argument("--output-dir", default="results/fdskl_protocols")
     ap.add_argument("--repeats", type=int, default=1, help="rounds (paper, then the others) per dataset; medians reported")
-    ap.add_argument("--protocols", nargs="+", choices=["shared", "sealed"], default=["shared"],
-                    help="the protocols run after the paper's, each against it (sealed: issue 35)")
+    ap.add_argument("--protocols", nargs="+", choices=["shared", "sealed"], default=["sealed", "shared"],
+                    help="the protocols run after the paper's, each against it (sealed, the default since issue 35)")
     ap.add_argument("--same-features", action="store_true",
                     help="the paper run with --mask-seed seed: the same random features as the shared run")
     ap.add_argument("--shared-f-delay", choices=["auto", "0", "1"], default=None,

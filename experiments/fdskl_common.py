@@ -63,8 +63,8 @@ def _party_fit(fed, dataset, seed, settings, monitor, train_rows, max_time):
         kw["max_time"] = max_time
     # mask_seed='seed': reproducible runs (Q = 4 trains the same model as Q = 1); same cost as 'random'.
     kw.setdefault("mask_seed", "seed")
-    # These experiments reproduce the paper's tables and figures: its protocol (the default, 'shared', is
-    # compared with it by benchmarks/fdskl_protocols.py).
+    # These experiments reproduce the paper's tables and figures: its protocol (the default, 'sealed', and
+    # 'shared' are compared with it by benchmarks/fdskl_protocols.py).
     kw.setdefault("protocol", "paper")
     # ... and its model: r new random features per iteration, constant step (issue 16's bounded default is
     # measured by benchmarks/fdskl_accuracy.py and benchmarks/fdskl_scaling.py).

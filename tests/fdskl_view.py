@@ -15,9 +15,12 @@ sums. It does not change what the protocol computes. ``attack_steps`` is the att
 quasi-Newton fit of the cosine sums (low frequencies first, random starts until one reaches the quantisation
 floor of the opened sums, which only the right answer reaches).
 
-Not yet written (issue 35 asks for it against the future default): pooling every step, epoch, width-selection
-candidate and distillation step in one fit. Against today's default the first step alone suffices: at t = 0
-f = 0, so |L'| = 1/2 on every row; later steps' small |L'| leave most rows of a batch below the sums' quantisation.
+``pooled_equations`` / ``pooled_attack`` are the pooled attacker: every number A was opened in the run, modelled
+exactly as a function of all n d_P passive values, solved jointly (under ``sealed``, the default: f on every step's
+batch rows, with alpha_t a known combination of the features of earlier batches, and the opened averaged alpha).
+The main training run only: the default protocol runs no width selection or distillation. Against ``shared`` the
+first step alone suffices: at t = 0 f = 0, so |L'| = 1/2 on every row; later steps' small |L'| leave most rows of
+a batch below the sums' quantisation.
 """
 
 from __future__ import annotations
@@ -186,3 +189,110 @@ def own_column_baseline(X_A, truth, extra=None):
     coef = torch.linalg.lstsq(F, truth).solution
     pred = F @ coef
     return 1 - ((truth - pred) ** 2).sum(0) / ((truth - truth.mean(0)) ** 2).sum(0)
+
+
+# ------------------------------------------------------------------------------------- the pooled attack
+def momentum_weights(lprime, batches, n, gamma, B, mu):
+    """The sealed protocol's coefficients as functions of the features (A knows its L' and the public step rule):
+    returns (C_steps, C_final), T x n and n, with alpha_t = sum_i C_steps[t, i] phi(x_i) the coefficients f was
+    computed with at step t, and the opened averaged alpha = sum_i C_final[i] phi(x_i).
+
+    m_s = mu m_{s-1} + g_s, alpha_{s+1} = alpha_s - (gamma / B) m_s, g_u = sum_{i in I_u} L'_ui phi(x_i); so
+    alpha_t = -(gamma / B) sum_{u < t} (1 - mu^(t - u)) / (1 - mu) g_u, averaged over t in [T / 2, T) after each step.
+    """
+    T = len(lprime)
+    C = torch.zeros(T + 1, n, dtype=torch.float64)          # C[t]: alpha before step t's update (C[T]: after all)
+    for t in range(1, T + 1):
+        for u in range(t):
+            w = -gamma / B * (1 - mu ** (t - u)) / (1 - mu)
+            C[t].index_add_(0, batches[u], w * lprime[u])
+    t0 = T // 2
+    final = C[t0 + 1:T + 1].mean(0)                         # the average of alpha after steps t0 .. T - 1
+    return C[:T], final
+
+
+def pooled_equations(pv: dict, *, sealed: bool, mu=None):
+    """Every number the active party was opened in the main training run, as equations in the passive columns:
+    [(kind, rows or None, target, weights)] for ``pooled_attack``. Under ``shared``: each step's gradient sums (D per
+    step) and f on its batch rows is what A computed itself from its own (clear) alpha, so only the sums count.
+    Under ``sealed``: f on every step's batch rows (alpha_t a known combination of the features, above) and the
+    opened averaged alpha."""
+    n = pv["X_A"].shape[0]
+    if not sealed:
+        return {"grad": [(s["rows"], s["lprime"], s["g"]) for s in pv["steps"]]}
+    C_steps, C_final = momentum_weights(pv["lprime"], pv["batches"], n, pv["gamma"], pv["batch_size"], mu)
+    f = [(pv["batches"][t], C_steps[t], pv["f"][t]) for t in range(len(pv["f"]))]
+    return {"f": f, "alpha": (C_final, pv["alpha"])}
+
+
+def pooled_loss(pv: dict, equations: dict):
+    """The attacker's objective: Z (n x d_P, torch) -> the relative squared residual of each step's gradient sums
+    (divided by their squared norm), plus that of all f values together and of the opened alpha."""
+    base = pv["X_A"] @ pv["W_A"] + pv["b"]                  # n x D, known to A
+    W_P = pv["W_P"]
+
+    def stacked(items):
+        # every step's rows in one index (one gather, one scatter in the backward pass: per-step indexing costs a
+        # dense n x D scatter per step), with the step each row belongs to
+        rows = torch.cat([r for r, _, _ in items])
+        owner = torch.repeat_interleave(torch.arange(len(items)), torch.as_tensor([len(r) for r, _, _ in items]))
+        return rows, owner
+
+    grads = equations.get("grad", [])
+    if grads:
+        g_rows, g_owner = stacked(grads)
+        g_weight = torch.cat([lp for _, lp, _ in grads])
+        g_target = torch.stack([g for _, _, g in grads])                     # T x D
+    fs = equations.get("f", [])
+    if fs:
+        f_rows, f_owner = stacked(fs)
+        f_C = torch.stack([c for _, c, _ in fs])                             # T x n
+        f_target = torch.cat([f for _, _, f in fs])
+
+    def loss(Z):
+        phi = SQRT2 * torch.cos(base + Z @ W_P)
+        total = torch.zeros((), dtype=torch.float64)
+        if grads:
+            pred = torch.zeros_like(g_target).index_add(0, g_owner, g_weight[:, None] * phi[g_rows])
+            r = pred - g_target
+            total = total + ((r * r).sum(1) / ((g_target * g_target).sum(1) + 1e-30)).sum()
+        if fs:
+            alpha_t = f_C @ phi                                                # T x D
+            pred = (phi[f_rows] * alpha_t[f_owner]).sum(1)
+            r = pred - f_target
+            total = total + (r @ r) / (f_target @ f_target + 1e-30)
+        if "alpha" in equations:
+            C, alpha = equations["alpha"]
+            r = C @ phi - alpha
+            total = total + (r @ r) / (alpha @ alpha + 1e-30)
+        return total
+
+    return loss
+
+
+def pooled_attack(pv: dict, equations: dict, *, starts=3, iters=400, seed=0, init=None):
+    """The strongest joint solve written here: all passive values of all rows at once (bounded quasi-Newton,
+    L-BFGS-B on [0, 1]^(n x d_P), the exact gradient by autograd) against every equation of ``pooled_equations``
+    (``pooled_loss``); from ``starts`` uniform random starts (and ``init``, e.g. per-batch solutions, when given).
+    Returns (Z, relative residual of the best start)."""
+    from scipy.optimize import minimize
+
+    loss = pooled_loss(pv, equations)
+    n, dP = pv["X_A"].shape[0], pv["W_P"].shape[0]
+
+    def value_and_gradient(flat):
+        Z = torch.from_numpy(flat).reshape(n, dP).requires_grad_(True)
+        value = loss(Z)
+        value.backward()
+        return float(value), Z.grad.detach().numpy().ravel().copy()
+
+    rng = np.random.default_rng(seed)
+    inits = ([init] if init is not None else []) + [rng.uniform(0.0, 1.0, (n, dP)) for _ in range(starts)]
+    best = (None, float("inf"))
+    for Z0 in inits:
+        out = minimize(value_and_gradient, np.asarray(Z0, dtype=np.float64).ravel(), jac=True, method="L-BFGS-B",
+                       bounds=[(0.0, 1.0)] * (n * dP), options={"maxiter": iters, "maxcor": 30, "ftol": 1e-15,
+                                                                 "gtol": 1e-12})
+        if out.fun < best[1]:
+            best = (out.x.reshape(n, dP), float(out.fun))
+    return best

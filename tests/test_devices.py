@@ -161,10 +161,11 @@ def _cli(tmp_path, *argv, timeout=240):
 
 # The CLI runs take 30-40 s each on 2 cores: the flagship's stays in the default run, the rest are `slow` (the GPU
 # machine's `pytest -m gpu` runs them all on a real device).
-@pytest.mark.parametrize("protocol", ["shared", pytest.param("paper", marks=pytest.mark.slow),
-                                      pytest.param("sealed", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("protocol", ["sealed", pytest.param("paper", marks=pytest.mark.slow),
+                                      pytest.param("shared", marks=pytest.mark.slow)])
 def test_fdskl_cli_and_predict_on_fake_cuda(protocol, tmp_path):
-    """`vfl fdskl --device cuda` with 3 parties (the dealer under shared) to the report, then `vfl predict`."""
+    """`vfl fdskl --device cuda` with 3 parties (and the dealer, but under paper) to the report, with the held-out
+    curve, then `vfl predict`."""
     out = _cli(tmp_path, "fdskl", "--dataset", "breast_cancer", "--parties", "3", "--device", "cuda", "--epochs",
                "1", "--protocol", protocol, "--save-model", str(tmp_path / "m"))
     assert "test_accuracy" in out

@@ -26,7 +26,7 @@ SLACK = 25            # seconds beyond the expected bound that a loaded 2-core m
 METHODS = {
     # The growing model (no leak limit) so that the run is still training when the fault comes: the bounded
     # default stops at its leak limit after a few seconds on breast_cancer.
-    "fdskl": ["fdskl", "--parties", "2", "--n-components", "none", "--time-budget", "100000"],
+    "fdskl": ["fdskl", "--parties", "2", "--protocol", "shared", "--n-components", "none", "--time-budget", "100000"],
     "pca": ["pca", "--parties", "2", "--method", "vfedpca", "--topology", "server", "--periods", "1000000",
             "--no-evaluate"],
     "dpscd": ["dpscd", "--parties", "2", "--epochs", "100000", "--monitor-every", "0"],
@@ -195,10 +195,10 @@ def test_fault_in_each_role_of_each_method(method, role, fault):
     check_party_fault(method, role, fault, code, err, elapsed, left)
 
 
-# FDSKL's default (bounded model, shared protocol with a dealer) on a dataset big enough that training runs
+# FDSKL's bounded model under the shared protocol (with a dealer) on a dataset big enough that training runs
 # well past the fault: the dealer sends its windows without waiting (kernels.shared.DealerWindow) and runs
 # ahead of the parties; a dead party or dealer must still stop everyone, naming the cause.
-FDSKL_SHARED = ["fdskl", "--dataset", "phishing", "--parties", "2", "--epochs", "1000", "--monitor-rows", "0",
+FDSKL_SHARED = ["fdskl", "--protocol", "shared", "--dataset", "phishing", "--parties", "2", "--epochs", "1000", "--monitor-rows", "0",
                 "--f-delay", "1"]       # the pipelined iteration: messages to and from A leave without waiting
 
 
@@ -224,6 +224,20 @@ def test_a_killed_party_stops_fdskl_training_that_prepares_ahead(role):
     rank = {"active": 0, "passive": 1, "coordinator": 2}[role]
     args = FDSKL_SHARED[:FDSKL_SHARED.index("--f-delay")] + ["--f-delay", "0"]
     code, err, elapsed, left = run_with_fault(args, signal.SIGKILL, rank, settle=6.0)
+    check_party_fault("fdskl", role, signal.SIGKILL, code, err, elapsed, left)
+
+
+# FDSKL's default protocol (sealed): the holder H (the passive party) keeps a share of every coefficient and the
+# dealer waits on H's share each step; a dead party or dealer stops everyone, naming the cause. (30 epochs, fewer
+# than phishing's passive columns, so that no f-value warning precedes the error.)
+FDSKL_SEALED = ["fdskl", "--dataset", "phishing", "--parties", "2", "--epochs", "30"]
+
+
+@needs_dataset("phishing")
+@pytest.mark.parametrize("role", _roles("passive"))
+def test_a_killed_party_stops_fdskl_default_training(role):
+    rank = {"active": 0, "passive": 1, "coordinator": 2}[role]
+    code, err, elapsed, left = run_with_fault(FDSKL_SEALED, signal.SIGKILL, rank, settle=6.0)
     check_party_fault("fdskl", role, signal.SIGKILL, code, err, elapsed, left)
 
 

@@ -300,8 +300,10 @@ def test_vfl_fdskl_demo_writes_the_record(tmp_path):
     assert "test_accuracy=" in r.stdout
     rec = json.loads(out.read_text())
     assert rec["metrics"]["test_accuracy"] > 0.94
-    # The bounded model (default): D = 1536 features whatever the number of iterations (B = 32 here), 4 epochs.
-    assert rec["fdskl"]["history"] and rec["fdskl"]["random_features"] == 1536
+    # The bounded model (default): D = 1536 features whatever the number of iterations (B = 32 here), 4 epochs,
+    # under the sealed protocol, with its held-out curve.
+    assert rec["fdskl"]["protocol"] == "sealed" and rec["fdskl"]["random_features"] == 1536
+    assert any("test_accuracy" in p for p in rec["fdskl"]["history"])
     assert rec["fdskl"]["iterations"] == math.ceil(4 * 427 / 32)
     assert all(rec["comm"][str(p)]["bytes_sent"] > 0 for p in range(3))
     assert any((tmp_path / "tb").iterdir())
@@ -338,13 +340,13 @@ def test_vfl_fdskl_one_vs_rest_on_a_multiclass_dataset(tmp_path):
 
 
 @needs_dataset("abalone")
-def test_vfl_fdskl_regression_under_the_shared_protocol(tmp_path):
+def test_vfl_fdskl_regression_under_the_default_protocol(tmp_path):
     # The dealer builds the active party's estimator (a regressor here: no class count to agree on).
     out = tmp_path / "abalone.json"
     assert main(["fdskl", "--dataset", "abalone", "--parties", "2", "--quiet", "--epochs", "1",
                  "--n-components", "64", "--output-json", str(out)]) == 0
     rec = json.loads(out.read_text())
-    assert rec["task"] == "regression" and rec["fdskl"]["protocol"] == "shared"
+    assert rec["task"] == "regression" and rec["fdskl"]["protocol"] == "sealed"
     assert rec["metrics"]["test_r2"] > 0.3 and rec["fdskl"]["sigma_multiplier"] == 1.0   # 3,133 rows: no selection
 
 

@@ -37,9 +37,9 @@ from conftest import as_torch
 TWO_PI = 2 * math.pi
 # sigma = 1: the attack's unwrapping needs no tuning (at breast cancer's median sigma, 0.68, it rebuilds the
 # passive columns with mean R^2 0.7 on this data; a9a's issue report shows the defaults fall too).
-SHARED = dict(batch_size=32, features_per_step=16, epochs=2, random_state=3, sigma=1.0)
+SHARED = dict(protocol="shared", batch_size=32, features_per_step=16, epochs=2, random_state=3, sigma=1.0)
 N_TRAIN = 427                     # breast cancer's training rows (the dealer gets the count from the plan)
-REF = dict(n_components=None, batch_size=1, features_per_step=1, epochs=30 / 427, random_state=5, sigma=1.0, lam=1e-3, gamma=0.5)
+REF = dict(protocol="shared", n_components=None, batch_size=1, features_per_step=1, epochs=30 / 427, random_state=5, sigma=1.0, lam=1e-3, gamma=0.5)
 
 
 def wrap(a):
@@ -116,7 +116,7 @@ def attack_job(fed):
     if data is not None:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            est = FDSKLClassifier(fed, protocol="paper", **SHARED).fit(X, y)
+            est = FDSKLClassifier(fed, **dict(SHARED, protocol="paper")).fit(X, y)
         out["paper_theta"] = est.feature_map_.phases(X, range(est.feature_map_.n_blocks))
         out["warned"] = [str(w.message) for w in caught if issubclass(w.category, LeakWarning)]
     return out

@@ -29,13 +29,13 @@ from vfltorch.kernels.traffic import announce, iteration_bytes
 from vfltorch.kernels.trainer import phase_totals
 from conftest import as_torch
 
-BOUNDED = dict(batch_size=32, epochs=2, random_state=3, n_components=128, features_per_step=16)
+BOUNDED = dict(protocol="shared", batch_size=32, epochs=2, random_state=3, n_components=128, features_per_step=16)
 # product_bits=32 (both training products in Z_2^32): the compressed and one-vs-rest runs are compared with their
 # centralised twins closely; the default's Z_2^20 / Z_2^16 precision is tested on BOUNDED.
 # Prune to the 48 of the 128 features with the largest |alpha| (the label-dependent support, kept selectable; the
 # default public support has tests/test_fdskl_compress.py) and refit by one epoch.
 COMPRESSED = dict(BOUNDED, compress_to=48, product_bits=32, compress_support="alpha")
-WINE = dict(batch_size=16, epochs=4, random_state=1, n_components=128, features_per_step=16, product_bits=32,
+WINE = dict(protocol="shared", batch_size=16, epochs=4, random_state=1, n_components=128, features_per_step=16, product_bits=32,
             predict_bits=32)   # the twin compares decision values: training and prediction both in Z_2^32
 WINE_COLUMNS = [range(0, 5), range(5, 9), range(9, 13)]
 
@@ -60,7 +60,7 @@ def bc(fed):
     return load_party_data(fed, DataConfig(dataset="breast_cancer", scale="minmax", seed=0))
 
 
-ATTACK = dict(batch_size=32, epochs=1, random_state=3, sigma=1.0, n_components=448, features_per_step=16)
+ATTACK = dict(protocol="shared", batch_size=32, epochs=1, random_state=3, sigma=1.0, n_components=448, features_per_step=16)
 
 
 def spy_on_training(fed):
@@ -104,7 +104,7 @@ def attack_fits(fed, data):
         if fed.is_coordinator and protocol == "paper":
             continue
         stop = spy_on_training(fed)
-        est = FDSKLClassifier(fed, protocol=protocol, **extra, **ATTACK)
+        est = FDSKLClassifier(fed, **extra, **dict(ATTACK, protocol=protocol))
         if data is None:
             est.fit(None)
         else:
@@ -149,7 +149,7 @@ def job(fed):
         out["shared32"] = {"alpha": as_torch(est.alpha_), "comm": est.comm_, "n_iter": est.n_iter_}
     # The paper's protocol (the dealer sits it out): bytes of training and of prediction.
     if data is not None:
-        est = FDSKLClassifier(fed, protocol="paper", mask_seed="seed", **BOUNDED)
+        est = FDSKLClassifier(fed, mask_seed="seed", **dict(BOUNDED, protocol="paper"))
         est.fit(data.X_train, data.y_train, columns=data.columns)
         before = phase_totals(fed, "fdskl/predict")["bytes_sent"]
         f = est.decision_function(data.X_test)
@@ -160,8 +160,8 @@ def job(fed):
     for protocol in ("shared", "paper"):
         if fed.is_coordinator and protocol == "paper":
             continue
-        est = FDSKLClassifier(fed, protocol=protocol, mask_seed="seed" if protocol == "paper" else "random",
-                              **COMPRESSED)
+        est = FDSKLClassifier(fed, mask_seed="seed" if protocol == "paper" else "random",
+                              **dict(COMPRESSED, protocol=protocol))
         if data is None:
             est.fit(None)
         else:
@@ -500,14 +500,14 @@ def test_gradient_sums_rebuild_the_kernel_past_the_leak_limit_and_not_at_the_def
     assert both - own < 0.01
 
 
-FOUR = dict(batch_size=32, epochs=1, random_state=5, n_components=64, features_per_step=16, compress_to=32,
+FOUR = dict(protocol="shared", batch_size=32, epochs=1, random_state=5, n_components=64, features_per_step=16, compress_to=32,
             compress_epochs=0.5)
 
 
 def four_party_paper_job(fed):
     warnings.simplefilter("ignore")
     data = bc(fed)
-    est = FDSKLClassifier(fed, protocol="paper", mask_seed="seed", **FOUR)
+    est = FDSKLClassifier(fed, mask_seed="seed", **dict(FOUR, protocol="paper"))
     est.fit(data.X_train, data.y_train, columns=data.columns)
     before = phase_totals(fed, "fdskl/predict")["bytes_sent"]
     f = est.decision_function(data.X_test)

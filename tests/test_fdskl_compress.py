@@ -33,7 +33,7 @@ from vfltorch.kernels.trainer import phase_totals
 from conftest import as_torch
 
 # Prune 128 features to 48 (a public subset) and distil; both training products in Z_2^32 so that the twin is close.
-PUBLIC = dict(batch_size=32, epochs=2, random_state=3, n_components=128, features_per_step=16, compress_to=48,
+PUBLIC = dict(protocol="shared", batch_size=32, epochs=2, random_state=3, n_components=128, features_per_step=16, compress_to=48,
               product_bits=32)
 WIDTHS = (32, 24, 20)
 # compress_to='if-faithful:N': a faithful student (96 of 128 features) and an unfaithful one (8 features).
@@ -70,8 +70,8 @@ def job(fed):
     if data is not None:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            FDSKLClassifier(fed, protocol="paper", mask_seed="seed", compress_support="alpha",
-                            **dict(PUBLIC, epochs=0.3, compress_epochs=0.0)).fit(
+            FDSKLClassifier(fed, mask_seed="seed", compress_support="alpha",
+                            **dict(PUBLIC, protocol="paper", epochs=0.3, compress_epochs=0.0)).fit(
                 data.X_train, data.y_train, columns=data.columns)
         out["alpha_warned"] = _support_leaks(caught)
     return out
@@ -81,7 +81,7 @@ def _public_runs(fed, data, out):
     for protocol in ("shared", "paper"):
         if fed.is_coordinator and protocol == "paper":
             continue
-        est = FDSKLClassifier(fed, protocol=protocol, mask_seed="seed" if protocol == "paper" else "random", **PUBLIC)
+        est = FDSKLClassifier(fed, mask_seed="seed" if protocol == "paper" else "random", **dict(PUBLIC, protocol=protocol))
         est.fit(None) if data is None else est.fit(data.X_train, data.y_train, columns=data.columns)
         rec = {"support": as_torch(est.support_), "alpha": as_torch(est.alpha_), "info": est.compress_}
         for bits in (WIDTHS if protocol == "shared" else (32,)):

@@ -16,7 +16,7 @@ from vfltorch.data import DataConfig, load_party_data
 from vfltorch.kernels import FDSKLClassifier
 from vfltorch.kernels.trainer import CURVE_PHASE, MONITOR_PHASE, TRAIN_PHASE, phase_totals
 
-CURVE = dict(batch_size=32, epochs=2, random_state=3, n_components=128, features_per_step=16, sigma=1.0)
+CURVE = dict(protocol="shared", batch_size=32, epochs=2, random_state=3, n_components=128, features_per_step=16, sigma=1.0)
 EVERY, EPOCH_ENDS = 1, 10 ** 6            # log_every: a point at every iteration; only at epoch ends and the end
 RUNS = {
     "shared": {},                          # bounded model, f_delay 0 (the dealer's windows: budget.py ``sync``)
@@ -120,9 +120,9 @@ def test_the_curve_in_the_record_and_tensorboard_under_a_time_budget(tmp_path):
     from vfltorch.cli import main
 
     out, tb = tmp_path / "fdskl.json", tmp_path / "tb"
-    assert main(["fdskl", "--parties", "2", "--dataset", "breast_cancer", "--n-components", "128",
-                 "--features-per-step", "16", "--batch-size", "32", "--epochs", "2", "--sigma", "1",
-                 "--time-budget", "1000", "--log-every", "4", "--monitor-rows", "40", "--seed", "3",
+    assert main(["fdskl", "--protocol", "shared", "--parties", "2", "--dataset", "breast_cancer",
+                 "--n-components", "128", "--features-per-step", "16", "--batch-size", "32", "--epochs", "2",
+                 "--sigma", "1", "--time-budget", "1000", "--log-every", "4", "--monitor-rows", "40", "--seed", "3",
                  "--output-json", str(out), "--logdir", str(tb), "--quiet"]) == 0
     rec = json.loads(out.read_text())["fdskl"]
     hist, comm = rec["history"], rec["train_comm"]

@@ -29,6 +29,7 @@ from conftest import as_torch
 
 CONFIG = DataConfig(dataset="breast_cancer", scale="minmax", seed=0)
 PARAMS = dict(protocol="sealed", epochs=3, random_state=4)
+MONITOR = 100                                        # held-out rows whose f the active party is opened per epoch
 SQRT2 = math.sqrt(2.0)
 
 
@@ -40,18 +41,20 @@ def sealed_job(fed, params):
     est = FDSKLClassifier(fed, **params)
     start = len(fed.transcript.messages)
     if data is None:
-        est.fit(None)
+        est.fit(None, monitor=(torch.zeros(MONITOR, 0), None))
         out = {}
     else:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            est.fit(data.X_train, data.y_train, columns=data.columns)
+            est.fit(data.X_train, data.y_train, columns=data.columns,
+                    monitor=(data.X_test[:MONITOR], None if data.y_test is None else data.y_test[:MONITOR]))
         out = {"X": torch.as_tensor(data.X_train), "columns": [int(c) for c in est.columns_],
                "leak_warnings": [str(w.message) for w in caught if issubclass(w.category, LeakWarning)]}
         if fed.is_active:
             mine = set(out["columns"])
             passive = [c for c in range(est.n_columns_total_) if c not in mine]
             out.update(alpha=as_torch(est.alpha_), sigma=est.sigma_, view=public_view(view, passive), passive=passive,
+                       history=est.history_,
                        accuracy=float((np.asarray(est.predict(data.X_test)) == np.asarray(data.y_test)).mean()))
         else:
             est.decision_function(data.X_test)
@@ -126,35 +129,57 @@ def test_each_role_receives_what_the_protocol_lists(run):
     assert {m[3] for m in to_h if m[0] == A} <= {2, B * 4 * D, B * 2 * D}
 
 
+def test_the_curve_opens_f_on_the_monitor_rows_once_per_epoch(run):
+    """Held-out points at the three epoch ends (the current iterate's accuracy); in the monitor phase the active
+    party receives, per epoch, H's share of f on the monitor rows and the dealer's material, nothing per feature."""
+    A = run[0]
+    scored = [p for p in A["history"] if "test_accuracy" in p]
+    per_epoch = len(A["X"]) / FDSKLClassifier(**PARAMS)._batch_size(len(A["X"]))     # 427 / 32 iterations
+    assert [p["iteration"] for p in scored] == [math.ceil(k * per_epoch - 1e-9) for k in (1, 2, 3)]
+    assert scored[-1]["test_accuracy"] > 0.9 and all(p["bytes"] > 0 for p in A["history"])
+    D = FDSKLClassifier(**PARAMS)._n_blocks() * FDSKLClassifier(**PARAMS).features_per_step
+    to_a = [m for r in run for m in r["sent"] if m[4] == "fdskl/monitor" and m[1] == 0]
+    assert sum(1 for m in to_a if m[0] == 1 and m[3] == MONITOR) == 3     # H's share of f, once per epoch
+    assert {m[3] for m in to_a} <= {MONITOR * D, 2 + MONITOR, MONITOR}, {m[3] for m in to_a}
+
+
 def test_the_gradient_attack_has_nothing_to_solve(run):
     view = run[0]["view"]
     assert view["steps"] == []                    # no gradient sum was opened to the active party
     assert len(view["f"]) == len(view["lprime"]) > 0
 
 
-def default_job(fed):
+def protocol_job(fed, protocol):
     data = load_party_data(fed, CONFIG) if fed.is_data_party else None
-    est = FDSKLClassifier(fed, epochs=1)
+    est = FDSKLClassifier(fed, epochs=1, **({} if protocol is None else {"protocol": protocol}))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         est.fit(None) if data is None else est.fit(data.X_train, data.y_train, columns=data.columns)
-    return [str(w.message) for w in caught if issubclass(w.category, LeakWarning)]
+    return {"protocol": est.protocol, "warnings": [str(w.message) for w in caught if issubclass(w.category, LeakWarning)]}
 
 
-def test_the_default_warns_the_label_holder_and_sealed_does_not(run):
-    warned = launch(default_job, 2, coordinator=True)
-    assert len(warned[0]) == 1 and "issue 35" in warned[0][0] and "sealed" in warned[0][0]
-    assert warned[1] == [] and warned[2] == []
+def test_the_default_is_sealed_and_shared_warns_the_label_holder(run):
+    default = launch(protocol_job, 2, args=(None,), coordinator=True)
+    assert [r["protocol"] for r in default] == ["sealed"] * 3
+    assert all(r["warnings"] == [] for r in default)
     assert all(r.get("leak_warnings", []) == [] for r in run)
+    warned = launch(protocol_job, 2, args=("shared",), coordinator=True)
+    assert len(warned[0]["warnings"]) == 1 and "issue 35" in warned[0]["warnings"][0]
+    assert "sealed" in warned[0]["warnings"][0]
+    assert warned[1]["warnings"] == [] and warned[2]["warnings"] == []
 
 
 def test_check_sealed_counts_the_passive_values():
-    """Opened: f on the batch rows of every step and the D coefficients, against n d_P passive values."""
-    check_sealed(455, 20, 1536, 32, 4)            # 9,100 values for 57 x 32 + 1,536 = 3,360 opened numbers
-    with pytest.raises(VFLInputError, match="n_components <= 2976"):
-        check_sealed(1000, 8, 3072, 32, 1)        # 8,000 values: 1,024 f values leave room for 2,976
-    with pytest.raises(VFLInputError, match="fewer epochs"):
-        check_sealed(576, 4, 1536, 32, 4)         # pima at Q = 2: its 2,304 f values alone are as many as its values
+    """The opened model (D coefficients) against the n d_P passive values; the f values (what the loss needs) only
+    warn."""
+    assert check_sealed(455, 20, 1536, 32, 4) is None     # 9,100 values, 1,536 coefficients, 1,824 f values
+    with pytest.raises(VFLInputError, match="n_components <= 4000"):
+        check_sealed(1000, 8, 4096, 32, 1)                # 8,000 values: at most 4,000 coefficients
+    with pytest.raises(VFLInputError, match="n_components <= 1152"):
+        check_sealed(576, 4, 1536, 32, 4)                 # pima at Q = 2 at the defaults (576 training rows)
+    note = check_sealed(576, 4, 1024, 32, 4)              # 2,304 values: 4 epochs of f values are as many
+    assert note is not None and "2304 passive values" in note and "fewer epochs" in note
+    assert check_sealed(576, 4, 1024, 32, 3) is None
 
 
 def final_model_weights(lprime, batches, n, gamma, B, mu=MU_NUM / 2 ** MU_SHIFT):
@@ -208,11 +233,8 @@ def test_the_opened_model_gives_nothing_on_a_real_run_and_rows_when_few(run):
 
 
 def test_sealed_refuses_what_it_cannot_run():
-    from vfltorch.kernels import FDSKLRegressor
     from vfltorch.kernels.checks import check_shared
 
-    with pytest.raises(VFLInputError, match="regression"):
-        check_shared(FDSKLRegressor(protocol="sealed"))
     with pytest.raises(VFLInputError, match="time budget"):
         check_shared(FDSKLClassifier(protocol="sealed", epochs=None, max_time=10))
     with pytest.raises(VFLInputError, match="number of epochs"):

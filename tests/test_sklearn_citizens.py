@@ -195,7 +195,7 @@ def citizens_job(fed):
     out = {}
     # predict / score / predict_proba are collective: every process calls them (the dealer too, without rows);
     # calibration (Platt scaling, 30 of the 150 rows held out) makes predict_proba exist
-    clf = FDSKLClassifier(fed, epochs=3, calibration=0.2).fit(train, y)
+    clf = FDSKLClassifier(fed, epochs=3, calibration=0.2, n_components=128).fit(train, y)
     pred, score, proba = clf.predict(test), clf.score(test, labels[150:]), clf.predict_proba(test)
     out["fdskl"] = None if pred is None else {"classes": list(clf.classes_), "pred": pred.tolist(),
                                               "score": score, "proba": proba.tolist()}

@@ -147,9 +147,9 @@ def check_hyperparameters(est) -> None:
     if est.angle_bits not in (16, 32, 64):
         raise VFLInputError(f"angle_bits must be 16, 32 or 64, got {est.angle_bits!r}")
     if est.protocol not in ("shared", "sealed", "paper"):
-        raise VFLInputError(f"protocol must be 'shared' (the default: the active party learns f on its batch rows "
-                            f"and gradient sums, which give it passive columns: issue 35), 'sealed' (it learns f "
-                            f"on its batch rows and, once, the trained coefficients) or 'paper' (Gu et al.'s "
+        raise VFLInputError(f"protocol must be 'sealed' (the default: the active party learns f on its batch rows "
+                            f"and, once, the trained coefficients), 'shared' (it learns f on its batch rows and "
+                            f"gradient sums, which give it passive columns: issue 35) or 'paper' (Gu et al.'s "
                             f"masked phases, which leak the passive columns), got {est.protocol!r}")
     if not (est.mask_seed in ("random", "seed") or (isinstance(est.mask_seed, (int, np.integer))
                                                     and not isinstance(est.mask_seed, bool))):
@@ -165,11 +165,13 @@ def check_shared(est) -> None:
                             "training row); schedule='paper' needs protocol='paper'")
     if est.protocol == "sealed":
         if getattr(est, "n_components", None) is None:
-            raise VFLInputError("protocol='sealed' trains the bounded model: pass n_components (default 1536)")
-        if (getattr(est, "_task", "binary") == "regression" or getattr(est, "max_time", None) is not None
-                or getattr(est, "epochs", 1) is None):
-            raise VFLInputError("protocol='sealed' trains classifiers for a number of epochs (no time budget or "
-                                "regression yet); use protocol='shared' for those")
+            raise VFLInputError("protocol='sealed' (the default) trains the bounded model: pass n_components "
+                                "(default 1536); the growing model (n_components=None) runs under protocol='shared' "
+                                "or 'paper', which leak passive columns to the label holder (docs/fdskl.md)")
+        if getattr(est, "max_time", None) is not None or getattr(est, "epochs", 1) is None:
+            raise VFLInputError("protocol='sealed' (the default) trains for a number of epochs: pass epochs and no "
+                                "max_time (a time budget under it is not written yet; protocol='shared' has one, "
+                                "and opens the label holder the gradient sums that leak passive columns)")
     if est.protocol in ("shared", "sealed") and est.angle_bits != 16:
         raise VFLInputError(f"protocol='shared' uses 16-bit angles (its dealt masks index a 2**16-entry cosine "
                             f"table), got angle_bits={est.angle_bits}; 32 and 64 are for protocol='paper'")

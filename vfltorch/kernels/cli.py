@@ -70,12 +70,12 @@ def _compress_to(text: str):
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("FDSKL")
-    g.add_argument("--protocol", choices=["shared", "sealed", "paper"], default="shared",
-                   help="'shared' (default): phases masked by a dealer's fresh masks, f and gradients as additive "
-                        "shares; the active party learns f on its batch rows and the gradient sums, which give it "
-                        "passive columns (issue 35; a dealer process is started). 'sealed': the coefficients and "
-                        "gradients stay in shares, the active party learns f on its batch rows and, once, the "
-                        "trained coefficients (momentum SGD; no width selection or compression). 'paper': Gu et "
+    g.add_argument("--protocol", choices=["shared", "sealed", "paper"], default="sealed",
+                   help="'sealed' (default): the coefficients and gradients stay in shares between the active "
+                        "party and a passive holder, the active party learns f on its batch rows and, once, the "
+                        "trained coefficients (momentum SGD; no width selection or compression; a dealer process "
+                        "is started). 'shared': phases masked by a dealer's fresh masks, but the active party is "
+                        "opened the gradient sums, which give it passive columns (issue 35). 'paper': Gu et "
                         "al.'s masked phases, which let the active party rebuild the passive columns (for "
                         "reproducing the paper only)")
     g.add_argument("--kernel", choices=KERNELS, default="rbf", help="shift-invariant kernel of the random features")
@@ -256,7 +256,7 @@ def run(fed, data, args, log):
     if fed.coordinator is not None and fed.is_active:
         fed.send_json(data.task, fed.coordinator)   # the dealer builds the same estimator (regression: no classes)
     monitor = None
-    if X_test is not None and args.monitor_rows != 0 and args.protocol != "sealed":     # (sealed: no curve yet)
+    if X_test is not None and args.monitor_rows != 0:
         m = data.n_test if args.monitor_rows < 0 else min(args.monitor_rows, data.n_test)
         rows = np.sort(np.random.default_rng(args.seed + 17).permutation(data.n_test)[:m])
         monitor = (X_test[rows], None if data.y_test is None else data.y_test[rows])

@@ -41,16 +41,23 @@ kept features from the public seed (label-independent),
 24): the shared protocol's ring for f at prediction (20, 24 or 32 bits; 11, 12 or 14 bytes per row and feature at
 Q = 4).
 
-Privacy. ``protocol='shared'`` (the default with Q > 1; the federation needs
-a coordinator, which deals masks and triples): the active party learns f on
-its mini-batch rows, the r gradient sums per iteration, f on the rows it
-predicts and on the monitor rows once per epoch; passive parties and the
-dealer learn no label-dependent value (``shared.py`` has the protocol and the
-threat model). ``protocol='paper'`` is FDSKL's Algorithm 3 as published,
+Privacy. ``protocol='sealed'`` (the default with Q > 1; the federation needs
+a coordinator, which deals masks and products; ``sealed.py``): alpha, the
+gradient sums and the optimiser's state stay in additive shares between the
+active party and a passive holder; the active party learns f on its
+mini-batch rows (what its loss needs) and, once, the trained coefficients
+(at most half as many as the n d_P passive values: ``check_sealed``); no
+width selection, compression, time budget or checkpoints yet.
+``protocol='shared'`` (``shared.py``): the active party also learns the r
+gradient sums per iteration, which with the public W and b give it the
+passive columns of its batch rows (issue 35: it warns, ``LeakWarning``),
+f on the rows it predicts and on the monitor rows once per epoch; passive
+parties and the dealer learn no label-dependent value under either.
+``protocol='paper'`` is FDSKL's Algorithm 3 as published,
 kept for reproducing the paper; it warns (``LeakWarning``): the active party
 learns w_j^T x_i + b_j (mod 2*pi) for every row it evaluates, and with the
 public W it rebuilds the passive columns by least squares with phase
-unwrapping (``tests/test_fdskl_attack.py``). Under both, labels, L' and alpha
+unwrapping (``tests/test_fdskl_attack.py``). Under all three, labels and L'
 stay at the active party, raw columns never leave their party, and the
 median heuristic reveals the distances of a few hundred disjoint random row
 pairs at the active party (pass ``sigma`` to avoid it).
@@ -115,12 +122,12 @@ class LeakWarning(UserWarning):
 
 PAPER_LEAK = ("protocol='paper' hands the active party the phases w_j^T x_i + b_j (mod 2 pi) of every row it "
               "evaluates; with the public directions W it can rebuild the passive parties' columns by least "
-              "squares with phase unwrapping (docs/fdskl.md). Use protocol='sealed' (or 'shared', the default, "
-              "which leaks less) unless you are reproducing the paper.")
-SHARED_LEAK = ("protocol='shared' (the default) opens the active party the gradient sums of every step; with the "
-               "public W and b they let it solve for the passive columns of its batch rows (issue 35, docs/fdskl.md "
-               "*Known leak*). protocol='sealed' opens it only f on its batch rows and, once, the trained "
-               "coefficients (at a higher cost).")
+              "squares with phase unwrapping (docs/fdskl.md). Use protocol='sealed' (the default) unless you are "
+              "reproducing the paper.")
+SHARED_LEAK = ("protocol='shared' opens the active party the gradient sums of every step; with the public W and b "
+               "they let it solve for the passive columns of its batch rows (issue 35, docs/fdskl.md *Known leak*). "
+               "protocol='sealed' (the default) opens it only f on its batch rows and, once, the trained "
+               "coefficients.")
 
 
 # f_delay='auto' under the shared protocol (docs/design/2026-11-24-fdskl-shared-protocol-cost.md,
@@ -145,7 +152,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
                  features_per_step: int = 32, epochs: float | None = 4.0, max_time: float | None = None,
                  schedule: str = "cached", random_state: int = 0, mask_seed="random", angle_bits: int = 16,
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
-                 prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1536,
+                 prefetch: int = 1, device=None, protocol: str = "sealed", n_components: int | None = 1536,
                  solver: str = "adam", sigma_grid=SIGMA_GRID, compress_to=IF_FAITHFUL, compress_epochs: float = 1.0,
                  product_bits: int = 20, compress_support: str = "public", predict_bits: int = PREDICT_BITS,
                  f_delay="auto"):
@@ -234,13 +241,18 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         """gamma, or momentum SGD's constant rate under the sealed protocol (sealed.DEFAULT_RATE / D)."""
         if self.gamma is not None:
             return float(self.gamma)
-        return SEALED_RATE / (self._n_blocks() * int(self.features_per_step))
+        # (tuned for the logistic loss, whose constant step is 16; the square loss's L' = f - y is larger)
+        scale = self._loss().default_step / 16.0
+        return SEALED_RATE * scale / (self._n_blocks() * int(self.features_per_step))
 
-    def _check_sealed(self, plan: dict, n: int) -> None:
+    def _check_sealed(self, fed: Federation, plan: dict, n: int) -> None:
         """Every rank refuses alike (the plan is the same everywhere) a run whose opened model could determine the
-        passive values (``sealed.check_sealed``)."""
+        passive values (``sealed.check_sealed``); the label holder is warned where its f values reach them."""
         D = self._n_blocks() * int(self.features_per_step)
-        check_sealed(n, int(plan["n_features"]) - int(plan["active_cols"]), D, self._batch_size(n), self.epochs)
+        note = check_sealed(n, int(plan["n_features"]) - int(plan["active_cols"]), D, self._batch_size(n),
+                            self.epochs)
+        if note and fed.is_active:
+            warnings.warn(note, LeakWarning, stacklevel=3)
 
     def _masks(self, fed: Federation) -> tuple[MaskStream, int]:
         """(this party's fresh-mask stream, the phase key of the blocks it keeps)."""
@@ -352,11 +364,8 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         table = share_table(fed, fed.coordinator) if shared else None
         sealed = self._sealed(fed)
         if sealed:
-            if monitor is not None and fed.is_active:
-                warnings.warn("protocol='sealed' keeps no learning curve yet: the monitor rows are not evaluated "
-                              "(history_ stays empty)", UserWarning, stacklevel=2)
             # The width selection and the distillation open gradient sums: the sealed protocol runs neither.
-            self._check_sealed(plan, X.shape[0])
+            self._check_sealed(fed, plan, X.shape[0])
             self.sigma_multiplier_, self.sigma_scores_, self.selection_seconds_ = 1.0, None, 0.0
         elif resumed is not None:
             self._selected(resumed[0]["setup"])
@@ -378,7 +387,8 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
             self.table_ = table
             cfg = self._config(loss, X.shape[0], self._sealed_step())
             result = train_sealed(fed, self.feature_map_, X, y_fit, cfg, n_blocks=self._n_blocks(),
-                                  dealer=fed.coordinator, table=table, log=log, progress=progress and fed.is_active)
+                                  dealer=fed.coordinator, table=table, monitor=monitor, log=log,
+                                  progress=progress and fed.is_active)
         elif self._bounded():
             if shared:
                 self.table_ = table
@@ -509,7 +519,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
 
         sealed = self._sealed(fed)
         if sealed:
-            self._check_sealed(plan, n)
+            self._check_sealed(fed, plan, n)
             self.sigma_multiplier_, self.sigma_scores_, self.selection_seconds_ = 1.0, None, 0.0
         elif resumed is not None:
             self._selected(resumed[0]["setup"])
@@ -524,7 +534,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         cfg = self._config(self._loss(), n, plan["step"])
         if sealed:
             result = train_sealed(fed, self.feature_map_, empty, None, cfg, n_blocks=self._n_blocks(),
-                                  dealer=fed.coordinator, table=self.table_)
+                                  dealer=fed.coordinator, table=self.table_, monitor=mon)
         elif self._bounded():
             result = train_budget(fed, self.feature_map_, empty, None, cfg, n_blocks=self._n_blocks(),
                                   dealer=fed.coordinator, table=self.table_, monitor=mon,
@@ -842,7 +852,7 @@ class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
                  features_per_step: int = 32, epochs: float | None = 4.0, max_time: float | None = None,
                  schedule: str = "cached", random_state: int = 0, mask_seed="random", angle_bits: int = 16,
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
-                 prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1536,
+                 prefetch: int = 1, device=None, protocol: str = "sealed", n_components: int | None = 1536,
                  solver: str = "adam", sigma_grid=SIGMA_GRID, compress_to=IF_FAITHFUL, compress_epochs: float = 1.0,
                  product_bits: int = 20, compress_support: str = "public", predict_bits: int = PREDICT_BITS,
                  f_delay="auto", calibration: float | None = None):
@@ -1052,7 +1062,7 @@ class FDSKLRegressor(RegressorMixin, _FDSKLBase):
                  features_per_step: int = 32, epochs: float | None = 4.0, max_time: float | None = None,
                  schedule: str = "cached", random_state: int = 0, mask_seed="random", angle_bits: int = 16,
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
-                 prefetch: int = 1, device=None, protocol: str = "shared", n_components: int | None = 1536,
+                 prefetch: int = 1, device=None, protocol: str = "sealed", n_components: int | None = 1536,
                  solver: str = "adam", sigma_grid=SIGMA_GRID, compress_to=IF_FAITHFUL, compress_epochs: float = 1.0,
                  product_bits: int = 20, compress_support: str = "public", predict_bits: int = PREDICT_BITS,
                  f_delay="auto", normalize_y: bool = True):

@@ -32,9 +32,10 @@ Iteration t (batch I_t of B rows, public seed):
    fixed-point step and is left out.
 
 At the end the averaged alpha is opened to A (prediction then runs ``shared``'s protocol with A's coefficients).
-That is D numbers, alpha = sum_i C_i phi(x_i) with weights C_i that A knows; with the steps x B values of f, all
-functions of the n d_P passive values: training refuses to start where n d_P < ``UNKNOWNS_PER_OPENED`` times
-their count (``check_sealed``), and says what to change.
+That is D numbers, alpha = sum_i C_i phi(x_i) with weights C_i that A knows, functions of the n d_P passive
+values: training refuses to start where n d_P < ``UNKNOWNS_PER_OPENED`` D (``check_sealed``), and says what to
+change. The steps x B values of f are what the loss needs (every protocol opens them); A is warned where they
+reach n d_P.
 
 What each role receives: A, per step, S (uniform), the dealer's c_0 (uniform), H's share of f (f on I_t once
 added), and once the averaged alpha; H: e = x - a (uniform), the dealer's seeds, A's pad seed; D: alpha_H after
@@ -56,7 +57,8 @@ from ..comm import Federation
 from ..comm.sharing import _stream_from, _uniform, _word, deal_dealt, fresh_seed, mul_dealt, open_shares, truncate
 from ..data.validation import VFLInputError
 from .shared import REAL_PAIRS, cos_sin, star_phases
-from .trainer import TRAIN_PHASE, BatchSampler, TrainingLoop
+from ..comm import pairwise_tree
+from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, log_interval, step_marks
 
 SQRT2 = math.sqrt(2.0)
 F_RING = 32             # f's product in Z_2^32: half the bytes of its operand (4D columns: the largest message)
@@ -80,24 +82,32 @@ def steps_of(n: int, batch: int, epochs: float) -> int:
     return max(1, math.ceil(epochs * (n / min(batch, n)) - 1e-9))
 
 
-def check_sealed(n: int, passive_columns: int, D: int, batch: int, epochs: float) -> None:
-    """Refuse a run whose openings could determine the passive values: the label holder is opened f on its batch
-    rows at every step (steps x B numbers) and the trained coefficients (D), all functions of the n d_P passive
-    values (W and b are public); the run needs at least ``UNKNOWNS_PER_OPENED`` unknowns per opened number."""
+def check_sealed(n: int, passive_columns: int, D: int, batch: int, epochs: float) -> str | None:
+    """Refuse a run whose opened model could determine the passive values; return a warning about the f values.
+
+    Beyond what the loss needs, the label holder is opened the trained coefficients once: D numbers
+    alpha_j = sum_i C_i phi_j(x_i) with weights C_i it knows, functions of the n d_P passive values (W and b are
+    public). The run needs at least ``UNKNOWNS_PER_OPENED`` passive values per coefficient.
+
+    f on the batch rows (steps x B numbers, one per row per epoch) is what the loss needs: every FDSKL protocol
+    opens it to the label holder (the paper's too). Where they reach the n d_P passive values (fewer passive
+    columns than epochs) the returned text says so; the pooled attack (tests/test_fdskl_pooled_attack.py) is what
+    they give on real runs."""
     if not passive_columns:
-        return
-    B = min(batch, n)
-    f_values = steps_of(n, batch, epochs) * B
+        return None
     unknowns = n * passive_columns
-    if unknowns >= UNKNOWNS_PER_OPENED * (f_values + D):
-        return
-    room = unknowns // UNKNOWNS_PER_OPENED - f_values
-    fix = (f"pass n_components <= {room}" if room >= 1 else
-           "train for fewer epochs (the f values alone are too many) or with more passive columns")
-    raise VFLInputError(
-        f"protocol='sealed' opens the label holder f on its batch rows at every step ({f_values} values) and the "
-        f"trained coefficients ({D}); with {n} rows and {passive_columns} passive columns that is more than "
-        f"1/{UNKNOWNS_PER_OPENED} of the {unknowns} passive values: {fix}")
+    if unknowns < UNKNOWNS_PER_OPENED * D:
+        room = unknowns // UNKNOWNS_PER_OPENED
+        raise VFLInputError(
+            f"protocol='sealed' opens the label holder the {D} trained coefficients once, functions of the "
+            f"{unknowns} passive values ({n} rows x {passive_columns} passive columns); they may be at most "
+            f"1/{UNKNOWNS_PER_OPENED} of them: pass n_components <= {room}")
+    f_values = steps_of(n, batch, epochs) * min(batch, n)
+    if f_values >= unknowns:
+        return (f"protocol='sealed': the label holder is opened f on its batch rows {f_values} times (what its loss "
+                f"needs, under every protocol), as many as the {unknowns} passive values ({passive_columns} "
+                f"passive columns): fewer epochs open fewer (docs/fdskl.md, *What each role learns*)")
+    return None
 
 
 def _fixed(x: torch.Tensor, bits: int) -> torch.Tensor:
@@ -110,10 +120,75 @@ def _narrow(table_words: torch.Tensor, bits: int) -> torch.Tensor:
     return (table_words + (1 << (shift - 1))) >> shift
 
 
+def _f_operands(rank: int, A: int, ph, alpha: torch.Tensor, known_h: torch.Tensor | None, table):
+    """Step 2's operands: at A (x of f's product, A's fixed-point [cos S, sin S]); at H and the dealer (y of f's
+    product, the fixed-point [cos beta, sin beta]); ``known_h`` is H's share of alpha as H and the dealer hold it."""
+    if rank == A:
+        cs = cos_sin(REAL_PAIRS, ph.S)                                    # B x 2D float [cos S, sin S]
+        # (int32 words multiply mod 2**32: the small cosines times the 32 low bits of alpha's copy)
+        cs_int = _fixed(cs, COS_BITS)                                    # (both products' cosines)
+        cs_f = _word(cs_int, F_RING)
+        a_f = _word(truncate(alpha, 0, ALPHA_BITS - ALPHA_F_BITS), F_RING)  # alpha's coarse copy (A's share)
+        return torch.cat([cs_f * a_f.repeat_interleave(2), cs_f], dim=1), cs_int
+    beta = ph.groups[0][2]
+    cb = cos_sin(table, beta)                                              # B x 2D, 16 fractional bits
+    cb_narrow = _narrow(cb, COS_BITS)                                    # (both products' cosines)
+    cb_f = _word(cb_narrow, F_RING)
+    a_f = _word(truncate(known_h, 1, ALPHA_BITS - ALPHA_F_BITS), F_RING)  # H's share, as H truncates it
+    return torch.cat([cb_f, cb_f * a_f.repeat_interleave(2)], dim=1), cb_narrow
+
+
+def _opened_f(f_int: torch.Tensor, where: str) -> torch.Tensor:
+    """f from its opened ring value, with the check that a failed truncation or a diverged step trips."""
+    f = f_int.to(torch.float64) * (SQRT2 / 2.0 ** (ALPHA_F_BITS + 2 * COS_BITS))
+    peak = float(f.abs().max()) if f.numel() else 0.0
+    if not math.isfinite(peak) or peak >= F_LIMIT:
+        raise RuntimeError(f"FDSKL sealed protocol: |f| reached {peak:.3g} {where} (a failed share truncation, "
+                           f"probability about 2^-29 per coefficient and step, or a diverging step): rerun, or "
+                           f"lower gamma")
+    return f
+
+
+class SealedMonitor:
+    """Held-out f of the current iterate, opened to the active party at epoch ends (as ``shared`` opens its
+    monitor rows): step 2's dealt row product on chunks of the monitor rows. ``X``: this party's monitor columns
+    (the dealer's: m x 0); ``y`` at the active party."""
+
+    def __init__(self, monitor, max_elements: int):
+        self.X = monitor[0]
+        self.y = None if monitor[1] is None else monitor[1].to(torch.float64).cpu()
+        self.max_elements = max_elements
+
+    def values(self, fed: Federation, fmap, alpha, known_h, *, A: int, H: int, dealer: int, table):
+        rank, D = fed.rank, fmap.n_features
+        chunk = max(1, self.max_elements // (4 * D))
+        out = []
+        for start in range(0, self.X.shape[0], chunk):
+            rows = self.X[start:start + chunk]
+            m = rows.shape[0]
+            ph = star_phases(fmap, rows, range(fmap.n_blocks), dealer, H)
+            x_f = y_f = None
+            if rank == A:
+                x_f, _ = _f_operands(rank, A, ph, alpha, None, table)
+            elif rank in (H, dealer):
+                y_f, _ = _f_operands(rank, A, ph, None, known_h, table)
+            dealt = deal_dealt(fed, [y_f] if y_f is not None else None, holders=(A, H), dealer=dealer,
+                               kind=["rowdot"], shapes_x=[(m, 4 * D)], shapes_y=[(m, 4 * D)], bits=[F_RING])
+            z = mul_dealt(fed, x_f, y_f, holders=(A, H), dealer=dealer, kind="rowdot", shape_x=(m, 4 * D),
+                          dealt=dealt[0] if dealt is not None else True, bits=F_RING)
+            if rank in (A, H):
+                f_int = open_shares(fed, z, holders=(A, H), to=A, shape=(m,), bits=F_RING)
+                if rank == A:
+                    out.append(_opened_f(f_int, "on the monitor rows"))
+        return torch.cat(out) if rank == A and out else None
+
+
 def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None, cfg, *, n_blocks: int,
-                 dealer: int, table, log=None, progress: bool = False):
+                 dealer: int, table, monitor=None, log=None, progress: bool = False):
     """Train the D = n_blocks r feature model under the sealed protocol (SPMD: every party and the dealer).
-    Returns a ``TrainResult`` whose alpha (float64, the averaged iterate) is at the active party only."""
+    Returns a ``TrainResult`` whose alpha (float64, the averaged iterate) is at the active party only.
+    ``monitor`` ((X, y), this party's columns of the held-out rows; y at the active party): the curve's points
+    carry their metrics at epoch ends, of the current iterate (the returned model is the average)."""
     n = X.shape[0]
     for _ in range(n_blocks - fmap.n_blocks):
         fmap.add_block()
@@ -136,6 +211,9 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
         raise VFLInputError(f"protocol='sealed': the step gamma / B = {cfg.gamma / B:.3g} is below the fixed point's "
                             f"resolution; raise gamma or lower batch_size")
     loop = TrainingLoop(fed, max_iter, log=log, progress=progress)
+    log_every = log_interval(cfg.log_every, max_iter)
+    control_tree = pairwise_tree([A] + passive + [dealer])
+    mon = SealedMonitor(monitor, cfg.max_elements) if monitor is not None else None
     zero = torch.zeros(D, dtype=torch.int64)
     alpha, m, total = zero.clone(), zero.clone(), zero.clone()
     alpha_h = zero.clone()                  # at D: H's share of alpha, as H last sent it
@@ -158,20 +236,9 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             shapes = [(B, 4 * D), (B, 2 * D)]
             x_f = x_g = y_f = y_g = ys = None
             if rank == A:
-                cs = cos_sin(REAL_PAIRS, ph.S)                                    # B x 2D float [cos S, sin S]
-                # (int32 words multiply mod 2**32: the small cosines times the 32 low bits of alpha's copy)
-                cs_int = _fixed(cs, COS_BITS)                                    # (both products' cosines)
-                cs_f = _word(cs_int, F_RING)
-                a_f = _word(truncate(alpha, 0, ALPHA_BITS - ALPHA_F_BITS), F_RING)  # alpha's coarse copy (A's share)
-                x_f = torch.cat([cs_f * a_f.repeat_interleave(2), cs_f], dim=1)
+                x_f, cs_int = _f_operands(rank, A, ph, alpha, None, table)
             elif rank in (H, dealer):
-                beta = ph.groups[0][2]
-                cb = cos_sin(table, beta)                                          # B x 2D, 16 fractional bits
-                y_g = _narrow(cb, COS_BITS)                                      # (both products' cosines)
-                cb_f = _word(y_g, F_RING)
-                known = alpha if rank == H else alpha_h
-                a_f = _word(truncate(known, 1, ALPHA_BITS - ALPHA_F_BITS), F_RING)  # H's share, as H truncates it
-                y_f = torch.cat([cb_f, cb_f * a_f.repeat_interleave(2)], dim=1)
+                y_f, y_g = _f_operands(rank, A, ph, None, alpha if rank == H else alpha_h, table)
                 ys = [y_f, y_g]
             # Both products' material in one message to A before any data message (sharing.deal_dealt).
             dealt = deal_dealt(fed, ys, holders=(A, H), dealer=dealer, kind=["rowdot", "coldot"], shapes_x=shapes,
@@ -181,12 +248,7 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                           dealt=mine[0], bits=F_RING)
             f_int = open_shares(fed, z, holders=(A, H), to=A, shape=(B,), bits=F_RING) if holds else None
             if rank == A:
-                f = f_int.to(torch.float64) * (SQRT2 / 2.0 ** (ALPHA_F_BITS + 2 * COS_BITS))
-                peak = float(f.abs().max())
-                if not math.isfinite(peak) or peak >= F_LIMIT:
-                    raise RuntimeError(f"FDSKL sealed protocol: |f| reached {peak:.3g} at iteration {t} (a failed "
-                                       f"share truncation, probability about 2^-29 per coefficient and step, or a "
-                                       f"diverging step): rerun, or lower gamma")
+                f = _opened_f(f_int, f"at iteration {t}")
                 yb = y[batch]
                 d = cfg.loss.derivative(f, yb)
                 loop.add_loss(float(cfg.loss.value(f, yb).mean()))
@@ -207,6 +269,14 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             elif rank == dealer:
                 alpha_h = fed.recv(H, (D,), torch.int64, device="cpu")
         loop.tick(started)
+        final, epoch_end = step_marks(t + 1, max_iter, sampler.per_epoch)
+        if (t + 1) % log_every == 0 or final or epoch_end:
+            f_mon = None
+            if mon is not None and (final or epoch_end):
+                with fed.phase(MONITOR_PHASE):
+                    f_mon = mon.values(fed, fmap, alpha if rank == A else None, alpha if rank == H else alpha_h,
+                                       A=A, H=H, dealer=dealer, table=table)
+            loop.log_point(t + 1, D, f_mon, mon if f_mon is not None else None, cfg, log, control_tree)
     count = max_iter - average_from
     with fed.phase(TRAIN_PHASE):
         opened = open_shares(fed, total if holds else None, holders=(A, H), to=A, shape=(D,)) if holds else None
