@@ -216,7 +216,7 @@ def test_a_killed_party_stops_fdskl_shared_training(role):
 
 
 @needs_dataset("phishing")
-@pytest.mark.parametrize("role", _roles("coordinator"))      # the dealer, whose material is made ahead
+@pytest.mark.parametrize("role", _roles(None))      # (the shared protocol's: all slow since the default is sealed)
 def test_a_killed_party_stops_fdskl_training_that_prepares_ahead(role):
     """f_delay 0 (the default): each party makes round t + 1's local part (the dealer's material among it)
     while it waits for round t's messages (A for the keeper's share of f, the keeper, whose share leaves without

@@ -54,7 +54,8 @@ def sealed_job(fed, params):
             mine = set(out["columns"])
             passive = [c for c in range(est.n_columns_total_) if c not in mine]
             out.update(alpha=as_torch(est.alpha_), sigma=est.sigma_, view=public_view(view, passive), passive=passive,
-                       history=est.history_,
+                       history=est.history_, comm={"total": est.comm_["train_bytes_sent_total"],
+                                                   "iterations": est.n_iter_},
                        accuracy=float((np.asarray(est.predict(data.X_test)) == np.asarray(data.y_test)).mean()))
         else:
             est.decision_function(data.X_test)
@@ -141,6 +142,19 @@ def test_the_curve_opens_f_on_the_monitor_rows_once_per_epoch(run):
     to_a = [m for r in run for m in r["sent"] if m[4] == "fdskl/monitor" and m[1] == 0]
     assert sum(1 for m in to_a if m[0] == 1 and m[3] == MONITOR) == 3     # H's share of f, once per epoch
     assert {m[3] for m in to_a} <= {MONITOR * D, 2 + MONITOR, MONITOR}, {m[3] for m in to_a}
+
+
+def test_training_bytes_follow_the_formula_a_long_run_announces(run):
+    """Every rank's training bytes (the meter) are T times ``traffic.iteration_bytes('sealed', ...)`` plus the
+    once-per-run pad seed and opened alpha, exactly (docs/fdskl.md, *Cost*)."""
+    from vfltorch.kernels.traffic import iteration_bytes, sealed_once_bytes
+
+    est = FDSKLClassifier(**PARAMS)
+    B, D = est._batch_size(len(run[0]["X"])), est._n_blocks() * est.features_per_step
+    T = run[0]["comm"]["iterations"]
+    assert run[0]["comm"]["total"] == T * iteration_bytes("sealed", 3, B, D, D) + sealed_once_bytes(D)
+    # 2 (Q - 1) B D + 32 B D + 12 B + 16 D + 32 Q at Q = 3, B = 32, D = 1536 (about 9x the paper's 4 B D at Q = 2)
+    assert iteration_bytes("sealed", 3, B, D, D) == 36 * B * D + 12 * B + 16 * D + 96
 
 
 def test_the_gradient_attack_has_nothing_to_solve(run):

@@ -58,6 +58,7 @@ from ..comm.sharing import _stream_from, _uniform, _word, deal_dealt, fresh_seed
 from ..data.validation import VFLInputError
 from .shared import REAL_PAIRS, cos_sin, star_phases
 from ..comm import pairwise_tree
+from .traffic import announce, iteration_bytes
 from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, log_interval, step_marks
 
 SQRT2 = math.sqrt(2.0)
@@ -214,6 +215,11 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     log_every = log_interval(cfg.log_every, max_iter)
     control_tree = pairwise_tree([A] + passive + [dealer])
     mon = SealedMonitor(monitor, cfg.max_elements) if monitor is not None else None
+    if loop.bar is not None:
+        # A run that will move a lot says so before it starts (issue 38), from the formula the tests check.
+        line = announce(iteration_bytes("sealed", fed.num_parties, B, D, D), max_iter)
+        if line is not None:
+            loop.bar.write(line, file=getattr(loop.bar, "fp", None))
     zero = torch.zeros(D, dtype=torch.int64)
     alpha, m, total = zero.clone(), zero.clone(), zero.clone()
     alpha_h = zero.clone()                  # at D: H's share of alpha, as H last sent it

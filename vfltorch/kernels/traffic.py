@@ -10,6 +10,11 @@ batch, D features and G gradient sums per step (D under Adam):
   2 (Q - 1) B D + 5 B D + 4 B G + 5 B + 4 G + 32 Q - 16 bytes; with 32-bit products:
   2 (Q - 1) B D + 8 B (D + G) + 12 (B + G) + 32 Q - 16. The dealer's messages of up to ``DEALER_WINDOW``
   iterations also carry an 8-byte length per recipient and window (at most 8 Q per iteration, not counted).
+* ``sealed`` (``sealed.py``, the default): the same star of phases; f's operand B x 4D words of Z_2^32 and the
+  gradient's B x 2D of Z_2^64 (16 B D bytes each), the dealer's seed and corrections (2 + B + D int64 words),
+  H's share of f (B words of 4 bytes), H's share of alpha to the dealer (D int64 words), 128-bit seeds:
+  2 (Q - 1) B D + 32 B D + 12 B + 16 D + 32 Q bytes; once per run (``sealed_once_bytes``): A's pad seed and the opened
+  alpha, 8 D + 16.
 
 ``announce`` turns it into the line a long run prints before its training starts (issue 38): the bytes the
 links will carry, and what that is at 100 Mbit/s, a fair guess of a link between organisations.
@@ -18,6 +23,11 @@ links will carry, and what that is at 100 Mbit/s, a fair guess of a link between
 from __future__ import annotations
 
 ANNOUNCE_BYTES = 100e6          # runs that will send less than this say nothing
+
+
+def sealed_once_bytes(D: int) -> int:
+    """The sealed protocol's training bytes outside its iterations: A's pad seed and the opened alpha."""
+    return 8 * int(D) + 16
 LINK_BITS_PER_SECOND = 100e6    # the link speed the line converts to time at
 
 
@@ -29,6 +39,8 @@ def iteration_bytes(protocol: str, Q: int, B: int, D: int, G: int, *, bits=(20, 
         return 0
     if protocol == "paper":
         return (2 * Q - 2) * B * D * int(angle_bits) // 8
+    if protocol == "sealed":
+        return 2 * (Q - 1) * B * D + 32 * B * D + 12 * B + 16 * D + 32 * Q
     if protocol == "shared":
         star = 2 * (Q - 1) * B * D
         if tuple(bits) == (20, 16):
@@ -54,4 +66,4 @@ def announce(per_iteration: int | None, iterations: int | None) -> str | None:
             f"theirs): {when} of transfer at 100 Mbit/s")
 
 
-__all__ = ["ANNOUNCE_BYTES", "announce", "iteration_bytes"]
+__all__ = ["ANNOUNCE_BYTES", "sealed_once_bytes", "announce", "iteration_bytes"]
