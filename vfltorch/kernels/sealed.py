@@ -217,7 +217,7 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     mon = SealedMonitor(monitor, cfg.max_elements) if monitor is not None else None
     if loop.bar is not None:
         # A run that will move a lot says so before it starts (issue 38), from the formula the tests check.
-        line = announce(iteration_bytes("sealed", fed.num_parties, B, D, D), max_iter)
+        line = announce(iteration_bytes("sealed", fed.num_parties, B, D, D), max_iter, extras=False)
         if line is not None:
             loop.bar.write(line, file=getattr(loop.bar, "fp", None))
     zero = torch.zeros(D, dtype=torch.int64)

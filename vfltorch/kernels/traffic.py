@@ -50,9 +50,9 @@ def iteration_bytes(protocol: str, Q: int, B: int, D: int, G: int, *, bits=(20, 
     return None
 
 
-def announce(per_iteration: int | None, iterations: int | None) -> str | None:
+def announce(per_iteration: int | None, iterations: int | None, *, extras: bool = True) -> str | None:
     """'vfl: fdskl: training will move about 4.59 GB over the links ...' for ``iterations``, or None (short runs,
-    no formula)."""
+    no formula). ``extras``: the run may add a width selection and a compression (not under ``sealed``)."""
     if not per_iteration or not iterations:
         return None
     total = per_iteration * iterations
@@ -62,8 +62,9 @@ def announce(per_iteration: int | None, iterations: int | None) -> str | None:
     seconds = 8 * total / LINK_BITS_PER_SECOND
     when = f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
     return (f"vfl: fdskl: training will move about {size} over the links ({per_iteration / 1e6:.3g} MB per "
-            f"iteration x {iterations} iterations, all parties together; a width selection and a compression add "
-            f"theirs): {when} of transfer at 100 Mbit/s")
+            f"iteration x {iterations} iterations, all parties together"
+            f"{'; a width selection and a compression add theirs' if extras else ''}): {when} of transfer at "
+            f"100 Mbit/s")
 
 
 __all__ = ["ANNOUNCE_BYTES", "sealed_once_bytes", "announce", "iteration_bytes"]
