@@ -240,7 +240,7 @@ def main(argv=None) -> int:
     head = ("| dataset | train rows | FDSKL default (Q=1) acc / s | growing DSG (old default) acc / s | "
             "RBF SVC acc / s | logistic acc / s | FDSKL - SVC (pp) |")
     if args.federated is not None:
-        head += (f" FDSKL Q={args.parties} shared acc / fit s (selection + training) | federated fit / SVC fit |")
+        head += (f" FDSKL Q={args.parties} default (sealed since 2026-11-29) acc / fit s (selection + training) | federated fit / SVC fit |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         g = r.get("growing")
