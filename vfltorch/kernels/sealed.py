@@ -56,7 +56,7 @@ import torch
 from ..comm import Federation
 from ..comm.sharing import _stream_from, _uniform, _word, deal_dealt, fresh_seed, mul_dealt, open_shares, truncate
 from ..data.validation import VFLInputError
-from .shared import REAL_PAIRS, cos_sin, star_phases
+from .shared import REAL_PAIRS, cos_sin, narrow_table, star_phases
 from ..comm import pairwise_tree
 from .traffic import announce, iteration_bytes
 from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, log_interval, step_marks
@@ -111,30 +111,30 @@ def check_sealed(n: int, passive_columns: int, D: int, batch: int, epochs: float
     return None
 
 
+# A's [cos S, sin S] rounded to COS_BITS, as a table over the 16-bit angle words: the same integers as rounding the
+# float cosines each iteration (round(cos x 2^6)), from one gather of 1-byte pairs (a 128 KB table that stays in a
+# core's cache) instead of a float gather, a multiply and a round.
+ACTIVE_PAIRS = torch.round(REAL_PAIRS * 2.0 ** COS_BITS).to(torch.int8).contiguous()
+
+
 def _fixed(x: torch.Tensor, bits: int) -> torch.Tensor:
     return torch.round(x * 2.0 ** bits).to(torch.int64)
-
-
-def _narrow(table_words: torch.Tensor, bits: int) -> torch.Tensor:
-    """The dealer's 16-bit fixed-point cosines rounded to ``bits`` fractional bits (the same integers at H and D)."""
-    shift = 16 - bits
-    return (table_words + (1 << (shift - 1))) >> shift
 
 
 def _f_operands(rank: int, A: int, ph, alpha: torch.Tensor, known_h: torch.Tensor | None, table):
     """Step 2's operands: at A (x of f's product, A's fixed-point [cos S, sin S]); at H and the dealer (y of f's
     product, the fixed-point [cos beta, sin beta]); ``known_h`` is H's share of alpha as H and the dealer hold it."""
     if rank == A:
-        cs = cos_sin(REAL_PAIRS, ph.S)                                    # B x 2D float [cos S, sin S]
+        cs8 = cos_sin(ACTIVE_PAIRS, ph.S.cpu())                          # B x 2D [cos S, sin S] x 2^6, int8
         # (int32 words multiply mod 2**32: the small cosines times the 32 low bits of alpha's copy)
-        cs_int = _fixed(cs, COS_BITS)                                    # (both products' cosines)
-        cs_f = _word(cs_int, F_RING)
+        cs_f = _word(cs8, F_RING)
         a_f = _word(truncate(alpha, 0, ALPHA_BITS - ALPHA_F_BITS), F_RING)  # alpha's coarse copy (A's share)
-        return torch.cat([cs_f * a_f.repeat_interleave(2), cs_f], dim=1), cs_int
+        return torch.cat([cs_f * a_f.repeat_interleave(2), cs_f], dim=1), cs8.to(torch.int64)
     beta = ph.groups[0][2]
-    cb = cos_sin(table, beta)                                              # B x 2D, 16 fractional bits
-    cb_narrow = _narrow(cb, COS_BITS)                                    # (both products' cosines)
-    cb_f = _word(cb_narrow, F_RING)
+    # [cos beta, sin beta] of the dealer's 16-bit table rounded to COS_BITS (shared.narrow_table: int8, cached)
+    cb8 = cos_sin(narrow_table(table, COS_BITS), beta.cpu())
+    cb_narrow = cb8.to(torch.int64)                                      # (both products' cosines)
+    cb_f = _word(cb8, F_RING)
     a_f = _word(truncate(known_h, 1, ALPHA_BITS - ALPHA_F_BITS), F_RING)  # H's share, as H truncates it
     return torch.cat([cb_f, cb_f * a_f.repeat_interleave(2)], dim=1), cb_narrow
 
