@@ -372,3 +372,29 @@ def test_fdskl_resumed_after_a_party_stopped_is_the_unbroken_run(tmp_path, proto
         agree = np.mean(np.sign(a["f"]) == np.sign(b["f"]))
         assert agree >= 0.98, agree            # (two unbroken runs here: all 143 test rows alike)
     assert not any(tmp_path.glob("rank-*/step-*"))
+
+
+def _fdskl_default_checkpoint_job(fed, root):
+    from vfltorch.kernels import FDSKLClassifier
+
+    data = load_party_data(fed, FDSKL_DATA) if fed.is_data_party else None
+    est = FDSKLClassifier(fed, epochs=1, n_components=128)
+    folder = os.path.join(root, f"rank-{fed.rank}")
+    return est.fit(None, checkpoint=folder) if data is None else est.fit(data.X_train, data.y_train,
+                                                                           checkpoint=folder)
+
+
+def test_fdskl_checkpoints_at_one_party_and_the_default_protocol_says_what_to_do(tmp_path):
+    """One party (no protocol: the default's sealed does not apply) saves and finishes; between parties the
+    default (sealed) does not resume yet, and the error says so before anything runs, naming the way out."""
+    from vfltorch.comm import FederationError, launch
+    from vfltorch.kernels import FDSKLClassifier
+
+    data = load_party_data(Federation.local(), FDSKL_DATA)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")               # (standardised columns reach |x| = 12: a ScalingWarning)
+        est = FDSKLClassifier(epochs=1, n_components=128).fit(data.X_train, data.y_train,
+                                                              checkpoint=str(tmp_path / "one"))
+    assert est.resumed_from_ == 0 and not any((tmp_path / "one").glob("step-*"))
+    with pytest.raises(FederationError, match="sealed protocol \\(the default\\).*--protocol shared"):
+        launch(_fdskl_default_checkpoint_job, 2, coordinator=True, args=(str(tmp_path / "fed"),), timeout=60)

@@ -292,7 +292,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         fed = self._federation()
         self._checkpoint = checkpoint
         if checkpoint is not None:
-            self._check_resumable()
+            self._check_resumable(fed)
         shared = self._shared(fed)
         if shared:
             check_shared(self)
@@ -407,11 +407,13 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         return self._finish(fed, result)
 
     # ---------------------------------------------------------------------------------------- checkpoints
-    def _check_resumable(self) -> None:
-        if self.protocol == "sealed" or not self._bounded():
+    def _check_resumable(self, fed: Federation) -> None:
+        if self._sealed(fed) or not self._bounded():
             raise VFLInputError("checkpoints (--checkpoint) are for FDSKL's bounded model under the protocols "
-                                "shared and paper; the sealed protocol and the growing model (n_components=None) "
-                                "do not resume yet")
+                                "shared and paper; the sealed protocol (the default) and the growing model "
+                                "(n_components=None) do not resume yet: train without --checkpoint, or pass "
+                                "--protocol shared, which opens the label holder gradient sums that leak passive "
+                                "columns (docs/fdskl.md, *Known leak*)")
 
     def _resume_point(self, fed: Federation, X, y):
         """Collective (every rank, the dealer too, right after ``agree``): this rank's ``Checkpoints`` and the
