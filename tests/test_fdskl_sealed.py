@@ -249,9 +249,38 @@ def test_the_opened_model_gives_nothing_on_a_real_run_and_rows_when_few(run):
 def test_sealed_refuses_what_it_cannot_run():
     from vfltorch.kernels.checks import check_shared
 
-    with pytest.raises(VFLInputError, match="time budget"):
-        check_shared(FDSKLClassifier(protocol="sealed", epochs=None, max_time=10))
-    with pytest.raises(VFLInputError, match="number of epochs"):
-        check_shared(FDSKLClassifier(protocol="sealed", epochs=None))
     with pytest.raises(VFLInputError, match="n_components"):
         check_shared(FDSKLClassifier(protocol="sealed", n_components=None))
+
+
+def budget_job(fed, params):
+    data = load_party_data(fed, CONFIG) if fed.is_data_party else None
+    est = FDSKLClassifier(fed, protocol="sealed", random_state=4, **params)
+    mon = (torch.zeros(MONITOR, 0), None) if data is None else (data.X_test[:MONITOR], data.y_test)
+    if data is None:
+        est.fit(None, monitor=mon)
+        est.decision_function()
+        return None
+    if fed.is_active:
+        mon = (data.X_test[:MONITOR], data.y_test[:MONITOR])
+    est.fit(data.X_train, data.y_train, columns=data.columns, monitor=mon)
+    p = est.predict(data.X_test)
+    if not fed.is_active:
+        return None
+    return {"n_iter": est.n_iter_, "train_seconds": est.train_seconds_, "history": est.history_,
+            "accuracy": float((np.asarray(p) == np.asarray(data.y_test)).mean()), "rows": len(data.X_train)}
+
+
+@pytest.mark.parametrize("params", [dict(epochs=None, max_time=1.5), dict(epochs=200, max_time=1.0)])
+def test_a_time_budget_stops_every_party_and_opens_the_average(params):
+    """The active party's stop flag (one per iteration down the control tree) ends the run for every rank; the
+    opened model is the average from the first epoch on (or the whole run's end before 200 epochs)."""
+    A = launch(budget_job, 3, args=(params,), coordinator=True)[0]
+    print(f"\n{params}: {A['n_iter']} iterations in {A['train_seconds']:.2f} s, accuracy {A['accuracy']:.4f}")
+    B = FDSKLClassifier(**PARAMS)._batch_size(A["rows"])
+    steps_200 = math.ceil(200 * A["rows"] / B - 1e-9)
+    assert 1 <= A["n_iter"] < steps_200
+    assert params["max_time"] <= A["train_seconds"] < params["max_time"] + 5.0
+    last = A["history"][-1]
+    assert last["iteration"] == A["n_iter"] and "test_accuracy" in last      # the closing point, with the monitor
+    assert A["accuracy"] > 0.9, A

@@ -168,10 +168,6 @@ def check_shared(est) -> None:
             raise VFLInputError("protocol='sealed' (the default) trains the bounded model: pass n_components "
                                 "(default 1536); the growing model (n_components=None) runs under protocol='shared' "
                                 "or 'paper', which leak passive columns to the label holder (docs/fdskl.md)")
-        if getattr(est, "max_time", None) is not None or getattr(est, "epochs", 1) is None:
-            raise VFLInputError("protocol='sealed' (the default) trains for a number of epochs: pass epochs and no "
-                                "max_time (a time budget under it is not written yet; protocol='shared' has one, "
-                                "and opens the label holder the gradient sums that leak passive columns)")
     if est.protocol in ("shared", "sealed") and est.angle_bits != 16:
         raise VFLInputError(f"protocol='shared' uses 16-bit angles (its dealt masks index a 2**16-entry cosine "
                             f"table), got angle_bits={est.angle_bits}; 32 and 64 are for protocol='paper'")

@@ -47,7 +47,7 @@ gradient sums and the optimiser's state stay in additive shares between the
 active party and a passive holder; the active party learns f on its
 mini-batch rows (what its loss needs) and, once, the trained coefficients
 (at most half as many as the n d_P passive values: ``check_sealed``); no
-width selection, compression, time budget or checkpoints yet.
+width selection, compression or checkpoints yet.
 ``protocol='shared'`` (``shared.py``): the active party also learns the r
 gradient sums per iteration, which with the public W and b give it the
 passive columns of its batch rows (issue 35: it warns, ``LeakWarning``),

@@ -59,7 +59,7 @@ from ..data.validation import VFLInputError
 from .shared import REAL_PAIRS, cos_sin, narrow_table, star_phases
 from ..comm import pairwise_tree
 from .traffic import announce, iteration_bytes
-from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, log_interval, step_marks
+from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, _stop, log_interval, step_marks
 
 SQRT2 = math.sqrt(2.0)
 F_RING = 32             # f's product in Z_2^32: half the bytes of its operand (4D columns: the largest message)
@@ -83,7 +83,7 @@ def steps_of(n: int, batch: int, epochs: float) -> int:
     return max(1, math.ceil(epochs * (n / min(batch, n)) - 1e-9))
 
 
-def check_sealed(n: int, passive_columns: int, D: int, batch: int, epochs: float) -> str | None:
+def check_sealed(n: int, passive_columns: int, D: int, batch: int, epochs: float | None) -> str | None:
     """Refuse a run whose opened model could determine the passive values; return a warning about the f values.
 
     Beyond what the loss needs, the label holder is opened the trained coefficients once: D numbers
@@ -103,6 +103,8 @@ def check_sealed(n: int, passive_columns: int, D: int, batch: int, epochs: float
             f"protocol='sealed' opens the label holder the {D} trained coefficients once, functions of the "
             f"{unknowns} passive values ({n} rows x {passive_columns} passive columns); they may be at most "
             f"1/{UNKNOWNS_PER_OPENED} of them: pass n_components <= {room}")
+    if epochs is None:                  # (a time budget alone: the steps are not known in advance)
+        return None
     f_values = steps_of(n, batch, epochs) * min(batch, n)
     if f_values >= unknowns:
         return (f"protocol='sealed': the label holder is opened f on its batch rows {f_values} times (what its loss "
@@ -203,10 +205,10 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     index = 0 if rank == A else 1
     sampler = BatchSampler(n, cfg.batch_size, cfg.seed)
     B = sampler.batch_size
-    if cfg.epochs is None:
-        raise VFLInputError("protocol='sealed' needs epochs (a time budget is not supported yet)")
-    max_iter = steps_of(n, cfg.batch_size, cfg.epochs)
-    average_from = max_iter // 2
+    # epochs, a time budget (cfg.max_time: the active party's decision, one flag per iteration down the control
+    # tree, as budget.py), or both; without an end known in advance the averaging starts after the first epoch
+    max_iter = steps_of(n, cfg.batch_size, cfg.epochs) if cfg.epochs is not None else None
+    average_from = max_iter // 2 if max_iter is not None else math.ceil(sampler.per_epoch)
     lr_int = int(round(cfg.gamma / B * SQRT2 * 2.0 ** (ALPHA_BITS - G_BITS + LR_SHIFT)))
     if lr_int < 1:
         raise VFLInputError(f"protocol='sealed': the step gamma / B = {cfg.gamma / B:.3g} is below the fixed point's "
@@ -215,7 +217,7 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     log_every = log_interval(cfg.log_every, max_iter)
     control_tree = pairwise_tree([A] + passive + [dealer])
     mon = SealedMonitor(monitor, cfg.max_elements) if monitor is not None else None
-    if loop.bar is not None:
+    if loop.bar is not None and max_iter is not None and cfg.max_time is None:
         # A run that will move a lot says so before it starts (issue 38), from the formula the tests check.
         line = announce(iteration_bytes("sealed", fed.num_parties, B, D, D), max_iter, extras=False)
         if line is not None:
@@ -233,7 +235,8 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             pad = _stream_from(fed.recv(A, (2,), torch.int64, device="cpu"))
     if rank == A:
         y = y.to(torch.float64).cpu()
-    for t in range(max_iter):
+    t = 0
+    while max_iter is None or t < max_iter:
         started = time.perf_counter()
         with fed.phase(TRAIN_PHASE):
             batch = sampler.next()
@@ -275,7 +278,12 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             elif rank == dealer:
                 alpha_h = fed.recv(H, (D,), torch.int64, device="cpu")
         loop.tick(started)
+        stop = False
+        if cfg.max_time is not None:
+            with fed.phase(TRAIN_PHASE):
+                stop = _stop(fed, control_tree, loop.train_seconds >= cfg.max_time)
         final, epoch_end = step_marks(t + 1, max_iter, sampler.per_epoch)
+        final = final or stop                   # (the time budget's last step: its point carries the monitor)
         if (t + 1) % log_every == 0 or final or epoch_end:
             f_mon = None
             if mon is not None and (final or epoch_end):
@@ -283,10 +291,15 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                     f_mon = mon.values(fed, fmap, alpha if rank == A else None, alpha if rank == H else alpha_h,
                                        A=A, H=H, dealer=dealer, table=table)
             loop.log_point(t + 1, D, f_mon, mon if f_mon is not None else None, cfg, log, control_tree)
-    count = max_iter - average_from
+        t += 1
+        if stop:
+            break
+    # The averaged iterate over the steps from average_from on; a run stopped before them opens the last alpha.
+    count = t - average_from
     with fed.phase(TRAIN_PHASE):
-        opened = open_shares(fed, total if holds else None, holders=(A, H), to=A, shape=(D,)) if holds else None
+        shares = (total if count > 0 else alpha) if holds else None
+        opened = open_shares(fed, shares, holders=(A, H), to=A, shape=(D,)) if holds else None
     coef = None
     if rank == A:
-        coef = opened.to(torch.float64) / (count * 2.0 ** ALPHA_BITS)
-    return loop.result(coef, max_iter)
+        coef = opened.to(torch.float64) / (max(count, 1) * 2.0 ** ALPHA_BITS)
+    return loop.result(coef, t)
