@@ -38,7 +38,8 @@ change. The steps x B values of f are what the loss needs (every protocol opens 
 reach n d_P.
 
 What each role receives: A, per step, S (uniform), the dealer's c_0 (uniform), H's share of f (f on I_t once
-added), and once the averaged alpha; H: e = x - a (uniform), the dealer's seeds, A's pad seed; D: alpha_H after
+added), at each epoch end with monitor rows the same for f on them (``SealedMonitor``), and once the averaged
+alpha; H: e = x - a (uniform), the dealer's seeds, A's pad seed; D: alpha_H after
 the pad (uniform), nothing else. Fixed point: the cosines with 6 fractional bits in both products, L' with 8,
 alpha with 20 (10 in f's product); both products are exact in their rings; a truncation fails with probability below
 about 2^-29 per coefficient and step at B = 64 even where every |L'| is 1 (SecureML: about |x| / 2^63 for a value
@@ -53,11 +54,10 @@ import time
 
 import torch
 
-from ..comm import Federation
+from ..comm import Federation, pairwise_tree
 from ..comm.sharing import _stream_from, _uniform, _word, deal_dealt, fresh_seed, mul_dealt, open_shares, truncate
 from ..data.validation import VFLInputError
 from .shared import REAL_PAIRS, cos_sin, narrow_table, star_phases
-from ..comm import pairwise_tree
 from .traffic import announce, iteration_bytes
 from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, _stop, log_interval, step_marks
 
@@ -92,8 +92,8 @@ def check_sealed(n: int, passive_columns: int, D: int, batch: int, epochs: float
 
     f on the batch rows (steps x B numbers, one per row per epoch) is what the loss needs: every FDSKL protocol
     opens it to the label holder (the paper's too). Where they reach the n d_P passive values (fewer passive
-    columns than epochs) the returned text says so; the pooled attack (tests/test_fdskl_pooled_attack.py) is what
-    they give on real runs."""
+    columns than epochs) the returned text says so; the pooled attack (tests/test_fdskl_gradient_attack.py) is
+    what they give on real runs."""
     if not passive_columns:
         return None
     unknowns = n * passive_columns
