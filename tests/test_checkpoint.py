@@ -346,17 +346,19 @@ def _fdskl_job(fed, protocol, root, crash_after, simulate):
 
 
 # (protocol, the save after which the passive party stops): the paper protocol after the last iteration's save
-# (training done: the resumed run trains nothing and goes on to what follows), the shared default mid-run.
-@pytest.mark.parametrize("protocol,crash_after", [pytest.param("paper", 4, marks=pytest.mark.slow), ("shared", 2)])
+# (training done: the resumed run trains nothing and goes on to what follows), shared and the sealed default
+# mid-run (under sealed the passive party is the holder of the other share of alpha).
+@pytest.mark.parametrize("protocol,crash_after", [pytest.param("paper", 4, marks=pytest.mark.slow),
+                                                  pytest.param("shared", 2, marks=pytest.mark.slow), ("sealed", 2)])
 def test_fdskl_resumed_after_a_party_stopped_is_the_unbroken_run(tmp_path, protocol, crash_after):
     """The paper protocol in simulation mode (seeded masks, no compression): the resumed model is the unbroken
-    one bit for bit, so the whole optimizer state came back. The shared default (the dealer's masks are private,
-    the compression on): as close as two unbroken runs are to each other (the fixed-point rounding depends on
-    the masks): the same test predictions."""
+    one bit for bit, so the whole optimizer state came back. Shared and the sealed default (the dealer's masks
+    and the shares are private; shared compresses): as close as two unbroken runs are to each other (the
+    fixed-point rounding depends on the masks): the same test predictions."""
     from vfltorch.comm import FederationError, launch
 
     simulate = protocol == "paper"
-    dealer = protocol == "shared"
+    dealer = protocol in ("shared", "sealed")
     unbroken = launch(_fdskl_job, 2, coordinator=dealer, args=(protocol, None, None, simulate), timeout=120)
     with pytest.raises(FederationError):
         launch(_fdskl_job, 2, coordinator=dealer, args=(protocol, str(tmp_path), crash_after, simulate), timeout=120)
@@ -374,20 +376,9 @@ def test_fdskl_resumed_after_a_party_stopped_is_the_unbroken_run(tmp_path, proto
     assert not any(tmp_path.glob("rank-*/step-*"))
 
 
-def _fdskl_default_checkpoint_job(fed, root):
-    from vfltorch.kernels import FDSKLClassifier
-
-    data = load_party_data(fed, FDSKL_DATA) if fed.is_data_party else None
-    est = FDSKLClassifier(fed, epochs=1, n_components=128)
-    folder = os.path.join(root, f"rank-{fed.rank}")
-    return est.fit(None, checkpoint=folder) if data is None else est.fit(data.X_train, data.y_train,
-                                                                           checkpoint=folder)
-
-
-def test_fdskl_checkpoints_at_one_party_and_the_default_protocol_says_what_to_do(tmp_path):
-    """One party (no protocol: the default's sealed does not apply) saves and finishes; between parties the
-    default (sealed) does not resume yet, and the error says so before anything runs, naming the way out."""
-    from vfltorch.comm import FederationError, launch
+def test_fdskl_checkpoints_at_one_party_and_refuses_the_growing_model(tmp_path):
+    """One party (no protocol runs) saves and finishes at the defaults; the growing model does not resume, and
+    the error says so before anything runs."""
     from vfltorch.kernels import FDSKLClassifier
 
     data = load_party_data(Federation.local(), FDSKL_DATA)
@@ -395,6 +386,7 @@ def test_fdskl_checkpoints_at_one_party_and_the_default_protocol_says_what_to_do
         warnings.simplefilter("ignore")               # (standardised columns reach |x| = 12: a ScalingWarning)
         est = FDSKLClassifier(epochs=1, n_components=128).fit(data.X_train, data.y_train,
                                                               checkpoint=str(tmp_path / "one"))
-    assert est.resumed_from_ == 0 and not any((tmp_path / "one").glob("step-*"))
-    with pytest.raises(FederationError, match="sealed protocol \\(the default\\).*--protocol shared"):
-        launch(_fdskl_default_checkpoint_job, 2, coordinator=True, args=(str(tmp_path / "fed"),), timeout=60)
+        assert est.resumed_from_ == 0 and not any((tmp_path / "one").glob("step-*"))
+        with pytest.raises(VFLInputError, match="growing model"):
+            FDSKLClassifier(epochs=1, n_components=None).fit(data.X_train, data.y_train,
+                                                             checkpoint=str(tmp_path / "two"))

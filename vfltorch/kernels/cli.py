@@ -165,8 +165,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_save_argument(p)
     from ..cli import add_checkpoint_argument
 
-    add_checkpoint_argument(p, " (bounded model, protocols shared and paper; binary or regression; the dealer "
-                               "its own DIR too)")
+    add_checkpoint_argument(p, " (bounded model, every protocol; binary or regression; the dealer its own DIR "
+                               "too)")
 
 
 def _show_warnings(caught, *, quiet: bool) -> None:

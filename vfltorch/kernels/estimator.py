@@ -47,7 +47,7 @@ gradient sums and the optimiser's state stay in additive shares between the
 active party and a passive holder; the active party learns f on its
 mini-batch rows (what its loss needs) and, once, the trained coefficients
 (at most half as many as the n d_P passive values: ``check_sealed``); no
-width selection, compression or checkpoints yet.
+width selection or compression yet.
 ``protocol='shared'`` (``shared.py``): the active party also learns the r
 gradient sums per iteration, which with the public W and b give it the
 passive columns of its batch rows (issue 35: it warns, ``LeakWarning``),
@@ -286,7 +286,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         with no data. ``checkpoint`` (a folder, each party its own, the dealer
         too; ``vfltorch.checkpoint``): save the training state after every
         epoch and go on after the newest epoch every rank saved when the same
-        fit is started again (bounded model, protocols shared and paper).
+        fit is started again (bounded model).
         """
         check_hyperparameters(self)
         fed = self._federation()
@@ -388,7 +388,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
             cfg = self._config(loss, X.shape[0], self._sealed_step())
             result = train_sealed(fed, self.feature_map_, X, y_fit, cfg, n_blocks=self._n_blocks(),
                                   dealer=fed.coordinator, table=table, monitor=monitor, log=log,
-                                  progress=progress and fed.is_active)
+                                  progress=progress and fed.is_active, **self._saver(setup, resumed))
         elif self._bounded():
             if shared:
                 self.table_ = table
@@ -408,12 +408,9 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
 
     # ---------------------------------------------------------------------------------------- checkpoints
     def _check_resumable(self, fed: Federation) -> None:
-        if self._sealed(fed) or not self._bounded():
-            raise VFLInputError("checkpoints (--checkpoint) are for FDSKL's bounded model under the protocols "
-                                "shared and paper; the sealed protocol (the default) and the growing model "
-                                "(n_components=None) do not resume yet: train without --checkpoint, or pass "
-                                "--protocol shared, which opens the label holder gradient sums that leak passive "
-                                "columns (docs/fdskl.md, *Known leak*)")
+        if not self._bounded():
+            raise VFLInputError("checkpoints (--checkpoint) are for FDSKL's bounded model (n_components, default "
+                                "1536); the growing model (n_components=None) does not resume yet")
 
     def _resume_point(self, fed: Federation, X, y):
         """Collective (every rank, the dealer too, right after ``agree``): this rank's ``Checkpoints`` and the
@@ -536,7 +533,8 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         cfg = self._config(self._loss(), n, plan["step"])
         if sealed:
             result = train_sealed(fed, self.feature_map_, empty, None, cfg, n_blocks=self._n_blocks(),
-                                  dealer=fed.coordinator, table=self.table_, monitor=mon)
+                                  dealer=fed.coordinator, table=self.table_, monitor=mon,
+                                  **self._saver(setup, resumed))
         elif self._bounded():
             result = train_budget(fed, self.feature_map_, empty, None, cfg, n_blocks=self._n_blocks(),
                                   dealer=fed.coordinator, table=self.table_, monitor=mon,

@@ -186,12 +186,38 @@ class SealedMonitor:
         return torch.cat(out) if rank == A and out else None
 
 
+def _restore(resume, loop: TrainingLoop, sampler: BatchSampler, arrays: dict) -> int:
+    """Put this rank back after a checkpoint's iteration t: its shares (A and H: alpha, m and the running total;
+    the dealer: H's share of alpha as H last sent it), the curve and clock, the public batches; returns t."""
+    from ..checkpoint import CheckpointError
+
+    state, saved = resume
+    try:
+        t = int(state["t"])
+        for k, mine in arrays.items():
+            value = torch.from_numpy(saved[k].copy())
+            if tuple(value.shape) != tuple(mine.shape) or value.dtype != mine.dtype:
+                raise ValueError(f"{k} has {tuple(value.shape)} {value.dtype} values, this run {tuple(mine.shape)}")
+            mine.copy_(value)
+        loop.restore(state["loop"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"the FDSKL checkpoint cannot be resumed ({exc}): delete the --checkpoint folder "
+                              f"and start again") from None
+    for _ in range(t):
+        sampler.next()                       # (the batches of the iterations done: public, drawn and dropped)
+    return t
+
+
 def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None, cfg, *, n_blocks: int,
-                 dealer: int, table, monitor=None, log=None, progress: bool = False):
+                 dealer: int, table, monitor=None, log=None, progress: bool = False, checkpoint=None,
+                 resume=None):
     """Train the D = n_blocks r feature model under the sealed protocol (SPMD: every party and the dealer).
     Returns a ``TrainResult`` whose alpha (float64, the averaged iterate) is at the active party only.
     ``monitor`` ((X, y), this party's columns of the held-out rows; y at the active party): the curve's points
-    carry their metrics at epoch ends, of the current iterate (the returned model is the average)."""
+    carry their metrics at epoch ends, of the current iterate (the returned model is the average).
+    ``checkpoint(t, state, arrays)`` is called at every rank after each epoch end and the last iteration, with
+    this rank's shares (uniform on their own); ``resume`` is such a (state, arrays) to go on from. The pad stream
+    is not saved: A sends H a fresh seed at every start, and the dealer's copy of H's share is the saved one."""
     n = X.shape[0]
     for _ in range(n_blocks - fmap.n_blocks):
         fmap.add_block()
@@ -225,6 +251,10 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     zero = torch.zeros(D, dtype=torch.int64)
     alpha, m, total = zero.clone(), zero.clone(), zero.clone()
     alpha_h = zero.clone()                  # at D: H's share of alpha, as H last sent it
+    mine = {"alpha": alpha, "m": m, "total": total} if holds else {"alpha_h": alpha_h} if rank == dealer else {}
+    t = 0
+    if resume is not None:
+        t = _restore(resume, loop, sampler, mine)
     pad = None
     with fed.phase(TRAIN_PHASE):
         if rank == A:
@@ -235,7 +265,6 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             pad = _stream_from(fed.recv(A, (2,), torch.int64, device="cpu"))
     if rank == A:
         y = y.to(torch.float64).cpu()
-    t = 0
     while max_iter is None or t < max_iter:
         started = time.perf_counter()
         with fed.phase(TRAIN_PHASE):
@@ -291,6 +320,10 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                     f_mon = mon.values(fed, fmap, alpha if rank == A else None, alpha if rank == H else alpha_h,
                                        A=A, H=H, dealer=dealer, table=table)
             loop.log_point(t + 1, D, f_mon, mon if f_mon is not None else None, cfg, log, control_tree)
+        if checkpoint is not None and (final or epoch_end):
+            checkpoint(t + 1, {"t": t + 1, "loop": loop.state()},
+                       {"alpha": alpha, "m": m, "total": total} if holds else
+                       {"alpha_h": alpha_h} if rank == dealer else {})
         t += 1
         if stop:
             break
