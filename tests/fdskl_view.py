@@ -201,11 +201,12 @@ def momentum_weights(lprime, batches, n, gamma, B, mu):
     alpha_t = -(gamma / B) sum_{u < t} (1 - mu^(t - u)) / (1 - mu) g_u, averaged over t in [T / 2, T) after each step.
     """
     T = len(lprime)
-    C = torch.zeros(T + 1, n, dtype=torch.float64)          # C[t]: alpha before step t's update (C[T]: after all)
-    for t in range(1, T + 1):
-        for u in range(t):
-            w = -gamma / B * (1 - mu ** (t - u)) / (1 - mu)
-            C[t].index_add_(0, batches[u], w * lprime[u])
+    G = torch.zeros(T, n, dtype=torch.float64)              # G[u]: step u's L' on its batch rows (g_u = G[u] Phi)
+    for u in range(T):
+        G[u].index_add_(0, batches[u], lprime[u])
+    lag = torch.arange(T + 1, dtype=torch.float64)[:, None] - torch.arange(T, dtype=torch.float64)[None, :]
+    weight = torch.where(lag > 0, -gamma / B * (1 - mu ** lag.clamp_min(0)) / (1 - mu), torch.zeros(()))
+    C = weight @ G                                          # C[t]: alpha before step t's update (C[T]: after all)
     t0 = T // 2
     final = C[t0 + 1:T + 1].mean(0)                         # the average of alpha after steps t0 .. T - 1
     return C[:T], final

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from fdskl_view import column_r2, own_column_baseline, public_view, record_active_view, solve_batch
+from fdskl_view import (column_r2, momentum_weights, own_column_baseline, public_view, record_active_view,
+                        solve_batch)
 from vfltorch.comm import Federation, launch
 from vfltorch.data import DataConfig, VFLInputError, load_party_data
 from vfltorch.kernels import Circle, FDSKLClassifier, FourierSampler, LeakWarning, get_loss
@@ -196,18 +197,6 @@ def test_check_sealed_counts_the_passive_values():
     assert check_sealed(576, 4, 1024, 32, 3) is None
 
 
-def final_model_weights(lprime, batches, n, gamma, B, mu=MU_NUM / 2 ** MU_SHIFT):
-    """C_i with alpha = sum_i C_i phi(x_i): the weight of step u's sums in the averaged alpha, times L'."""
-    T = len(lprime)
-    t0 = T // 2
-    C = torch.zeros(n, dtype=torch.float64)
-    for u in range(T):
-        # alpha_t = -(gamma / B) sum_{s <= t} m_s, m_s = sum_{u <= s} mu^(s - u) g_u; averaged over t >= t0
-        w = sum((1 - mu ** (t - u + 1)) / (1 - mu) for t in range(max(t0, u), T))
-        C.index_add_(0, batches[u], -gamma / B * w / (T - t0) * lprime[u])
-    return C
-
-
 @pytest.mark.slow
 def test_the_opened_model_gives_nothing_on_a_real_run_and_rows_when_few(run):
     """The attacker's strongest use of the opened alpha: it knows every weight C_i (its own L' and the public
@@ -215,7 +204,8 @@ def test_the_opened_model_gives_nothing_on_a_real_run_and_rows_when_few(run):
     A = run[0]
     view = A["view"]
     n = len(A["X"])
-    C = final_model_weights(view["lprime"], view["batches"], n, view["gamma"], view["batch_size"])
+    _, C = momentum_weights(view["lprime"], view["batches"], n, view["gamma"], view["batch_size"],
+                            MU_NUM / 2 ** MU_SHIFT)
     columns = run[1]["columns"] + run[2]["columns"]
     truth = torch.cat([run[1]["X"], run[2]["X"]], 1)[:, [columns.index(c) for c in A["passive"]]].double()
     base = (view["X_A"] @ view["W_A"] + view["b"]).numpy()
@@ -256,14 +246,12 @@ def test_sealed_refuses_what_it_cannot_run():
 def budget_job(fed, params):
     data = load_party_data(fed, CONFIG) if fed.is_data_party else None
     est = FDSKLClassifier(fed, protocol="sealed", random_state=4, **params)
-    mon = (torch.zeros(MONITOR, 0), None) if data is None else (data.X_test[:MONITOR], data.y_test)
     if data is None:
-        est.fit(None, monitor=mon)
+        est.fit(None, monitor=(torch.zeros(MONITOR, 0), None))
         est.decision_function()
         return None
-    if fed.is_active:
-        mon = (data.X_test[:MONITOR], data.y_test[:MONITOR])
-    est.fit(data.X_train, data.y_train, columns=data.columns, monitor=mon)
+    est.fit(data.X_train, data.y_train, columns=data.columns,
+            monitor=(data.X_test[:MONITOR], data.y_test[:MONITOR] if fed.is_active else None))
     p = est.predict(data.X_test)
     if not fed.is_active:
         return None

@@ -251,10 +251,14 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     zero = torch.zeros(D, dtype=torch.int64)
     alpha, m, total = zero.clone(), zero.clone(), zero.clone()
     alpha_h = zero.clone()                  # at D: H's share of alpha, as H last sent it
-    mine = {"alpha": alpha, "m": m, "total": total} if holds else {"alpha_h": alpha_h} if rank == dealer else {}
+
+    def saved():
+        """This rank's part of a checkpoint: its shares (A and H), its copy of H's share (the dealer)."""
+        return {"alpha": alpha, "m": m, "total": total} if holds else {"alpha_h": alpha_h} if rank == dealer else {}
+
     t = 0
     if resume is not None:
-        t = _restore(resume, loop, sampler, mine)
+        t = _restore(resume, loop, sampler, saved())      # (into these tensors, before the loop rebinds them)
     pad = None
     with fed.phase(TRAIN_PHASE):
         if rank == A:
@@ -321,9 +325,7 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                                        A=A, H=H, dealer=dealer, table=table)
             loop.log_point(t + 1, D, f_mon, mon if f_mon is not None else None, cfg, log, control_tree)
         if checkpoint is not None and (final or epoch_end):
-            checkpoint(t + 1, {"t": t + 1, "loop": loop.state()},
-                       {"alpha": alpha, "m": m, "total": total} if holds else
-                       {"alpha_h": alpha_h} if rank == dealer else {})
+            checkpoint(t + 1, {"t": t + 1, "loop": loop.state()}, saved())
         t += 1
         if stop:
             break
