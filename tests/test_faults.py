@@ -227,8 +227,9 @@ def test_a_killed_party_stops_fdskl_training_that_prepares_ahead(role):
     check_party_fault("fdskl", role, signal.SIGKILL, code, err, elapsed, left)
 
 
-# FDSKL's default protocol (sealed): the holder H (the passive party) keeps a share of every coefficient and the
-# dealer waits on H's share each step; a dead party or dealer stops everyone, naming the cause. (30 epochs, fewer
+# FDSKL's default protocol (sealed): the holder H (the passive party) and the dealer keep the shares of every
+# coefficient and each sends the active party a message every step; a dead party or dealer stops everyone, naming
+# the cause. (30 epochs, fewer
 # than phishing's passive columns, so that no f-value warning precedes the error.)
 FDSKL_SEALED = ["fdskl", "--dataset", "phishing", "--parties", "2", "--epochs", "30"]
 

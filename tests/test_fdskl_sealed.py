@@ -2,9 +2,9 @@
 
 * It trains the model its centralised twin trains: momentum SGD on the same random features, the same public
   batches and the same averaged iterate, written here from the equations in floating point.
-* Each role receives exactly the messages the module docstring lists: the active party A no per-feature value
-  but the dealer's uniform correction of the gradient product and, once, the trained coefficients; the dealer
-  only H's re-randomised share of alpha.
+* Each role receives exactly the messages ``sealed.ROLES`` lists: the active party A, per iteration, a D-vector
+  and a B-vector from H and from the dealer (masked shares of alpha and of f) and, once, the trained
+  coefficients; the dealer only V - M1 once per row, nothing per iteration.
 * The gradient attack (``fdskl_view``) has nothing to solve: A is opened no gradient sum.
 * ``check_sealed`` refuses a run whose opened model could determine the passive values, and the attack on the
   opened model shows why (slow: it rebuilds the passive columns of a few rows from the model alone, and finds
@@ -110,52 +110,69 @@ def test_sealed_trains_the_centralised_twin(run):
 
 
 def test_each_role_receives_what_the_protocol_lists(run):
-    """Training messages by receiver: A gets phases, the dealer's seeds and corrections and H's share of f each
-    step, and one D-vector opening at the end; H gets e and seeds; the dealer gets H's share of alpha only."""
-    A, H, dealer = 0, 1, 3
+    """Training messages by receiver (sealed.ROLES): A gets the masked phases once per row, the A-D seed, a D-vector
+    and a B-vector from H and from the dealer each iteration, and one D-vector from each at the end; H gets seeds, U
+    (2D words per row) and k - M2 (D per row) once, and L' + P with A's gradient share (B + D) each iteration; the
+    dealer gets V - M1 (D words per row) and nothing per iteration."""
+    A, H, P2, dealer = 0, 1, 2, 3
     sent = [m for r in run for m in r["sent"] if m[4].startswith(TRAIN_PHASE)]
-    B = FDSKLClassifier(**PARAMS)._batch_size(len(run[0]["X"]))
-    D = FDSKLClassifier(**PARAMS)._n_blocks() * FDSKLClassifier(**PARAMS).features_per_step
-    to_dealer = [m for m in sent if m[1] == dealer]
-    assert to_dealer and all(m[0] == H and m[3] == D for m in to_dealer)
-    steps = len(to_dealer)
-    to_a = [m for m in sent if m[1] == A]
-    sizes = sorted({m[3] for m in to_a})
-    # phases (B x D angle words from each passive party), the dealer's seed and corrections of both products
-    # (2 + B + D), H's share of f (B), and the one opening of the averaged alpha (D, from H)
-    assert set(sizes) <= {B * D, 2 + B + D, B, D}, sizes
-    from_h_d = [m for m in to_a if m[0] == H and m[3] == D]
-    assert len(from_h_d) == 1                                     # the trained model, once
-    assert sum(1 for m in to_a if m[0] == dealer and m[3] == 2 + B + D) == steps
-    to_h = [m for m in sent if m[1] == H]
-    assert {m[3] for m in to_h if m[0] == A} <= {2, B * 4 * D, B * 2 * D}
+    n = len(run[0]["X"])
+    est = FDSKLClassifier(**PARAMS)
+    B, D = est._batch_size(n), est._n_blocks() * est.features_per_step
+    T = run[0]["comm"]["iterations"]
+    from vfltorch.kernels.sealed import setup_rows
+
+    def got(dst, src):
+        return sorted(m[3] for m in sent if m[1] == dst and m[0] == src)
+
+    step = setup_rows(n, D, est.max_elements)
+    chunks = [min(step, n - at) for at in range(0, n, step)]           # the setup's chunks of rows
+    per_row = [c * D for c in chunks]
+    # the dealer: V - M1 from H, D words per row, nothing else
+    assert got(dealer, H) == sorted(per_row) and got(dealer, A) == [] and got(dealer, P2) == []
+    # A: each passive party's masked phases once per row; the dealer's seed; per iteration a D + B message from H
+    # and from the dealer; the opened average (D) from each at the end
+    assert got(A, P2) == sorted(per_row)
+    assert got(A, H) == sorted(per_row + [D + B] * T + [D])
+    assert got(A, dealer) == sorted([2] + [D + B] * T + [D])
+    # H: A's pair seed, U (2D words per row), L' + P and A's gradient share per iteration; the dealer's seeds
+    # (the star's: 6 words per chunk; the H-D pair seed: 2) and k - M2 (D per row)
+    assert got(H, A) == sorted([2] + [2 * c for c in per_row] + [B + D] * T)
+    assert got(H, dealer) == sorted([2] + [6] * len(chunks) + per_row)
+    assert got(P2, A) == [] and got(P2, H) == [] and got(P2, dealer) == [2] * len(chunks)
 
 
 def test_the_curve_opens_f_on_the_monitor_rows_once_per_epoch(run):
     """Held-out points at the three epoch ends (the current iterate's accuracy); in the monitor phase the active
-    party receives, per epoch, H's share of f on the monitor rows and the dealer's material, nothing per feature."""
+    party receives the monitor rows' masked phases once, and per epoch a D + m message from H and from the dealer
+    (their masked shares of alpha and of f on the monitor rows), nothing per feature of a row."""
     A = run[0]
     scored = [p for p in A["history"] if "test_accuracy" in p]
     per_epoch = len(A["X"]) / FDSKLClassifier(**PARAMS)._batch_size(len(A["X"]))     # 427 / 32 iterations
     assert [p["iteration"] for p in scored] == [math.ceil(k * per_epoch - 1e-9) for k in (1, 2, 3)]
     assert scored[-1]["test_accuracy"] > 0.9 and all(p["bytes"] > 0 for p in A["history"])
     D = FDSKLClassifier(**PARAMS)._n_blocks() * FDSKLClassifier(**PARAMS).features_per_step
-    to_a = [m for r in run for m in r["sent"] if m[4] == "fdskl/monitor" and m[1] == 0]
-    assert sum(1 for m in to_a if m[0] == 1 and m[3] == MONITOR) == 3     # H's share of f, once per epoch
-    assert {m[3] for m in to_a} <= {MONITOR * D, 2 + MONITOR, MONITOR}, {m[3] for m in to_a}
+    to_a = [m for r in run for m in r["sent"] if m[4] in ("fdskl/monitor", "fdskl/monitor/star-sum") and m[1] == 0]
+    assert sorted(m[3] for m in to_a if m[0] == 1) == sorted([MONITOR * D] + [D + MONITOR] * 3)
+    assert sorted(m[3] for m in to_a if m[0] == 3) == [D + MONITOR] * 3
+    assert sorted(m[3] for m in to_a if m[0] == 2) == [MONITOR * D]
 
 
 def test_training_bytes_follow_the_formula_a_long_run_announces(run):
-    """Every rank's training bytes (the meter) are T times ``traffic.iteration_bytes('sealed', ...)`` plus the
-    once-per-run pad seed and opened alpha, exactly (docs/fdskl.md, *Cost*)."""
-    from vfltorch.kernels.traffic import iteration_bytes, sealed_once_bytes
+    """Every rank's training bytes (the meter) are the setup, T times ``traffic.iteration_bytes('sealed', ...)``
+    and the once-per-run seeds and opened alpha, exactly (docs/fdskl.md, *Cost*)."""
+    from vfltorch.kernels.sealed import setup_rows
+    from vfltorch.kernels.traffic import iteration_bytes, sealed_once_bytes, sealed_setup_bytes
 
     est = FDSKLClassifier(**PARAMS)
-    B, D = est._batch_size(len(run[0]["X"])), est._n_blocks() * est.features_per_step
+    n = len(run[0]["X"])
+    B, D = est._batch_size(n), est._n_blocks() * est.features_per_step
     T = run[0]["comm"]["iterations"]
-    assert run[0]["comm"]["total"] == T * iteration_bytes("sealed", 3, B, D, D) + sealed_once_bytes(D)
-    # 2 (Q - 1) B D + 32 B D + 12 B + 16 D + 32 Q at Q = 3, B = 32, D = 1536 (about 9x the paper's 4 B D at Q = 2)
-    assert iteration_bytes("sealed", 3, B, D, D) == 36 * B * D + 12 * B + 16 * D + 96
+    setup = sealed_setup_bytes(n, 3, D, setup_rows(n, D, est.max_elements))
+    assert run[0]["comm"]["total"] == setup + T * iteration_bytes("sealed", 3, B, D, D) + sealed_once_bytes(D)
+    assert iteration_bytes("sealed", 3, B, D, D) == 24 * (B + D)
+    chunks = -(-n // setup_rows(n, D, est.max_elements))
+    assert setup == 32 * 2 * chunks + n * D * 36          # (2 (Q - 1) + 32) D bytes per row
 
 
 def test_the_gradient_attack_has_nothing_to_solve(run):

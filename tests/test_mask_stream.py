@@ -62,3 +62,29 @@ def test_groups_draw_uniform_elements():
 def test_a_stream_is_never_pickled():
     with pytest.raises(TypeError, match="never pickled"):
         pickle.dumps(MaskStream.private())
+
+
+def test_row_masks_are_the_keystream_at_each_rows_counter_in_any_order():
+    """``RowMasks`` (the sealed FDSKL protocol's per-row masks): row i is AES_key(counter) for the row's own counter
+    blocks, the same words however the rows are asked for (consecutive: one CTR stream; scattered: one ECB call of
+    the counters), and an odd width keeps whole blocks per row."""
+    from vfltorch.comm import RowMasks, derived_key
+
+    key = derived_key(torch.tensor([3, 4]), b"test")
+    assert key != derived_key(torch.tensor([3, 4]), b"other") and len(key) == 16
+    for width in (6, 5):
+        rows = RowMasks(key, width)
+        blocks = -(-8 * width // 16)
+        ref = np.frombuffer(_ecb_counter_blocks(key, 12 * blocks), dtype=np.uint8).reshape(12, 16 * blocks)
+        ref = torch.from_numpy(ref[:, :8 * width].copy().view(np.int64))
+        assert torch.equal(rows.rows(range(12)), ref)
+        assert torch.equal(rows.rows([7, 2, 11, 3]), ref[[7, 2, 11, 3]])
+        assert torch.equal(rows.rows(torch.tensor([4, 5, 6])), ref[4:7])
+        assert torch.equal(rows.rows([9, 9]), ref[[9, 9]])
+        assert rows.rows([]).shape == (0, width)
+    many = RowMasks(key, 1536).rows(range(200)).view(torch.uint8).double()
+    assert abs(float(many.mean()) - 127.5) < 0.5            # bytes uniform on 0..255: mean 127.5, its sd 0.05 here
+    with pytest.raises(ValueError):
+        RowMasks(key, 4).rows([-1])
+    with pytest.raises(TypeError):
+        pickle.dumps(RowMasks(key, 4))

@@ -25,7 +25,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "launcher": "init_from_env launch",
     "start": "under_mpirun under_torchrun",
     "link": "LinkError TLSMesh connect_federation",
-    "masking": "FixedPoint MaskStream PhaseGroup RingGroup masked_sum secure_allreduce secure_sum",
+    "masking": "FixedPoint MaskStream PhaseGroup RingGroup RowMasks derived_key masked_sum secure_allreduce secure_sum",
     "meter": "CommMeter",
     "reduce": "allreduce broadcast reduce",
     "roles": "Roles",

@@ -188,6 +188,76 @@ _CHUNK = 1 << 22                        # keystream made in chunks of 4 MiB (enc
 _ZEROS = memoryview(bytes(_CHUNK))
 
 
+def derived_key(seed, label: bytes) -> bytes:
+    """A 128-bit key for one purpose of a shared secret seed: SHA-256 of (label, seed), cut to 16 bytes. ``seed``: a
+    tensor of int64 words (``comm.sharing.fresh_seed``) or an int of up to 128 bits. Streams of different labels
+    from one seed are independent, so one seed between two parties keys all the masks they share."""
+    if isinstance(seed, torch.Tensor):
+        raw = b"".join((int(w) % (2 ** 64)).to_bytes(8, "little") for w in seed.reshape(-1).tolist())
+    else:
+        raw = (int(seed) % (2 ** 128)).to_bytes(16, "little")
+    return hashlib.sha256(b"vfltorch/derived_key/" + label + b"/" + raw).digest()[:16]
+
+
+class RowMasks:
+    """Uniform Z_2^64 words addressed by row: row i's ``width`` words are the AES-128-CTR keystream from counter
+    i * (blocks per row), so whoever holds the key draws any rows, in any order, as often as it likes, and always
+    the same words. For masks that belong to a training row for the whole run (FDSKL's sealed protocol masks each
+    row's features once and then meets the row again every epoch): drawn again at each visit instead of stored.
+    Never pickled (the key is a secret)."""
+
+    __slots__ = ("_key", "width", "_blocks", "_steps", "_scratch")
+
+    def __init__(self, key: bytes, width: int):
+        if len(key) != 16:
+            raise ValueError("RowMasks: a 128-bit key")
+        self._key, self.width = bytes(key), int(width)
+        self._blocks = -(-8 * self.width // _AES_BLOCK)          # whole AES blocks per row
+        self._steps = np.arange(self._blocks, dtype=np.uint64)
+        self._scratch = np.zeros((0, 2), dtype=">u8")
+
+    def _counters(self, rows: int) -> np.ndarray:
+        """The counter blocks of ``rows`` rows (big-endian, high words 0): a buffer kept between calls (a fresh one
+        costs its page faults, as much as the encryption)."""
+        need = rows * self._blocks
+        if self._scratch.shape[0] < need:
+            self._scratch = np.zeros((need, 2), dtype=">u8")
+        return self._scratch[:need]
+
+    def rows(self, index) -> torch.Tensor:
+        """The masks of rows ``index`` (a sequence or LongTensor of row numbers): int64, len(index) x width."""
+        index = np.asarray(index.cpu() if isinstance(index, torch.Tensor) else index, dtype=np.int64).reshape(-1)
+        if index.size and int(index.min()) < 0:
+            raise ValueError("RowMasks: row numbers are >= 0")
+        per_row = self._blocks * _AES_BLOCK
+        size = index.size * per_row
+        flat = np.empty(size + _AES_BLOCK - 1, dtype=np.uint8)                  # (update_into's room)
+        if index.size and int(index[-1]) - int(index[0]) == index.size - 1 and bool((np.diff(index) == 1).all()):
+            # consecutive rows (the setup): one CTR keystream from the first row's counter
+            counter = (int(index[0]) * self._blocks).to_bytes(16, "big")
+            enc, data = Cipher(algorithms.AES(self._key), modes.CTR(counter)).encryptor(), _ZEROS
+            step = _CHUNK
+        else:
+            # scattered rows (a batch): the CTR keystream is AES of the counter blocks, so all the rows' counters are
+            # encrypted in one ECB call (one cipher context per batch, not one per row at 10 us each)
+            counters = self._counters(index.size)
+            np.add(index.astype(np.uint64)[:, None] * np.uint64(self._blocks), self._steps,
+                   out=counters[:, 1].reshape(index.size, self._blocks))
+            enc = Cipher(algorithms.AES(self._key), modes.ECB()).encryptor()
+            data, step = memoryview(counters.reshape(-1).view(np.uint8)), max(size, 1)
+        for start in range(0, size, step):
+            n = min(step, size - start)
+            enc.update_into(data[:n] if data is _ZEROS else data[start:start + n],
+                            flat[start:start + n + _AES_BLOCK - 1])
+        out = flat[:size].reshape(index.size, per_row)
+        if per_row != 8 * self.width:
+            out = out[:, :8 * self.width].copy()
+        return torch.from_numpy(out.view(np.int64))
+
+    def __reduce__(self):
+        raise TypeError("RowMasks are never pickled: their key is a secret")
+
+
 def masked_sum(fed: Federation, value: torch.Tensor, *, keep: int, out: int, stream: MaskStream,
                group=None, reveal: bool = False, parties=None) -> torch.Tensor | None:
     """FDSKL Algorithm 3 on the parties (default: the data parties); ``out`` gets the result.

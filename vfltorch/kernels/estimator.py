@@ -42,9 +42,10 @@ kept features from the public seed (label-independent),
 Q = 4).
 
 Privacy. ``protocol='sealed'`` (the default with Q > 1; the federation needs
-a coordinator, which deals masks and products; ``sealed.py``): alpha, the
-gradient sums and the optimiser's state stay in additive shares between the
-active party and a passive holder; the active party learns f on its
+a coordinator, which deals seeds and holds a share; ``sealed.py``): alpha, the
+gradient sums and the optimiser's state stay in additive shares between a
+passive holder and the coordinator, each row's features masked once at the
+start; the active party learns f on its
 mini-batch rows (what its loss needs) and, once, the trained coefficients
 (at most half as many as the n d_P passive values: ``check_sealed``); no
 width selection or compression yet.

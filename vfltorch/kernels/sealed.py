@@ -3,27 +3,36 @@
 Why. Under ``protocol='shared'`` the active party A is opened the D gradient sums
 g_j = sum_i L'_i phi_j(x_i) of every step. W and b are public, so one step's sums are D equations in the batch's
 B d_P passive values, and solving them gives A the passive columns (tests/test_fdskl_gradient_attack.py). Here the
-coefficients alpha, the gradient sums and the optimiser's state stay in additive shares on Z_2^64 between A and a
-fixed passive *holder* H (the first passive party, which is also every iteration's keeper of the dealt phase masks),
-and only f on the batch rows is opened, to A, as the loss needs it.
+coefficients alpha, the gradient sums and the optimiser's state stay in additive shares on Z_2^64 between the
+first passive party H (the *holder*) and the dealer D (``vfl fdskl``'s coordinator; no data), and only f on the
+batch rows is opened, to A, as the loss needs it.
 
-Roles: A (labels), H, the other passive parties, and the dealer D (``vfl fdskl``'s coordinator; no data).
+How it is cheap. A row's features do not change during training; only alpha does. So each row's D features are put
+once, at the start, into a form the three roles can multiply by alpha with O(B + D) words per iteration instead of
+O(B D) (the paper's protocol sends B D phases per iteration):
 
-Iteration t (batch I_t of B rows, public seed):
+    phi_i = Qd_i + M1_i - M2_i          (fixed point, Z_2^64; phi_ij = cos theta_ij x 2^12, theta the phase)
+
+Qd (n x D) is known to H and D and stored there; M1 are masks only A and H can draw, M2 masks only A and D can draw
+(``RowMasks``: row i's masks are drawn again at every visit, never stored). So H knows phi + M2 and D knows
+phi - M1: uniform to each. A knows M1 and M2 and nothing of Qd.
+
+Setup, once per row (training rows, then the monitor rows; chunks of ``setup_rows``):
 
 1. Phases with dealt masks (``shared.star_phases``, keeper H): A receives S = theta + beta (uniform); H and D
-   know beta. phi_j(x_i) = sqrt2 (cos S cos beta + sin S sin beta)_ij.
-2. f on the batch as one dealt row product (``sharing.mul_dealt``, A's operand x, an operand y that H and D know):
-       x = [alpha_A (.) [cos S, sin S],  [cos S, sin S]]      y = [[cos beta, sin beta],  alpha_H (.) [cos beta, sin beta]]
-   (each pair of columns one feature; B x 4D), so x . y = sum_j (alpha_A + alpha_H)_j (cos S cos beta + sin S sin beta),
-   in Z_2^32 with a coarse copy of alpha (each holder truncates its share locally to 10 fractional bits; the
-   cosines have 6): f has 22 fractional bits and |f| < 2^9. H's share is opened to A: A gets f on I_t. D must know alpha_H to deal the product: H sends it D after each
-   step, once A and H have re-randomised their shares of alpha with a fresh pad from a stream only they know (D
-   computes A's raw product shares, c_0, so without the pad it could follow A's share and add the two).
-3. The gradient sums as one dealt column product in Z_2^64: A's operand [L'_i cos S_ij, L'_i sin S_ij], y = [cos
-   beta, sin beta]; the shares stay where they are (nothing opened). The dealer's material for both products
-   travels to A in one message before the data messages (``sharing.deal_dealt``).
-4. Momentum SGD on the shares (linear in the gradient: local on shares, with SecureML's local truncation for the
+   know beta, so cos theta = cos S cos beta + sin S sin beta.
+2. A sends H  U = [cos S, sin S] + [mu, nu]  (2D words per row; mu, nu from A and D's row stream).
+   H: V = U . [cos beta, sin beta] = phi + k per feature, where D knows k = [mu, nu] . [cos beta, sin beta].
+3. H sends D  V - M1  and D sends H  k - M2  (D words per row each); both form Qd = (V - M1) - (k - M2).
+
+Iteration t (batch I_t of B rows, public seed; alpha = a_H + a_D):
+
+4. f. H sends A  a_H + R2  and  f_H = (Qd + M1) a_H - M1 R1 + z;  D sends A  a_D + R1  and
+   f_D = (Qd - M2) a_D + M2 R2 - z  (R1, R2, z fresh from H and D's stream); A adds
+   f_A = M1 (a_D + R1) - M2 (a_H + R2): f_A + f_H + f_D = phi alpha on I_t, exactly in the ring.
+5. The gradient sums g = phi^T L'. A sends H  L' + P  and  (M1 - M2)^T L' + Z  (P, Z fresh from A and D's
+   stream). H: g_H = Qd^T (L' + P) + that; D: g_D = -Qd^T P - Z, with no message: g_H + g_D = g.
+6. Momentum SGD on H's and D's shares (linear in the gradient: local, with SecureML's local truncation for the
    two fixed-point products by public constants): m <- mu m + g, alpha <- alpha - (gamma / B) m, mu = 29/32 and
    gamma = 16 / D by default (a step of fixed size in function space: f moves by gamma D k(x_i, x) per unit L'). From
    the middle of training the shares of alpha are summed (the averaged iterate). Adam's per-coefficient division
@@ -31,20 +40,26 @@ Iteration t (batch I_t of B rows, public seed):
    (docs/design/2026-11-28-fdskl-gradient-leak.md). The weight decay lambda alpha (1e-5) is below alpha's
    fixed-point step and is left out.
 
-At the end the averaged alpha is opened to A (prediction then runs ``shared``'s protocol with A's coefficients).
+At the end H and D open the averaged alpha to A (prediction then runs ``shared``'s protocol with A's coefficients).
 That is D numbers, alpha = sum_i C_i phi(x_i) with weights C_i that A knows, functions of the n d_P passive
 values: training refuses to start where n d_P < ``UNKNOWNS_PER_OPENED`` D (``check_sealed``), and says what to
 change. The steps x B values of f are what the loss needs (every protocol opens them); A is warned where they
 reach n d_P.
 
-What each role receives: A, per step, S (uniform), the dealer's c_0 (uniform), H's share of f (f on I_t once
-added), at each epoch end with monitor rows the same for f on them (``SealedMonitor``), and once the averaged
-alpha; H: e = x - a (uniform), the dealer's seeds, A's pad seed; D: alpha_H after
-the pad (uniform), nothing else. Fixed point: the cosines with 6 fractional bits in both products, L' with 8,
-alpha with 20 (10 in f's product); both products are exact in their rings; a truncation fails with probability below
-about 2^-29 per coefficient and step at B = 64 even where every |L'| is 1 (SecureML: about |x| / 2^63 for a value
-x; a larger batch raises it in proportion), which
-A sees as an impossible |f| and stops with an error.
+What each role receives (``ROLES``, the same table in docs/fdskl.md): A, once per row, the passive parties' masked
+phases (S: uniform), per iteration a_H + R2, a_D + R1 (uniform) and f_H, f_D (uniform apart; their sum with f_A is f
+on I_t), at each epoch end with monitor rows the same for f on them (``SealedMonitor``), and once the averaged
+alpha; H, once per row, U (uniform: mu, nu) and k - M2 (uniform: M2), per iteration L' + P and (M1 - M2)^T L' + Z
+(uniform: P, Z); D, once per row, V - M1 (uniform: M1), and nothing per iteration. The other passive parties send
+their masked phases once per row and receive seeds. Any two roles together can remove the masks (as every dealer
+design): the dealer must not collude.
+
+Fixed point: the cosines with 6 fractional bits (phi_int = cos theta x 2^12), L' with 8, alpha with 20: f has 32
+fractional bits and g 20, both exact in Z_2^64; a truncation in step 6 fails with probability below about 2^-29
+per coefficient and step at B = 64 even where every |L'| is 1 (SecureML: about |x| / 2^63 for a value x; a larger
+batch raises it in proportion), which A sees as an impossible |f| and stops with an error.
+
+Memory: H and D each store Qd, n x D words of 8 bytes (400 MB for a9a's 32,561 rows at D = 1536).
 """
 
 from __future__ import annotations
@@ -55,28 +70,40 @@ import time
 import torch
 
 from ..comm import Federation, pairwise_tree
-from ..comm.sharing import _stream_from, _uniform, _word, deal_dealt, fresh_seed, mul_dealt, open_shares, truncate
+from ..comm.masking import MaskStream, RowMasks, derived_key
+from ..comm.sharing import RING, fresh_seed, truncate
 from ..data.validation import VFLInputError
 from .shared import REAL_PAIRS, cos_sin, narrow_table, star_phases
-from .traffic import announce, iteration_bytes
+from .traffic import announce, iteration_bytes, sealed_once_bytes, sealed_setup_bytes
 from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, _stop, log_interval, step_marks
 
 SQRT2 = math.sqrt(2.0)
-F_RING = 32             # f's product in Z_2^32: half the bytes of its operand (4D columns: the largest message)
-COS_BITS = 6            # cosines in both products (A's cos S, H's and D's cos beta): each side rounds them once
-ALPHA_F_BITS = 10       # the copy of alpha in f's product: f has 10 + 2 x 6 = 22 fractional bits, |f| < 2^9
+COS_BITS = 6            # cosines (A's cos S, H's and D's cos beta): each side rounds them once
 LPRIME_BITS = 8         # L'
 ALPHA_BITS = 20         # alpha's shares
-G_BITS = LPRIME_BITS + 2 * COS_BITS            # the gradient sums' (and m's) fractional bits
+PHI_BITS = 2 * COS_BITS                        # phi = cos S cos beta + sin S sin beta
+F_BITS = ALPHA_BITS + PHI_BITS                 # f's fractional bits (|f| < 2^31 fits Z_2^64)
+G_BITS = LPRIME_BITS + PHI_BITS                # the gradient sums' (and m's) fractional bits
 MU_NUM, MU_SHIFT = 29, 5                      # momentum 29 / 32
 LR_SHIFT = 16                                 # (gamma / B) as an integer over 2**16
-F_LIMIT = 2.0 ** 9                            # |f| beyond this: a failed truncation (or a diverged step); f's
-                                              # 22 fractional bits and its sign then fill Z_2^32
+F_LIMIT = 2.0 ** 9                            # |f| beyond this: a failed truncation (or a diverged step)
 LPRIME_LIMIT = 2.0 ** 6
 UNKNOWNS_PER_OPENED = 2                       # n d_P >= 2 D before the averaged alpha may be opened
 DEFAULT_RATE = 16.0                           # momentum SGD's constant step gamma = DEFAULT_RATE / D (benchmarks/
                                               # fdskl_linear_optimizer.py: alpha ~ sum L' phi moves f by gamma D k)
 
+# Who receives what (docs/fdskl.md, *What each role learns*, is this table): (role, when, what, why it is uniform).
+ROLES = (
+    ("A", "once per row", "S = theta + beta (the passive parties' masked phases)", "beta: H and D's"),
+    ("H", "once per row", "U = [cos S, sin S] + [mu, nu]", "mu, nu: A and D's row stream"),
+    ("D", "once per row", "V - M1", "M1: A and H's row stream"),
+    ("H", "once per row", "k - M2", "M2: A and D's row stream"),
+    ("A", "per iteration", "a_H + R2, a_D + R1", "R1, R2: H and D's stream"),
+    ("A", "per iteration", "f_H, f_D (their sum with A's part: f on the batch)", "z: H and D's stream"),
+    ("H", "per iteration", "L' + P, (M1 - M2)^T L' + Z", "P, Z: A and D's stream"),
+    ("A", "each epoch end", "the same as per iteration, for f on the monitor rows", "as per iteration"),
+    ("A", "once", "the averaged alpha (D numbers)", "opened: counted by check_sealed"),
+)
 
 def steps_of(n: int, batch: int, epochs: float) -> int:
     """The iterations of a run (``BatchSampler``'s batches of min(batch, n) rows, ``epochs`` passes)."""
@@ -114,8 +141,7 @@ def check_sealed(n: int, passive_columns: int, D: int, batch: int, epochs: float
 
 
 # A's [cos S, sin S] rounded to COS_BITS, as a table over the 16-bit angle words: the same integers as rounding the
-# float cosines each iteration (round(cos x 2^6)), from one gather of 1-byte pairs (a 128 KB table that stays in a
-# core's cache) instead of a float gather, a multiply and a round.
+# float cosines (round(cos x 2^6)), from one gather of 1-byte pairs (a 128 KB table that stays in a core's cache).
 ACTIVE_PAIRS = torch.round(REAL_PAIRS * 2.0 ** COS_BITS).to(torch.int8).contiguous()
 
 
@@ -123,27 +149,201 @@ def _fixed(x: torch.Tensor, bits: int) -> torch.Tensor:
     return torch.round(x * 2.0 ** bits).to(torch.int64)
 
 
-def _f_operands(rank: int, A: int, ph, alpha: torch.Tensor, known_h: torch.Tensor | None, table):
-    """Step 2's operands: at A (x of f's product, A's fixed-point [cos S, sin S]); at H and the dealer (y of f's
-    product, the fixed-point [cos beta, sin beta]); ``known_h`` is H's share of alpha as H and the dealer hold it."""
-    if rank == A:
-        cs8 = cos_sin(ACTIVE_PAIRS, ph.S.cpu())                          # B x 2D [cos S, sin S] x 2^6, int8
-        # (int32 words multiply mod 2**32: the small cosines times the 32 low bits of alpha's copy)
-        cs_f = _word(cs8, F_RING)
-        a_f = _word(truncate(alpha, 0, ALPHA_BITS - ALPHA_F_BITS), F_RING)  # alpha's coarse copy (A's share)
-        return torch.cat([cs_f * a_f.repeat_interleave(2), cs_f], dim=1), cs8.to(torch.int64)
-    beta = ph.groups[0][2]
-    # [cos beta, sin beta] of the dealer's 16-bit table rounded to COS_BITS (shared.narrow_table: int8, cached)
-    cb8 = cos_sin(narrow_table(table, COS_BITS), beta.cpu())
-    cb_narrow = cb8.to(torch.int64)                                      # (both products' cosines)
-    cb_f = _word(cb8, F_RING)
-    a_f = _word(truncate(known_h, 1, ALPHA_BITS - ALPHA_F_BITS), F_RING)  # H's share, as H truncates it
-    return torch.cat([cb_f, cb_f * a_f.repeat_interleave(2)], dim=1), cb_narrow
+
+def setup_rows(m: int, D: int, max_elements: int) -> int:
+    """Rows per setup chunk: A's message U (rows x 2D words) holds a quarter of ``max_elements`` (8 MB at the
+    default). Chunks this small stay below glibc's largest mmap threshold (32 MB), so their memory is reused from
+    chunk to chunk instead of being mapped afresh: credit_default's setup took 3.6 s with chunks of 32 MB, 3.1 s
+    with these (``vfl fdskl --dataset credit_default --parties 2 --epochs 0.01``)."""
+    return max(1, int(max_elements) // (8 * D))
+
+
+def _pairs_dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Per feature, a_2j b_2j + a_2j+1 b_2j+1 of (m x 2D) operands (int64 wraps mod 2^64): m x D. ``a`` (int64)
+    is overwritten with the products (the callers' own fresh tensor; no m x 2D temporary)."""
+    p = a.mul_(b)
+    return p.view(p.shape[0], -1, 2).sum(-1, dtype=torch.int64)
+
+
+def _rowdot(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """x v mod 2^64 (int64 wraps): torch's integer mv, no B x D temporary (25% faster than a product and a sum)."""
+    return torch.mv(x, v)
+
+
+def _coldot(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """x^T v mod 2^64."""
+    return torch.mv(x.t(), v)
+
+
+class Roles:
+    """Who is who (A, H, D, the other passive parties) and this rank's secrets: the three pair seeds (A-H drawn by
+    A, A-D and H-D drawn by D, each from OS entropy and sent to its other holder only) and what they key."""
+
+    def __init__(self, fed: Federation, dealer: int, D: int):
+        passive = [p for p in fed.parties if p != fed.active]
+        self.A, self.H, self.D, self.passive = fed.active, passive[0], dealer, passive
+        self.rank = fed.rank
+        A, H = self.A, self.H
+        ah = ad = hd = None
+        if self.rank == A:
+            ah = fresh_seed()
+            fed.send(ah, H)
+            ad = fed.recv(dealer, (2,), torch.int64, device="cpu")
+        elif self.rank == H:
+            ah = fed.recv(A, (2,), torch.int64, device="cpu")
+            hd = fed.recv(dealer, (2,), torch.int64, device="cpu")
+        elif self.rank == dealer:
+            ad, hd = fresh_seed(), fresh_seed()
+            fed.send(ad, A)
+            fed.send(hd, H)
+        # Row streams (the same words at every visit of a row) and per-iteration streams, one label each.
+        self.M1 = RowMasks(derived_key(ah, b"sealed/M1"), D) if ah is not None else None
+        self.M2 = RowMasks(derived_key(ad, b"sealed/M2"), D) if ad is not None else None
+        self.MU = RowMasks(derived_key(ad, b"sealed/mu-nu"), 2 * D) if ad is not None else None
+        self.ad = MaskStream.from_entropy(int.from_bytes(derived_key(ad, b"sealed/A-D"), "little")) \
+            if ad is not None else None
+        self.hd = MaskStream.from_entropy(int.from_bytes(derived_key(hd, b"sealed/H-D"), "little")) \
+            if hd is not None else None
+
+    @property
+    def holds(self) -> bool:
+        """H and D hold the shares of alpha (H's index 0, D's 1 in the truncations)."""
+        return self.rank in (self.H, self.D)
+
+    @property
+    def index(self) -> int:
+        return 0 if self.rank == self.H else 1
+
+
+class SealedRows:
+    """Steps 1-3 for a set of rows (module docstring): afterwards H and D hold Qd for them. ``first``: the rows'
+    number in the row streams (training rows 0..n-1, the monitor rows after them)."""
+
+    def __init__(self, fed: Federation, roles: Roles, fmap, X: torch.Tensor, *, first: int, table,
+                 max_elements: int):
+        self.roles, self.first, self.m = roles, int(first), X.shape[0]
+        D = fmap.n_features
+        self.Qd = torch.empty(self.m, D, dtype=torch.int64) if roles.holds else None
+        narrow = narrow_table(table, COS_BITS) if table is not None else None
+        r = roles
+        step = setup_rows(self.m, D, max_elements)
+        for at in range(0, self.m, step):
+            end = min(self.m, at + step)
+            ids = list(range(self.first + at, self.first + end))
+            ph = star_phases(fmap, X[at:end], range(fmap.n_blocks), r.D, r.H)
+            shape = (end - at, D)
+            # (Chunk c + 1's U overlapping chunk c's V and k - a pipeline with send_nowait - measured no faster on
+            # 2 cores: credit_default's setup at Q = 2 took 2.7 s either way, all three roles' CPU being the limit.)
+            if r.rank == r.A:
+                # U = [cos S, sin S] x 2^6 + [mu, nu], m x 2D
+                fed.send(r.MU.rows(ids).add_(cos_sin(ACTIVE_PAIRS, ph.S.cpu())), r.H)
+            elif r.rank == r.H:
+                U = fed.recv(r.A, (shape[0], 2 * D), torch.int64, device="cpu")
+                q1 = _pairs_dot(U, cos_sin(narrow, ph.groups[0][2].cpu())).sub_(r.M1.rows(ids))     # V - M1
+                fed.send(q1, r.D)
+                torch.sub(q1, fed.recv(r.D, shape, torch.int64, device="cpu"), out=self.Qd[at:end])
+            elif r.rank == r.D:
+                q2 = _pairs_dot(r.MU.rows(ids), cos_sin(narrow, ph.groups[0][2].cpu())).sub_(r.M2.rows(ids))  # k - M2
+                q1 = fed.recv(r.H, shape, torch.int64, device="cpu")
+                fed.send(q2, r.H)
+                torch.sub(q1, q2, out=self.Qd[at:end])
+
+    def prepare(self, rows: torch.Tensor):
+        """What this role can make for ``rows`` (positions in this set) before alpha is known: its row masks and
+        its gathered rows of Qd (A: M1, M2, M1 - M2; H: M1, Qd; D: M2, Qd). Training makes the next batch's while
+        it waits for a message (off the critical path)."""
+        r = self.roles
+        ids = (rows + self.first).tolist()
+        if r.rank == r.A:
+            M1, M2 = r.M1.rows(ids), r.M2.rows(ids)
+            return rows, M1, M2, M1 - M2
+        if r.rank == r.H:
+            return rows, r.M1.rows(ids), self.Qd.index_select(0, rows)
+        if r.rank == r.D:
+            return rows, r.M2.rows(ids), self.Qd.index_select(0, rows)
+        return rows,
+
+    def f(self, fed: Federation, prep, share: torch.Tensor | None, *, training: bool = False
+          ) -> torch.Tensor | None:
+        """Step 4: f on ``prep``'s rows of alpha = a_H + a_D (``share``: this holder's), as ring integers with
+        F_BITS fractional bits at A (None elsewhere). ``training``: A's L' follows (step 5), and H posts its
+        receive at once, so that A's send need not wait for H."""
+        r = self.roles
+        B = prep[0].numel()
+        if r.rank == r.H:
+            _, M1, Qd = prep
+            R1, R2, z = (RING.random((n,), r.hd, "cpu") for n in (share.numel(), share.numel(), B))
+            # (Qd + M1) a_H - M1 R1 + z, as two products and no B x D sum
+            fed.send(torch.cat([share + R2, _rowdot(Qd, share) + _rowdot(M1, share - R1) + z]), r.A)
+            if training:
+                fed.post_recv(r.A, (B + Qd.shape[1],), torch.int64)
+        elif r.rank == r.D:
+            _, M2, Qd = prep
+            R1, R2, z = (RING.random((n,), r.hd, "cpu") for n in (share.numel(), share.numel(), B))
+            # (Qd - M2) a_D + M2 R2 - z
+            fed.send(torch.cat([share + R1, _rowdot(Qd, share) - _rowdot(M2, share - R2) - z]), r.A)
+        elif r.rank == r.A:
+            _, M1, M2, _ = prep
+            D = M1.shape[1]
+            from_h = fed.recv(r.H, (D + B,), torch.int64, device="cpu")
+            from_d = fed.recv(r.D, (D + B,), torch.int64, device="cpu")
+            return _rowdot(M1, from_d[:D]) - _rowdot(M2, from_h[:D]) + from_h[D:] + from_d[D:]
+        return None
+
+    def gradient(self, fed: Federation, prep, lprime: torch.Tensor | None, *, post_next: bool = False
+                 ) -> torch.Tensor | None:
+        """Step 5: this holder's share of g = phi^T L' on ``prep``'s rows (``lprime``: A's fixed-point L'); None
+        at A. ``post_next`` (A): the next messages from H and D are the next iteration's f (no monitor round, no
+        stop flag between): their receives are posted now, so that their sends need not wait for A."""
+        r = self.roles
+        B = prep[0].numel()
+        if r.rank == r.A:
+            _, _, _, Md = prep
+            D = Md.shape[1]
+            P, Z = RING.random((B,), r.ad, "cpu"), RING.random((D,), r.ad, "cpu")
+            fed.send(torch.cat([lprime + P, _coldot(Md, lprime) + Z]), r.H)
+            if post_next:
+                fed.post_recv(r.H, (D + B,), torch.int64)
+                fed.post_recv(r.D, (D + B,), torch.int64)
+        elif r.rank == r.H:
+            _, _, Qd = prep
+            msg = fed.recv(r.A, (B + Qd.shape[1],), torch.int64, device="cpu")
+            return _coldot(Qd, msg[:B]) + msg[B:]
+        elif r.rank == r.D:
+            _, _, Qd = prep
+            P, Z = RING.random((B,), r.ad, "cpu"), RING.random((Qd.shape[1],), r.ad, "cpu")
+            return -_coldot(Qd, P) - Z
+        return None
+
+
+class SealedMonitor:
+    """Held-out f of the current iterate, opened to the active party at epoch ends (as ``shared`` opens its
+    monitor rows): steps 1-3 once for the monitor rows (after the training rows in the row streams), then step 4
+    on chunks of them. ``X``: this party's monitor columns (the dealer's: m x 0); ``y`` at the active party."""
+
+    def __init__(self, monitor, max_elements: int):
+        self.X = monitor[0]
+        self.y = None if monitor[1] is None else monitor[1].to(torch.float64).cpu()
+        self.max_elements = max_elements
+        self.rows = None
+
+    def prepare(self, fed: Federation, roles: Roles, fmap, *, first: int, table) -> None:
+        self.rows = SealedRows(fed, roles, fmap, self.X, first=first, table=table, max_elements=self.max_elements)
+
+    def values(self, fed: Federation, share: torch.Tensor | None, D: int) -> torch.Tensor | None:
+        m = self.rows.m
+        chunk = max(1, self.max_elements // D)
+        out = []
+        for start in range(0, m, chunk):
+            f_int = self.rows.f(fed, self.rows.prepare(torch.arange(start, min(m, start + chunk))), share)
+            if f_int is not None:
+                out.append(_opened_f(f_int, "on the monitor rows"))
+        return torch.cat(out) if out else None
 
 
 def _opened_f(f_int: torch.Tensor, where: str) -> torch.Tensor:
     """f from its opened ring value, with the check that a failed truncation or a diverged step trips."""
-    f = f_int.to(torch.float64) * (SQRT2 / 2.0 ** (ALPHA_F_BITS + 2 * COS_BITS))
+    f = f_int.to(torch.float64) * (SQRT2 / 2.0 ** F_BITS)
     peak = float(f.abs().max()) if f.numel() else 0.0
     if not math.isfinite(peak) or peak >= F_LIMIT:
         raise RuntimeError(f"FDSKL sealed protocol: |f| reached {peak:.3g} {where} (a failed share truncation, "
@@ -152,43 +352,10 @@ def _opened_f(f_int: torch.Tensor, where: str) -> torch.Tensor:
     return f
 
 
-class SealedMonitor:
-    """Held-out f of the current iterate, opened to the active party at epoch ends (as ``shared`` opens its
-    monitor rows): step 2's dealt row product on chunks of the monitor rows. ``X``: this party's monitor columns
-    (the dealer's: m x 0); ``y`` at the active party."""
-
-    def __init__(self, monitor, max_elements: int):
-        self.X = monitor[0]
-        self.y = None if monitor[1] is None else monitor[1].to(torch.float64).cpu()
-        self.max_elements = max_elements
-
-    def values(self, fed: Federation, fmap, alpha, known_h, *, A: int, H: int, dealer: int, table):
-        rank, D = fed.rank, fmap.n_features
-        chunk = max(1, self.max_elements // (4 * D))
-        out = []
-        for start in range(0, self.X.shape[0], chunk):
-            rows = self.X[start:start + chunk]
-            m = rows.shape[0]
-            ph = star_phases(fmap, rows, range(fmap.n_blocks), dealer, H)
-            x_f = y_f = None
-            if rank == A:
-                x_f, _ = _f_operands(rank, A, ph, alpha, None, table)
-            elif rank in (H, dealer):
-                y_f, _ = _f_operands(rank, A, ph, None, known_h, table)
-            dealt = deal_dealt(fed, [y_f] if y_f is not None else None, holders=(A, H), dealer=dealer,
-                               kind=["rowdot"], shapes_x=[(m, 4 * D)], shapes_y=[(m, 4 * D)], bits=[F_RING])
-            z = mul_dealt(fed, x_f, y_f, holders=(A, H), dealer=dealer, kind="rowdot", shape_x=(m, 4 * D),
-                          dealt=dealt[0] if dealt is not None else True, bits=F_RING)
-            if rank in (A, H):
-                f_int = open_shares(fed, z, holders=(A, H), to=A, shape=(m,), bits=F_RING)
-                if rank == A:
-                    out.append(_opened_f(f_int, "on the monitor rows"))
-        return torch.cat(out) if rank == A and out else None
-
 
 def _restore(resume, loop: TrainingLoop, sampler: BatchSampler, arrays: dict) -> int:
-    """Put this rank back after a checkpoint's iteration t: its shares (A and H: alpha, m and the running total;
-    the dealer: H's share of alpha as H last sent it), the curve and clock, the public batches; returns t."""
+    """Put this rank back after a checkpoint's iteration t: its shares (H and D: alpha, m and the running total),
+    the curve and clock, the public batches; returns t."""
     from ..checkpoint import CheckpointError
 
     state, saved = resume
@@ -216,19 +383,13 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     ``monitor`` ((X, y), this party's columns of the held-out rows; y at the active party): the curve's points
     carry their metrics at epoch ends, of the current iterate (the returned model is the average).
     ``checkpoint(t, state, arrays)`` is called at every rank after each epoch end and the last iteration, with
-    this rank's shares (uniform on their own); ``resume`` is such a (state, arrays) to go on from. The pad stream
-    is not saved: A sends H a fresh seed at every start, and the dealer's copy of H's share is the saved one."""
+    this rank's shares (H and D: uniform on their own); ``resume`` is such a (state, arrays) to go on from. The
+    setup (steps 1-3) runs again at every start, with fresh seeds: the shares of alpha do not depend on it."""
     n = X.shape[0]
     for _ in range(n_blocks - fmap.n_blocks):
         fmap.add_block()
     D = fmap.n_features
-    blocks = range(fmap.n_blocks)
-    passive = [p for p in fed.parties if p != fed.active]
-    holder = passive[0]
-    A, H = fed.active, holder
     rank = fed.rank
-    holds = rank in (A, H)
-    index = 0 if rank == A else 1
     sampler = BatchSampler(n, cfg.batch_size, cfg.seed)
     B = sampler.batch_size
     # epochs, a time budget (cfg.max_time: the active party's decision, one flag per iteration down the control
@@ -241,75 +402,68 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
                             f"resolution; raise gamma or lower batch_size")
     loop = TrainingLoop(fed, max_iter, log=log, progress=progress)
     log_every = log_interval(cfg.log_every, max_iter)
-    control_tree = pairwise_tree([A] + passive + [dealer])
+    passive = [p for p in fed.parties if p != fed.active]
+    control_tree = pairwise_tree([fed.active] + passive + [dealer])
     mon = SealedMonitor(monitor, cfg.max_elements) if monitor is not None else None
     if loop.bar is not None and max_iter is not None and cfg.max_time is None:
         # A run that will move a lot says so before it starts (issue 38), from the formula the tests check.
-        line = announce(iteration_bytes("sealed", fed.num_parties, B, D, D), max_iter, extras=False)
+        fixed = sealed_setup_bytes(n, fed.num_parties, D, setup_rows(n, D, cfg.max_elements)) + sealed_once_bytes(D)
+        line = announce(iteration_bytes("sealed", fed.num_parties, B, D, D), max_iter, extras=False, fixed=fixed)
         if line is not None:
             loop.bar.write(line, file=getattr(loop.bar, "fp", None))
     zero = torch.zeros(D, dtype=torch.int64)
     alpha, m, total = zero.clone(), zero.clone(), zero.clone()
-    alpha_h = zero.clone()                  # at D: H's share of alpha, as H last sent it
+
+    with fed.phase(TRAIN_PHASE):
+        roles = Roles(fed, dealer, D)
 
     def saved():
-        """This rank's part of a checkpoint: its shares (A and H), its copy of H's share (the dealer)."""
-        return {"alpha": alpha, "m": m, "total": total} if holds else {"alpha_h": alpha_h} if rank == dealer else {}
+        """This rank's part of a checkpoint: its shares (H and D), uniform on their own."""
+        return {"alpha": alpha, "m": m, "total": total} if roles.holds else {}
 
     t = 0
     if resume is not None:
         t = _restore(resume, loop, sampler, saved())      # (into these tensors, before the loop rebinds them)
-    pad = None
+    started = time.perf_counter()
     with fed.phase(TRAIN_PHASE):
-        if rank == A:
-            seed = fresh_seed()
-            fed.send(seed, H)
-            pad = _stream_from(seed)
-        elif rank == H:
-            pad = _stream_from(fed.recv(A, (2,), torch.int64, device="cpu"))
-    if rank == A:
+        rows = SealedRows(fed, roles, fmap, X, first=0, table=table, max_elements=cfg.max_elements)
+    loop.train_seconds += time.perf_counter() - started      # (the setup is training time: on the clock)
+    if mon is not None:
+        with fed.phase(MONITOR_PHASE):
+            mon.prepare(fed, roles, fmap, first=n, table=table)
+    if rank == roles.A:
         y = y.to(torch.float64).cpu()
+    ahead = None                                # the next batch's prepared rows (made while waiting)
     while max_iter is None or t < max_iter:
         started = time.perf_counter()
+        more = max_iter is None or t + 1 < max_iter
         with fed.phase(TRAIN_PHASE):
-            batch = sampler.next()
-            # (the dealer's X has no columns: the batch's rows of it are B x 0)
-            ph = star_phases(fmap, X[batch.to(X.device)], blocks, dealer, H)
-            shapes = [(B, 4 * D), (B, 2 * D)]
-            x_f = x_g = y_f = y_g = ys = None
-            if rank == A:
-                x_f, cs_int = _f_operands(rank, A, ph, alpha, None, table)
-            elif rank in (H, dealer):
-                y_f, y_g = _f_operands(rank, A, ph, None, alpha if rank == H else alpha_h, table)
-                ys = [y_f, y_g]
-            # Both products' material in one message to A before any data message (sharing.deal_dealt).
-            dealt = deal_dealt(fed, ys, holders=(A, H), dealer=dealer, kind=["rowdot", "coldot"], shapes_x=shapes,
-                               shapes_y=shapes, bits=[F_RING, 64])
-            mine = dealt if dealt is not None else [True, True]
-            z = mul_dealt(fed, x_f, y_f, holders=(A, H), dealer=dealer, kind="rowdot", shape_x=shapes[0],
-                          dealt=mine[0], bits=F_RING)
-            f_int = open_shares(fed, z, holders=(A, H), to=A, shape=(B,), bits=F_RING) if holds else None
-            if rank == A:
+            prep = ahead if ahead is not None else rows.prepare(sampler.next().cpu())
+            ahead = None
+            f_int = rows.f(fed, prep, alpha if roles.holds else None, training=True)
+            if rank == roles.H and more:            # (H waits for A's L' next: it prepares meanwhile)
+                ahead = rows.prepare(sampler.next().cpu())
+            lprime = None
+            if rank == roles.A:
                 f = _opened_f(f_int, f"at iteration {t}")
-                yb = y[batch]
+                yb = y[prep[0]]
                 d = cfg.loss.derivative(f, yb)
                 loop.add_loss(float(cfg.loss.value(f, yb).mean()))
                 if float(d.abs().max()) >= LPRIME_LIMIT:
                     raise RuntimeError("FDSKL sealed protocol: a loss derivative beyond 2^6; normalise the targets")
-                x_g = cs_int * _fixed(d, LPRIME_BITS).unsqueeze(1)
-            g = mul_dealt(fed, x_g, y_g, holders=(A, H), dealer=dealer, kind="coldot", shape_x=shapes[1],
-                          dealt=mine[1], bits=64)
-            if holds:
+                lprime = _fixed(d, LPRIME_BITS)
+            # (A posts the next f's receives where nothing else comes first: no time budget, no monitor round)
+            post = more and cfg.max_time is None and not (mon is not None and step_marks(t + 1, max_iter,
+                                                                                          sampler.per_epoch)[1])
+            g = rows.gradient(fed, prep, lprime, post_next=post)
+            if rank != roles.H and more:            # (A: while H updates; D: it waits for nobody)
+                ahead = rows.prepare(sampler.next().cpu())
+            if roles.holds:
+                index = roles.index
                 m = truncate(m * MU_NUM, index, MU_SHIFT) + g
                 alpha = alpha - truncate(m * lr_int, index, LR_SHIFT)
                 if t >= average_from:
                     total = total + alpha
-                rho = _uniform(pad, (D,))
-                alpha = alpha + rho if rank == A else alpha - rho
-            if rank == H:
-                fed.send(alpha, dealer)
-            elif rank == dealer:
-                alpha_h = fed.recv(H, (D,), torch.int64, device="cpu")
         loop.tick(started)
         stop = False
         if cfg.max_time is not None:
@@ -321,8 +475,7 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             f_mon = None
             if mon is not None and (final or epoch_end):
                 with fed.phase(MONITOR_PHASE):
-                    f_mon = mon.values(fed, fmap, alpha if rank == A else None, alpha if rank == H else alpha_h,
-                                       A=A, H=H, dealer=dealer, table=table)
+                    f_mon = mon.values(fed, alpha if roles.holds else None, D)
             loop.log_point(t + 1, D, f_mon, mon if f_mon is not None else None, cfg, log, control_tree)
         if checkpoint is not None and (final or epoch_end):
             checkpoint(t + 1, {"t": t + 1, "loop": loop.state()}, saved())
@@ -331,10 +484,12 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             break
     # The averaged iterate over the steps from average_from on; a run stopped before them opens the last alpha.
     count = t - average_from
-    with fed.phase(TRAIN_PHASE):
-        shares = (total if count > 0 else alpha) if holds else None
-        opened = open_shares(fed, shares, holders=(A, H), to=A, shape=(D,)) if holds else None
     coef = None
-    if rank == A:
-        coef = opened.to(torch.float64) / (max(count, 1) * 2.0 ** ALPHA_BITS)
+    with fed.phase(TRAIN_PHASE):
+        if roles.holds:
+            fed.send(total if count > 0 else alpha, roles.A)
+        elif rank == roles.A:
+            opened = fed.recv(roles.H, (D,), torch.int64, device="cpu") + fed.recv(dealer, (D,), torch.int64,
+                                                                                   device="cpu")
+            coef = opened.to(torch.float64) / (max(count, 1) * 2.0 ** ALPHA_BITS)
     return loop.result(coef, t)

@@ -1,8 +1,8 @@
 """FDSKL's ``shared`` protocol: the label holder learns f on its batch rows and gradient sums, no phases.
 
 (Issue 35: the gradient sums, with the public W and b, let the label holder solve for the passive columns of its
-batch rows; ``sealed.py``, the default since then, keeps them in shares and reuses this module's phases, dealt
-products and prediction. tests/test_fdskl_gradient_attack.py, docs/fdskl.md *Known leak*.)
+batch rows; ``sealed.py``, the default since then, keeps them in shares and reuses this module's phases and
+prediction. tests/test_fdskl_gradient_attack.py, docs/fdskl.md *Known leak*.)
 
 The paper's protocol (``protocol='paper'``, ``protocol.py``) hands the
 active party the phases theta_ij = w_j^T x_i + b_j (mod 2 pi) of every row it

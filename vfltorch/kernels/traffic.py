@@ -10,11 +10,11 @@ batch, D features and G gradient sums per step (D under Adam):
   2 (Q - 1) B D + 5 B D + 4 B G + 5 B + 4 G + 32 Q - 16 bytes; with 32-bit products:
   2 (Q - 1) B D + 8 B (D + G) + 12 (B + G) + 32 Q - 16. The dealer's messages of up to ``DEALER_WINDOW``
   iterations also carry an 8-byte length per recipient and window (at most 8 Q per iteration, not counted).
-* ``sealed`` (``sealed.py``, the default): the same star of phases; f's operand B x 4D words of Z_2^32 and the
-  gradient's B x 2D of Z_2^64 (16 B D bytes each), the dealer's seed and corrections (2 + B + D int64 words),
-  H's share of f (B words of 4 bytes), H's share of alpha to the dealer (D int64 words), 128-bit seeds:
-  2 (Q - 1) B D + 32 B D + 12 B + 16 D + 32 Q bytes; once per run (``sealed_once_bytes``): A's pad seed and the opened
-  alpha, 8 D + 16.
+* ``sealed`` (``sealed.py``, the default): per iteration H and D each send A a D-vector and a B-vector of int64
+  words and A sends H one of each: 24 (B + D) bytes. Its setup, once per row (``sealed_setup_bytes``): the star of
+  phases ((Q - 1) angles of 16 bits per feature, and the dealer's 128-bit seeds per chunk of rows, 32 (Q - 1)),
+  A's U (2D words), V - M1 and k - M2 (D words each): (2 (Q - 1) + 32) D bytes per row. Once per run
+  (``sealed_once_bytes``): the three pair seeds and the opened alpha (a D-vector from H and from D), 16 D + 48.
 
 ``announce`` turns it into the line a long run prints before its training starts (issue 38): the bytes the
 links will carry, and what that is at 100 Mbit/s, a fair guess of a link between organisations.
@@ -26,8 +26,15 @@ ANNOUNCE_BYTES = 100e6          # runs that will send less than this say nothing
 
 
 def sealed_once_bytes(D: int) -> int:
-    """The sealed protocol's training bytes outside its iterations: A's pad seed and the opened alpha."""
-    return 8 * int(D) + 16
+    """The sealed protocol's training bytes once per run: the three pair seeds and the opened alpha."""
+    return 16 * int(D) + 48
+
+
+def sealed_setup_bytes(rows: int, Q: int, D: int, chunk: int) -> int:
+    """The sealed protocol's setup bytes for ``rows`` rows set up ``chunk`` at a time (sealed.setup_rows)."""
+    rows, Q, D = int(rows), int(Q), int(D)
+    chunks = -(-rows // max(1, int(chunk))) if rows else 0
+    return chunks * 32 * (Q - 1) + rows * D * (2 * (Q - 1) + 32)
 LINK_BITS_PER_SECOND = 100e6    # the link speed the line converts to time at
 
 
@@ -40,7 +47,7 @@ def iteration_bytes(protocol: str, Q: int, B: int, D: int, G: int, *, bits=(20, 
     if protocol == "paper":
         return (2 * Q - 2) * B * D * int(angle_bits) // 8
     if protocol == "sealed":
-        return 2 * (Q - 1) * B * D + 32 * B * D + 12 * B + 16 * D + 32 * Q
+        return 24 * (B + D)
     if protocol == "shared":
         star = 2 * (Q - 1) * B * D
         if tuple(bits) == (20, 16):
@@ -50,21 +57,28 @@ def iteration_bytes(protocol: str, Q: int, B: int, D: int, G: int, *, bits=(20, 
     return None
 
 
-def announce(per_iteration: int | None, iterations: int | None, *, extras: bool = True) -> str | None:
+def _size(count: int) -> str:
+    return f"{count / 1e9:.2f} GB" if count >= 1e9 else f"{count / 1e6:.0f} MB"
+
+
+def announce(per_iteration: int | None, iterations: int | None, *, extras: bool = True, fixed: int = 0
+             ) -> str | None:
     """'vfl: fdskl: training will move about 4.59 GB over the links ...' for ``iterations``, or None (short runs,
-    no formula). ``extras``: the run may add a width selection and a compression (not under ``sealed``)."""
+    no formula). ``extras``: the run may add a width selection and a compression (not under ``sealed``);
+    ``fixed``: bytes outside the iterations (``sealed``'s setup)."""
     if not per_iteration or not iterations:
         return None
-    total = per_iteration * iterations
+    total = per_iteration * iterations + int(fixed)
     if total < ANNOUNCE_BYTES:
         return None
-    size = f"{total / 1e9:.2f} GB" if total >= 1e9 else f"{total / 1e6:.0f} MB"
+    size = _size(total)
     seconds = 8 * total / LINK_BITS_PER_SECOND
     when = f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
-    return (f"vfl: fdskl: training will move about {size} over the links ({per_iteration / 1e6:.3g} MB per "
+    setup = f"{_size(fixed)} once and " if fixed else ""
+    return (f"vfl: fdskl: training will move about {size} over the links ({setup}{per_iteration / 1e6:.3g} MB per "
             f"iteration x {iterations} iterations, all parties together"
             f"{'; a width selection and a compression add theirs' if extras else ''}): {when} of transfer at "
             f"100 Mbit/s")
 
 
-__all__ = ["ANNOUNCE_BYTES", "sealed_once_bytes", "announce", "iteration_bytes"]
+__all__ = ["ANNOUNCE_BYTES", "sealed_once_bytes", "sealed_setup_bytes", "announce", "iteration_bytes"]
