@@ -648,7 +648,7 @@ def test_a_run_that_moves_a_lot_says_so_before_it_starts():
     assert iteration_bytes("nope", 2, 32, 128, 128) is None
     # The default (sealed) on a9a at Q = 4 (32,561 rows): its setup, (2 (Q - 1) + 32) D bytes per row, then B = 254,
     # 513 iterations of 24 (B + D) bytes: 1.92 GB (the paper protocol's 2.40 GB), 2.6 min at 100 Mbit/s.
-    fixed = sealed_setup_bytes(32561, 4, 1536, setup_rows(32561, 1536, 2 ** 22)) + sealed_once_bytes(1536)
+    fixed = sealed_setup_bytes(32561, 4, 1536, setup_rows(1536, 2 ** 22)) + sealed_once_bytes(1536)
     line = announce(iteration_bytes("sealed", 4, 254, 1536, 1536), 513, extras=False, fixed=fixed)
     assert "about 1.92 GB" in line and "1.90 GB once" in line and "2.6 min" in line, line
     assert "width selection" not in line

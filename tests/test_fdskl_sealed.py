@@ -125,7 +125,7 @@ def test_each_role_receives_what_the_protocol_lists(run):
     def got(dst, src):
         return sorted(m[3] for m in sent if m[1] == dst and m[0] == src)
 
-    step = setup_rows(n, D, est.max_elements)
+    step = setup_rows(D, est.max_elements)
     chunks = [min(step, n - at) for at in range(0, n, step)]           # the setup's chunks of rows
     per_row = [c * D for c in chunks]
     # the dealer: V - M1 from H, D words per row, nothing else
@@ -168,10 +168,10 @@ def test_training_bytes_follow_the_formula_a_long_run_announces(run):
     n = len(run[0]["X"])
     B, D = est._batch_size(n), est._n_blocks() * est.features_per_step
     T = run[0]["comm"]["iterations"]
-    setup = sealed_setup_bytes(n, 3, D, setup_rows(n, D, est.max_elements))
+    setup = sealed_setup_bytes(n, 3, D, setup_rows(D, est.max_elements))
     assert run[0]["comm"]["total"] == setup + T * iteration_bytes("sealed", 3, B, D, D) + sealed_once_bytes(D)
     assert iteration_bytes("sealed", 3, B, D, D) == 24 * (B + D)
-    chunks = -(-n // setup_rows(n, D, est.max_elements))
+    chunks = -(-n // setup_rows(D, est.max_elements))
     assert setup == 32 * 2 * chunks + n * D * 36          # (2 (Q - 1) + 32) D bytes per row
 
 

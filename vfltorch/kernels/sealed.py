@@ -105,6 +105,7 @@ ROLES = (
     ("A", "once", "the averaged alpha (D numbers)", "opened: counted by check_sealed"),
 )
 
+
 def steps_of(n: int, batch: int, epochs: float) -> int:
     """The iterations of a run (``BatchSampler``'s batches of min(batch, n) rows, ``epochs`` passes)."""
     return max(1, math.ceil(epochs * (n / min(batch, n)) - 1e-9))
@@ -149,8 +150,7 @@ def _fixed(x: torch.Tensor, bits: int) -> torch.Tensor:
     return torch.round(x * 2.0 ** bits).to(torch.int64)
 
 
-
-def setup_rows(m: int, D: int, max_elements: int) -> int:
+def setup_rows(D: int, max_elements: int) -> int:
     """Rows per setup chunk: A's message U (rows x 2D words) holds a quarter of ``max_elements`` (8 MB at the
     default). Chunks this small stay below glibc's largest mmap threshold (32 MB), so their memory is reused from
     chunk to chunk instead of being mapped afresh: credit_default's setup took 3.6 s with chunks of 32 MB, 3.1 s
@@ -226,7 +226,7 @@ class SealedRows:
         self.Qd = torch.empty(self.m, D, dtype=torch.int64) if roles.holds else None
         narrow = narrow_table(table, COS_BITS) if table is not None else None
         r = roles
-        step = setup_rows(self.m, D, max_elements)
+        step = setup_rows(D, max_elements)
         for at in range(0, self.m, step):
             end = min(self.m, at + step)
             ids = list(range(self.first + at, self.first + end))
@@ -407,7 +407,7 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     mon = SealedMonitor(monitor, cfg.max_elements) if monitor is not None else None
     if loop.bar is not None and max_iter is not None and cfg.max_time is None:
         # A run that will move a lot says so before it starts (issue 38), from the formula the tests check.
-        fixed = sealed_setup_bytes(n, fed.num_parties, D, setup_rows(n, D, cfg.max_elements)) + sealed_once_bytes(D)
+        fixed = sealed_setup_bytes(n, fed.num_parties, D, setup_rows(D, cfg.max_elements)) + sealed_once_bytes(D)
         line = announce(iteration_bytes("sealed", fed.num_parties, B, D, D), max_iter, extras=False, fixed=fixed)
         if line is not None:
             loop.bar.write(line, file=getattr(loop.bar, "fp", None))
