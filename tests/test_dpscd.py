@@ -131,8 +131,9 @@ def test_noise_added_has_the_calibrated_variance(paper_data, variant):
         noise_a.append(state.alpha[batch] - prev["alpha"][batch] - zeta)
         prev["v"], prev["alpha"] = state.v.clone(), state.alpha.clone()
 
-    model = DPSCD(task="logistic", variant=variant, epsilon=eps, delta=delta, L=L, C=C, lam=LAM, epochs=epochs,
-                  accountant="rdp", monitor_every=0).fit(X, y, on_step=record)
+    model = seeded(lambda: DPSCD(task="logistic", variant=variant, epsilon=eps, delta=delta, L=L, C=C, lam=LAM,
+                                 epochs=epochs, accountant="rdp", monitor_every=0,
+                                 simulation_seed=21).fit(X, y, on_step=record))
     S = math.sqrt(2) * C if variant == "dual" else 2 * C * math.sqrt(L * (L + 1))
     assert model.sensitivity_ == pytest.approx(S)
     # Poisson batches: amplification at q = L / N over T steps. Fixed-size lots (seq): no amplification claimed,
@@ -143,6 +144,14 @@ def test_noise_added_has_the_calibrated_variance(paper_data, variant):
     assert epsilon_spent(sigma, q, T, delta, "rdp") <= eps
     for sample in (torch.cat(noise_v), torch.cat(noise_a)):
         assert_standard_normal((sample / model.noise_std_).numpy())
+
+
+def seeded(fit):
+    """A noise calibration test's fit with a fixed simulation seed (its draws repeat): the checks below hold for
+    that one sample or never, instead of failing once in 10^4 runs by chance (a KS p-value of 8.4e-5 failed a
+    clean-clone CI run on 2026-11-29). The seed changes where the noise comes from, not its distribution."""
+    with pytest.warns(UserWarning, match="guarantee is VOID"):
+        return fit()
 
 
 def assert_standard_normal(z):
@@ -169,8 +178,9 @@ def test_primal_noise_has_the_calibrated_variance(paper_data):
         assert (delta_theta[others] == 0).all()
         prev["theta"] = state.v.clone()
 
-    model = DPSCD(task="logistic", variant="primal", epsilon=eps, delta=delta, L=L, C=C, lam=LAM, epochs=epochs,
-                  accountant="rdp", monitor_every=0).fit(X, y, on_step=record)
+    model = seeded(lambda: DPSCD(task="logistic", variant="primal", epsilon=eps, delta=delta, L=L, C=C, lam=LAM,
+                                 epochs=epochs, accountant="rdp", monitor_every=0,
+                                 simulation_seed=22).fit(X, y, on_step=record))
     S = 2 * C * math.sqrt(L * (L + 1))                       # Lemma 4
     assert model.sensitivity_ == pytest.approx(S) and model.sample_rate_ == 1.0
     assert model.steps_ == round(epochs * X.shape[1] / L)
@@ -186,8 +196,8 @@ def test_dpsgd_noise_has_the_calibrated_variance():
     # theta_T = -(lr / B) sum_t (1 - lr lam)^(T - 1 - t) noise_t, noise_t ~ N(0, sigma^2 C^2 I_d).
     n, d, B, lr, lam, C = 200, 4000, 50, 0.5, 1e-3, 2.0
     X, y = np.zeros((n, d)), np.where(np.arange(n) % 2, 1.0, -1.0)
-    model = DPSGD(task="logistic", epsilon=1.0, delta=1e-3, batch_size=B, C=C, lr=lr, lam=lam, epochs=1,
-                  accountant="rdp", monitor_every=0).fit(X, y)
+    model = seeded(lambda: DPSGD(task="logistic", epsilon=1.0, delta=1e-3, batch_size=B, C=C, lr=lr, lam=lam,
+                                 epochs=1, accountant="rdp", monitor_every=0, simulation_seed=23).fit(X, y))
     T = model.steps_
     assert T == n // B and model.sigma_ == calibrate_sigma(1.0, 1e-3, 1 / T, T, "rdp")
     scale = (lr / B) * model.sigma_ * C * math.sqrt(sum((1 - lr * lam) ** (2 * k) for k in range(T)))
