@@ -289,3 +289,15 @@ def test_a_time_budget_stops_every_party_and_opens_the_average(params):
     last = A["history"][-1]
     assert last["iteration"] == A["n_iter"] and "test_accuracy" in last      # the closing point, with the monitor
     assert A["accuracy"] > 0.9, A
+
+
+def test_the_holders_refuse_what_their_memory_cannot_hold():
+    """H and the dealer keep Qd (rows x D words of 8 bytes): a run that would not fit is refused with the sizes and
+    the fixes, before the setup, instead of the operating system killing a party halfway through it."""
+    from vfltorch.kernels.sealed import available_memory, check_memory
+
+    check_memory(32561, 1536, None)                          # (unknown: no check)
+    check_memory(32561, 1536, 10 ** 10)                      # a9a: 0.40 GB of 10 GB
+    with pytest.raises(VFLInputError, match=r"32561 rows x 1536 features x 8 bytes = 0.40 GB.*lower n_components"):
+        check_memory(32561, 1536, 4 * 10 ** 8)
+    assert available_memory() is None or available_memory() > 0
