@@ -82,9 +82,22 @@ def record_active_view(view: dict) -> None:
                                   int(B)))
         return original_step(self, t, cols, sums, B)
 
+    from vfltorch.kernels import sealed
+
+    original_values = sealed.SealedMonitor.values
+
+    def values(self, fed, share, D):
+        # the held-out f A is opened at each epoch end (of the current iterate), and its own columns of those rows
+        out = original_values(self, fed, share, D)
+        if state["recording"] and out is not None:
+            view.setdefault("monitor_f", []).append(out.detach().cpu().to(torch.float64).clone())
+            view["X_mon"] = self.X.detach().cpu().to(torch.float64).clone()
+        return out
+
     estimator.train_budget = recorded(original_train)
     estimator.train_sealed = recorded(original_sealed)
     budget._Optimizer.step = step
+    sealed.SealedMonitor.values = values
 
 
 def public_view(view: dict, passive_columns) -> dict:
@@ -111,9 +124,18 @@ def public_view(view: dict, passive_columns) -> dict:
         g = torch.zeros(D, dtype=torch.float64)
         g[cols] = sums
         out.append({"rows": batches[t], "lprime": view["lprime"][t], "g": g, "cols": cols})
+    # The monitor's openings (sealed: f of the current iterate on the held-out rows after the steps that end an
+    # epoch, and after the last; trainer.step_marks), with how many steps had run
+    from vfltorch.kernels.trainer import step_marks
+
+    T = len(view["lprime"])
+    points = [t for t in range(1, T + 1) if any(step_marks(t, T, sampler.per_epoch))]
+    monitor = view.get("monitor_f", [])
+    assert not monitor or len(monitor) == len(points), (len(monitor), points)
     return {"X_A": X.to(torch.float64), "W_A": W_A, "W_P": W_P.to(torch.float64), "b": b, "steps": out,
             "per_epoch": sampler.per_epoch, "batches": batches, "lprime": view["lprime"], "f": view["f"],
-            "alpha": view.get("alpha"), "gamma": cfg.gamma, "batch_size": sampler.batch_size, "y": view["y"]}
+            "alpha": view.get("alpha"), "gamma": cfg.gamma, "batch_size": sampler.batch_size, "y": view["y"],
+            "monitor": list(zip(points, monitor)), "X_A_mon": view.get("X_mon")}
 
 
 # ------------------------------------------------------------------------------------------- the attack
@@ -204,12 +226,19 @@ def momentum_weights(lprime, batches, n, gamma, B, mu):
     G = torch.zeros(T, n, dtype=torch.float64)              # G[u]: step u's L' on its batch rows (g_u = G[u] Phi)
     for u in range(T):
         G[u].index_add_(0, batches[u], lprime[u])
-    lag = torch.arange(T + 1, dtype=torch.float64)[:, None] - torch.arange(T, dtype=torch.float64)[None, :]
-    weight = torch.where(lag > 0, -gamma / B * (1 - mu ** lag.clamp_min(0)) / (1 - mu), torch.zeros(()))
-    C = weight @ G                                          # C[t]: alpha before step t's update (C[T]: after all)
+    C = momentum_coefficients(G, gamma, B, mu)             # C[t]: alpha before step t's update (C[T]: after all)
     t0 = T // 2
     final = C[t0 + 1:T + 1].mean(0)                         # the average of alpha after steps t0 .. T - 1
     return C[:T], final
+
+
+def momentum_coefficients(G, gamma, B, mu):
+    """(T + 1) x n: row t the coefficients of alpha after t steps, as combinations of the rows' features (G: T x n,
+    step u's L' on its batch rows)."""
+    T = G.shape[0]
+    lag = torch.arange(T + 1, dtype=torch.float64)[:, None] - torch.arange(T, dtype=torch.float64)[None, :]
+    weight = torch.where(lag > 0, -gamma / B * (1 - mu ** lag.clamp_min(0)) / (1 - mu), torch.zeros(()))
+    return weight @ G
 
 
 def pooled_equations(pv: dict, *, sealed: bool, mu=None):
@@ -223,13 +252,24 @@ def pooled_equations(pv: dict, *, sealed: bool, mu=None):
         return {"grad": [(s["rows"], s["lprime"], s["g"]) for s in pv["steps"]]}
     C_steps, C_final = momentum_weights(pv["lprime"], pv["batches"], n, pv["gamma"], pv["batch_size"], mu)
     f = [(pv["batches"][t], C_steps[t], pv["f"][t]) for t in range(len(pv["f"]))]
-    return {"f": f, "alpha": (C_final, pv["alpha"])}
+    out = {"f": f, "alpha": (C_final, pv["alpha"])}
+    if pv.get("monitor"):
+        # f on the monitor rows after t steps: phi(x_mon) . alpha_t, alpha_t = C[t] Phi (the training rows')
+        G = torch.zeros(len(pv["lprime"]), n, dtype=torch.float64)
+        for u, (rows, lp) in enumerate(zip(pv["batches"], pv["lprime"])):
+            G[u].index_add_(0, rows, lp)
+        C = momentum_coefficients(G, pv["gamma"], pv["batch_size"], mu)
+        out["monitor"] = [(C[t], f_mon) for t, f_mon in pv["monitor"]]
+    return out
 
 
 def pooled_loss(pv: dict, equations: dict):
-    """The attacker's objective: Z (n x d_P, torch) -> the relative squared residual of each step's gradient sums
-    (divided by their squared norm), plus that of all f values together and of the opened alpha."""
-    base = pv["X_A"] @ pv["W_A"] + pv["b"]                  # n x D, known to A
+    """The attacker's objective: Z (n x d_P, torch; with monitor openings (n + m) x d_P, the monitor rows' after
+    the training rows') -> the relative squared residual of each step's gradient sums (divided by their squared
+    norm), plus that of all f values together, of the opened alpha and of all monitor f values together."""
+    n = pv["X_A"].shape[0]
+    X_A = pv["X_A"] if "monitor" not in equations else torch.cat([pv["X_A"], pv["X_A_mon"]])
+    base = X_A @ pv["W_A"] + pv["b"]                        # rows x D, known to A
     W_P = pv["W_P"]
 
     def stacked(items):
@@ -250,9 +290,18 @@ def pooled_loss(pv: dict, equations: dict):
         f_C = torch.stack([c for _, c, _ in fs])                             # T x n
         f_target = torch.cat([f for _, _, f in fs])
 
+    monitor = equations.get("monitor", [])
+    if monitor:
+        m_C = torch.stack([c for c, _ in monitor])                           # points x n
+        m_target = torch.stack([f for _, f in monitor])                      # points x m
+
     def loss(Z):
-        phi = SQRT2 * torch.cos(base + Z @ W_P)
+        phi_all = SQRT2 * torch.cos(base + Z @ W_P)
+        phi = phi_all[:n]
         total = torch.zeros((), dtype=torch.float64)
+        if monitor:
+            r = (m_C @ phi) @ phi_all[n:].T - m_target                         # points x m
+            total = total + (r * r).sum() / ((m_target * m_target).sum() + 1e-30)
         if grads:
             pred = torch.zeros_like(g_target).index_add(0, g_owner, g_weight[:, None] * phi[g_rows])
             r = pred - g_target
@@ -279,7 +328,8 @@ def pooled_attack(pv: dict, equations: dict, *, starts=3, iters=400, seed=0, ini
     from scipy.optimize import minimize
 
     loss = pooled_loss(pv, equations)
-    n, dP = pv["X_A"].shape[0], pv["W_P"].shape[0]
+    n = pv["X_A"].shape[0] + (pv["X_A_mon"].shape[0] if "monitor" in equations else 0)
+    dP = pv["W_P"].shape[0]
 
     def value_and_gradient(flat):
         Z = torch.from_numpy(flat).reshape(n, dP).requires_grad_(True)
