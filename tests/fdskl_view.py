@@ -17,7 +17,8 @@ floor of the opened sums, which only the right answer reaches).
 
 ``pooled_equations`` / ``pooled_attack`` are the pooled attacker: every number A was opened in the run, modelled
 exactly as a function of all n d_P passive values, solved jointly (under ``sealed``, the default: f on every step's
-batch rows, with alpha_t a known combination of the features of earlier batches, and the opened averaged alpha).
+batch rows, with alpha_t a known combination of the features of earlier batches, the opened averaged alpha, and f
+of the current iterate on the monitor rows at every epoch end, whose passive values are unknowns too).
 The main training run only: the default protocol runs no width selection or distillation. Against ``shared`` the
 first step alone suffices: at t = 0 f = 0, so |L'| = 1/2 on every row; later steps' small |L'| leave most rows of
 a batch below the sums' quantisation.

@@ -15,7 +15,8 @@ Real runs (``launch``: one process per party and the dealer): the active party's
   all n d_P passive values (``fdskl_view.pooled_equations``: the residual at the truth is the fixed point's), and
   solves jointly by bounded quasi-Newton from several starts (``fdskl_view.pooled_attack``). It must find nothing
   beyond a regression on the attacker's own columns and f, on breast cancer at Q = 3 and a 3,000-row sample of
-  credit_default at Q = 2 (11 passive columns). Pima at Q = 2 is refused at the default's size: 1,536 opened
+  credit_default at Q = 2 (11 passive columns), with 100 and 500 held-out monitor rows whose f the active party is
+  opened at every epoch end (as ``vfl fdskl --monitor-rows`` does): their passive values are unknowns too. Pima at Q = 2 is refused at the default's size: 1,536 opened
   coefficients against 2,304 passive values (576 rows x 4) (``sealed.check_sealed``).
 """
 
