@@ -23,6 +23,7 @@ links will carry, and what that is at 100 Mbit/s, a fair guess of a link between
 from __future__ import annotations
 
 ANNOUNCE_BYTES = 100e6          # runs that will send less than this say nothing
+LINK_BITS_PER_SECOND = 100e6    # the link speed the line converts to time at
 
 
 def sealed_once_bytes(D: int) -> int:
@@ -35,7 +36,6 @@ def sealed_setup_bytes(rows: int, Q: int, D: int, chunk: int) -> int:
     rows, Q, D = int(rows), int(Q), int(D)
     chunks = -(-rows // max(1, int(chunk))) if rows else 0
     return chunks * 32 * (Q - 1) + rows * D * (2 * (Q - 1) + 32)
-LINK_BITS_PER_SECOND = 100e6    # the link speed the line converts to time at
 
 
 def iteration_bytes(protocol: str, Q: int, B: int, D: int, G: int, *, bits=(20, 16), angle_bits: int = 16
