@@ -74,7 +74,7 @@ from ..comm import Federation, pairwise_tree
 from ..comm.masking import MaskStream, RowMasks, derived_key
 from ..comm.sharing import RING, fresh_seed, truncate
 from ..data.validation import VFLInputError
-from .shared import REAL_PAIRS, cos_sin, narrow_table, star_phases
+from .shared import REAL_PAIRS, cos_sin, narrow_table, star_local, star_send
 from .traffic import announce, iteration_bytes, sealed_once_bytes, sealed_setup_bytes
 from .trainer import MONITOR_PHASE, TRAIN_PHASE, BatchSampler, TrainingLoop, _stop, log_interval, step_marks
 
@@ -253,23 +253,38 @@ class SealedRows:
         narrow = narrow_table(table, COS_BITS) if table is not None else None
         r = roles
         step = setup_rows(D, max_elements)
-        for at in range(0, self.m, step):
-            end = min(self.m, at + step)
+        chunks = [(at, min(self.m, at + step)) for at in range(0, self.m, step)]
+        blocks = range(fmap.n_blocks)
+
+        def local(c):
+            # chunk c's star before its phase messages (shared.star_local): the dealer's seeds, each party's phases
+            return star_local(fmap, X[chunks[c][0]:chunks[c][1]], blocks, r.D, r.H) if c < len(chunks) else None
+
+        # One chunk ahead, with blocking sends only: A's U of chunk c overlaps H's phases of chunk c + 1, and H's
+        # V of chunk c A's phases of chunk c + 1. Every link carries its messages in the order of a chunk at a time
+        # but for one swap that every role makes alike: the dealer sends H chunk c + 1's seeds before chunk c's
+        # k - M2, and H receives them in that order.
+        ahead = local(0)
+        for c, (at, end) in enumerate(chunks):
             ids = list(range(self.first + at, self.first + end))
-            ph = star_phases(fmap, X[at:end], range(fmap.n_blocks), r.D, r.H)
             shape = (end - at, D)
-            # (Chunk c + 1's U overlapping chunk c's V and k - a pipeline with send_nowait - measured no faster on
-            # 2 cores: credit_default's setup at Q = 2 took 2.7 s either way, all three roles' CPU being the limit.)
+            if r.rank == r.D:
+                ph, ahead = ahead, local(c + 1)
+            else:
+                ph = star_send(ahead)
+                if r.rank != r.A:
+                    ahead = local(c + 1)
             if r.rank == r.A:
                 # U = [cos S, sin S] x 2^6 + [mu, nu], m x 2D
                 fed.send(r.MU.rows(ids).add_(cos_sin(ACTIVE_PAIRS, ph.S.cpu())), r.H)
+                ahead = local(c + 1)
             elif r.rank == r.H:
                 U = fed.recv(r.A, (shape[0], 2 * D), torch.int64, device="cpu")
                 q1 = _pairs_dot(U, cos_sin(narrow, ph.groups[0][2].cpu())).sub_(r.M1.rows(ids))     # V - M1
                 fed.send(q1, r.D)
                 torch.sub(q1, fed.recv(r.D, shape, torch.int64, device="cpu"), out=self.Qd[at:end])
             elif r.rank == r.D:
-                q2 = _pairs_dot(r.MU.rows(ids), cos_sin(narrow, ph.groups[0][2].cpu())).sub_(r.M2.rows(ids))  # k - M2
+                q2 = _pairs_dot(r.MU.rows(ids), cos_sin(narrow, ph.beta.cpu())).sub_(r.M2.rows(ids))  # k - M2
                 q1 = fed.recv(r.H, shape, torch.int64, device="cpu")
                 fed.send(q2, r.H)
                 torch.sub(q1, q2, out=self.Qd[at:end])
