@@ -293,7 +293,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         fed = self._federation()
         self._checkpoint = checkpoint
         if checkpoint is not None:
-            self._check_resumable(fed)
+            self._check_resumable()
         shared = self._shared(fed)
         if shared:
             check_shared(self)
@@ -408,7 +408,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         return self._finish(fed, result)
 
     # ---------------------------------------------------------------------------------------- checkpoints
-    def _check_resumable(self, fed: Federation) -> None:
+    def _check_resumable(self) -> None:
         if not self._bounded():
             raise VFLInputError("checkpoints (--checkpoint) are for FDSKL's bounded model (n_components, default "
                                 "1536); the growing model (n_components=None) does not resume yet")

@@ -19,7 +19,7 @@ phi - M1: uniform to each. A knows M1 and M2 and nothing of Qd.
 
 Setup, once per row (training rows, then the monitor rows; chunks of ``setup_rows``):
 
-1. Phases with dealt masks (``shared.star_phases``, keeper H): A receives S = theta + beta (uniform); H and D
+1. Phases with dealt masks (``shared.star_local`` and ``star_send``, the star of ``star_phases``, keeper H): A receives S = theta + beta (uniform); H and D
    know beta, so cos theta = cos S cos beta + sin S sin beta.
 2. A sends H  U = [cos S, sin S] + [mu, nu]  (2D words per row; mu, nu from A and D's row stream).
    H: V = U . [cos beta, sin beta] = phi + k per feature, where D knows k = [mu, nu] . [cos beta, sin beta].
@@ -201,6 +201,11 @@ def _coldot(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return torch.mv(x.t(), v)
 
 
+def _pair_stream(seed, label: bytes) -> MaskStream | None:
+    """The per-iteration mask stream of a pair that holds ``seed`` (None where this rank does not)."""
+    return None if seed is None else MaskStream.from_entropy(int.from_bytes(derived_key(seed, label), "little"))
+
+
 class Roles:
     """Who is who (A, H, D, the other passive parties) and this rank's secrets: the three pair seeds (A-H drawn by
     A, A-D and H-D drawn by D, each from OS entropy and sent to its other holder only) and what they key."""
@@ -226,10 +231,7 @@ class Roles:
         self.M1 = RowMasks(derived_key(ah, b"sealed/M1"), D) if ah is not None else None
         self.M2 = RowMasks(derived_key(ad, b"sealed/M2"), D) if ad is not None else None
         self.MU = RowMasks(derived_key(ad, b"sealed/mu-nu"), 2 * D) if ad is not None else None
-        self.ad = MaskStream.from_entropy(int.from_bytes(derived_key(ad, b"sealed/A-D"), "little")) \
-            if ad is not None else None
-        self.hd = MaskStream.from_entropy(int.from_bytes(derived_key(hd, b"sealed/H-D"), "little")) \
-            if hd is not None else None
+        self.ad, self.hd = _pair_stream(ad, b"sealed/A-D"), _pair_stream(hd, b"sealed/H-D")
 
     @property
     def holds(self) -> bool:
