@@ -108,13 +108,13 @@ from .trainer import DSGConfig, held_out_metrics, train_dsg
 from .budget import train_budget
 from .sealed import DEFAULT_RATE as SEALED_RATE
 from .sealed import check_sealed, train_sealed
-from .selection import SELECT_BLOCKS, select_width, wants_selection
+from .selection import SELECT_BLOCKS, select_width, select_width_sealed, wants_selection
 
 # The bounded model's default Adam rate (decayed as 1/sqrt(epoch)) per unit of the loss's constant DSG step: Adam
 # moves every coefficient by about its rate, so f moves by about rate * sqrt(D); 0.05 for the logistic loss at D = 1024.
 ADAM_STEP_SCALE = 1.0 / 320.0
 # Multipliers of the median-heuristic width tried on a held-out split before training (selection.py).
-SIGMA_GRID = (1.0, 2.0)
+SIGMA_GRID = (2.0 ** -0.5, 1.0, 2.0 ** 0.5, 2.0)
 
 
 class LeakWarning(UserWarning):
@@ -365,14 +365,12 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         table = share_table(fed, fed.coordinator) if shared else None
         sealed = self._sealed(fed)
         if sealed:
-            # The width selection and the distillation open gradient sums: the sealed protocol runs neither.
             self._check_sealed(fed, plan, X.shape[0])
-            self.sigma_multiplier_, self.sigma_scores_, self.selection_seconds_ = 1.0, None, 0.0
-        elif resumed is not None:
+        if resumed is not None:
             self._selected(resumed[0]["setup"])
         else:
             self._select_sigma(fed, make_map, X, y_fit, loss, dealer=fed.coordinator if shared else None,
-                               table=table)
+                               table=table, sealed=sealed)
         setup = self._setup()
         if self.sigma_multiplier_ != 1.0:
             self.sigma_ = self.sigma_ * self.sigma_multiplier_
@@ -455,20 +453,28 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
             ck.save(t, {**state, "setup": setup}, arrays)
         return {"checkpoint": save, "resume": resumed}
 
-    def _select_sigma(self, fed: Federation, make_map, X, y_fit, loss, *, dealer, table, step=None) -> None:
+    def _select_sigma(self, fed: Federation, make_map, X, y_fit, loss, *, dealer, table, step=None,
+                      sealed: bool = False) -> None:
         """``sigma_multiplier_``: the multiplier of the median width chosen on a held-out split (selection.py),
-        1.0 when there is nothing to choose (a given sigma, the growing model, a one-value grid, small n)."""
+        1.0 when there is nothing to choose (a given sigma, the growing model, a one-value grid, small n).
+        ``step``: the final model's (the dealer has it from the plan); ``sealed``: the candidates train under
+        the sealed protocol (``selection.select_width_sealed``)."""
         self.sigma_multiplier_, self.sigma_scores_, self.selection_seconds_ = 1.0, None, 0.0
         grid = tuple(float(c) for c in self.sigma_grid)
         if not (self._bounded() and isinstance(self.sigma, str) and wants_selection(X.shape[0], grid)):
             return
-        # The candidates have SELECT_BLOCKS of the model's features; the default Adam rate follows D as in
-        # _step_size (rate ~ 1 / sqrt(D)), a given gamma is kept.
+        # The candidates have SELECT_BLOCKS of the model's features. A given gamma is kept; the default rate
+        # follows D as in _step_size (Adam: rate ~ 1 / sqrt(D)) and _sealed_step (momentum SGD: rate ~ 1 / D).
         blocks = max(1, int(self._n_blocks() * SELECT_BLOCKS))
-        step = self._step_size() if step is None else step
-        if self.gamma is None and self.solver == "adam":
-            step = step * (self._n_blocks() / blocks) ** 0.5
-        index, scores, seconds = select_width(
+        if sealed:
+            step = self._sealed_step() if step is None else step
+            if self.gamma is None:
+                step = step * self._n_blocks() / blocks
+        else:
+            step = self._step_size() if step is None else step
+            if self.gamma is None and self.solver == "adam":
+                step = step * (self._n_blocks() / blocks) ** 0.5
+        index, scores, seconds = (select_width_sealed if sealed else select_width)(
             fed, make_map, X, y_fit, lambda rows: self._config(loss, rows, step), grid=grid,
             n_blocks=blocks, seed=derive_key(self.random_state, 0x5E1), dealer=dealer, table=table,
             task=self._task)
@@ -520,12 +526,11 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         sealed = self._sealed(fed)
         if sealed:
             self._check_sealed(fed, plan, n)
-            self.sigma_multiplier_, self.sigma_scores_, self.selection_seconds_ = 1.0, None, 0.0
-        elif resumed is not None:
+        if resumed is not None:
             self._selected(resumed[0]["setup"])
         else:
             self._select_sigma(fed, make_map, empty, None, self._loss(), dealer=fed.coordinator,
-                               table=self.table_, step=plan["step"])
+                               table=self.table_, step=plan["step"], sealed=sealed)
         setup = self._setup()
         mon = None
         if plan.get("monitor_rows") is not None:

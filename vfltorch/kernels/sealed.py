@@ -373,20 +373,25 @@ class SealedMonitor:
     def prepare(self, fed: Federation, roles: Roles, fmap, *, first: int, table) -> None:
         self.rows = SealedRows(fed, roles, fmap, self.X, first=first, table=table, max_elements=self.max_elements)
 
-    def values(self, fed: Federation, share: torch.Tensor | None, D: int) -> torch.Tensor | None:
+    def values(self, fed: Federation, share: torch.Tensor | None, D: int, *, count: int = 1,
+               where: str = "on the monitor rows") -> torch.Tensor | None:
+        """f on every row of the set, of the alpha whose shares are ``share`` divided by ``count`` (the running
+        total of ``count`` iterates: their average's f, exactly, since f is linear in alpha and |f| count stays
+        far inside the ring)."""
         m = self.rows.m
         chunk = max(1, self.max_elements // D)
         out = []
         for start in range(0, m, chunk):
             f_int = self.rows.f(fed, self.rows.prepare(torch.arange(start, min(m, start + chunk))), share)
             if f_int is not None:
-                out.append(_opened_f(f_int, "on the monitor rows"))
+                out.append(_opened_f(f_int, where, count))
         return torch.cat(out) if out else None
 
 
-def _opened_f(f_int: torch.Tensor, where: str) -> torch.Tensor:
-    """f from its opened ring value, with the check that a failed truncation or a diverged step trips."""
-    f = f_int.to(torch.float64) * (SQRT2 / 2.0 ** F_BITS)
+def _opened_f(f_int: torch.Tensor, where: str, count: int = 1) -> torch.Tensor:
+    """f from its opened ring value (of ``count`` summed iterates), with the check that a failed truncation or a
+    diverged step trips."""
+    f = f_int.to(torch.float64) * (SQRT2 / 2.0 ** F_BITS / count)
     peak = float(f.abs().max()) if f.numel() else 0.0
     if not math.isfinite(peak) or peak >= F_LIMIT:
         raise RuntimeError(f"FDSKL sealed protocol: |f| reached {peak:.3g} {where} (a failed share truncation, "
@@ -420,11 +425,14 @@ def _restore(resume, loop: TrainingLoop, sampler: BatchSampler, arrays: dict) ->
 
 def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None, cfg, *, n_blocks: int,
                  dealer: int, table, monitor=None, log=None, progress: bool = False, checkpoint=None,
-                 resume=None):
+                 resume=None, held_out: torch.Tensor | None = None, phase: str = TRAIN_PHASE):
     """Train the D = n_blocks r feature model under the sealed protocol (SPMD: every party and the dealer).
     Returns a ``TrainResult`` whose alpha (float64, the averaged iterate) is at the active party only.
     ``monitor`` ((X, y), this party's columns of the held-out rows; y at the active party): the curve's points
     carry their metrics at epoch ends, of the current iterate (the returned model is the average).
+    ``held_out`` (this party's columns of other rows; the width selection's, selection.py): the averaged model is
+    not opened; the active party is opened its f on these rows instead (``TrainResult.held_out_f``), and the
+    shares are dropped. ``phase``: the meter's name for this run's traffic (its held-out opening: phase/held-out).
     ``checkpoint(t, state, arrays)`` is called at every rank after each epoch end and the last iteration, with
     this rank's shares (H and D: uniform on their own); ``resume`` is such a (state, arrays) to go on from. The
     setup (steps 1-3) runs again at every start, with fresh seeds: the shares of alpha do not depend on it."""
@@ -457,10 +465,11 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     zero = torch.zeros(D, dtype=torch.int64)
     alpha, m, total = zero.clone(), zero.clone(), zero.clone()
 
-    with fed.phase(TRAIN_PHASE):
+    scored = SealedMonitor((held_out, None), cfg.max_elements) if held_out is not None else None
+    with fed.phase(phase):
         roles = Roles(fed, dealer, D)
     if roles.holds:
-        check_memory(n + (mon.X.shape[0] if mon is not None else 0), D, available_memory())
+        check_memory(n + sum(s.X.shape[0] for s in (mon, scored) if s is not None), D, available_memory())
 
     def saved():
         """This rank's part of a checkpoint: its shares (H and D), uniform on their own."""
@@ -470,19 +479,22 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     if resume is not None:
         t = _restore(resume, loop, sampler, saved())      # (into these tensors, before the loop rebinds them)
     started = time.perf_counter()
-    with fed.phase(TRAIN_PHASE):
+    with fed.phase(phase):
         rows = SealedRows(fed, roles, fmap, X, first=0, table=table, max_elements=cfg.max_elements)
     loop.train_seconds += time.perf_counter() - started      # (the setup is training time: on the clock)
     if mon is not None:
         with fed.phase(MONITOR_PHASE):
             mon.prepare(fed, roles, fmap, first=n, table=table)
+    if scored is not None:                      # (after the monitor rows in the row streams)
+        with fed.phase(f"{phase}/held-out"):
+            scored.prepare(fed, roles, fmap, first=n + (mon.X.shape[0] if mon is not None else 0), table=table)
     if rank == roles.A:
         y = y.to(torch.float64).cpu()
     ahead = None                                # the next batch's prepared rows (made while waiting)
     while max_iter is None or t < max_iter:
         started = time.perf_counter()
         more = max_iter is None or t + 1 < max_iter
-        with fed.phase(TRAIN_PHASE):
+        with fed.phase(phase):
             prep = ahead if ahead is not None else rows.prepare(sampler.next().cpu())
             ahead = None
             f_int = rows.f(fed, prep, alpha if roles.holds else None, training=True)
@@ -512,7 +524,7 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
         loop.tick(started)
         stop = False
         if cfg.max_time is not None:
-            with fed.phase(TRAIN_PHASE):
+            with fed.phase(phase):
                 stop = _stop(fed, control_tree, loop.train_seconds >= cfg.max_time)
         final, epoch_end = step_marks(t + 1, max_iter, sampler.per_epoch)
         final = final or stop                   # (the time budget's last step: its point carries the monitor)
@@ -530,7 +542,14 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     # The averaged iterate over the steps from average_from on; a run stopped before them opens the last alpha.
     count = t - average_from
     coef = None
-    with fed.phase(TRAIN_PHASE):
+    if scored is not None:
+        with fed.phase(f"{phase}/held-out"):
+            f_held = scored.values(fed, (total if count > 0 else alpha) if roles.holds else None, D,
+                                   count=max(count, 1), where="on the held-out rows")
+        result = loop.result(None, t)
+        result.held_out_f = f_held
+        return result
+    with fed.phase(phase):
         if roles.holds:
             fed.send(total if count > 0 else alpha, roles.A)
         elif rank == roles.A:

@@ -67,6 +67,7 @@ from ..comm import Federation
 from ..devices import to_host
 from .budget import DEALER_WINDOW, _Optimizer, _shared_round, leak_limit, step_columns
 from .random_features import FourierSampler, counter_words
+from .sealed import train_sealed
 from .shared import TRAIN_BITS, StarProducts, DealerWindow, _factors32, shared_decision_values
 from .trainer import BatchSampler
 
@@ -260,15 +261,22 @@ def select_width(fed: Federation, make_map, X: torch.Tensor, y: torch.Tensor | N
         else:
             phi = fmap.features(X_held, range(fmap.n_blocks))
             f = None if phi is None else phi.to(torch.float64) @ coef
+    return _pick(fed, f, y[held] if active else None, grid, cfg.loss, task, dealer, started)
+
+
+def _pick(fed: Federation, f, y_held, grid, loss_fn, task: str, dealer: int | None, started: float
+          ) -> tuple[int, list | None, float]:
+    """Step 4: the active party scores the K candidates' held-out f (rows x K) and broadcasts the best index to
+    every rank (the dealer too); returns (index, the active party's scores or None elsewhere, seconds)."""
     scores = None
     pick = None
-    if active:
+    if fed.is_active:
         scores = []
-        y_held = to_host(y[held], torch.float64)          # (a score: on the host, one copy of f)
+        y_held = to_host(y_held, torch.float64)          # (a score: on the host, one copy of f)
         f = to_host(f, torch.float64)
         for k, c in enumerate(grid):
             fk = f[:, k]
-            loss = float(cfg.loss.value(fk, y_held).mean())
+            loss = float(loss_fn.value(fk, y_held).mean())
             if not math.isfinite(loss):
                 loss = float("inf")
             if task == "binary":
@@ -282,3 +290,28 @@ def select_width(fed: Federation, make_map, X: torch.Tensor, y: torch.Tensor | N
     with fed.phase(SELECT_PHASE):
         pick = fed.broadcast_json(pick, fed.active, ranks=ranks)
     return int(pick["index"]), scores, time.perf_counter() - started
+
+
+def select_width_sealed(fed: Federation, make_map, X: torch.Tensor, y: torch.Tensor | None, make_cfg, *, grid,
+                        n_blocks: int, seed: int, dealer: int, table, task: str) -> tuple[int, list | None, float]:
+    """The width selection under ``protocol='sealed'``: the same split, candidates, epochs and choice as
+    ``select_width``, each candidate trained by ``sealed.train_sealed`` on S, one after the other (the sealed
+    protocol sums f over all of a model's features: K candidates are K runs), with fresh secrets each. A candidate's
+    coefficients stay in H's and D's shares and are dropped: the active party is opened f on the candidate's batch
+    rows (as in training) and f of its averaged model on H once, nothing else; the other ranks learn the index.
+
+    ``make_map(c)``: a fresh ``FederatedFeatureMap`` of width c x the median width; ``make_cfg(rows)``: the sealed
+    training config of a candidate (its rate for ``n_blocks`` blocks; epochs replaced by ``SELECT_EPOCHS``)."""
+    started = time.perf_counter()
+    rows, held = selection_rows(X.shape[0], seed)
+    cfg = make_cfg(len(rows))
+    cfg.epochs, cfg.max_time, cfg.log_every = SELECT_EPOCHS, None, None
+    active = fed.is_active
+    X_fit, X_held = X[rows.to(X.device)], X[held.to(X.device)]
+    f = []
+    for k, c in enumerate(grid):
+        result = train_sealed(fed, make_map(float(c)), X_fit, y[rows] if active else None, cfg, n_blocks=n_blocks,
+                              dealer=dealer, table=table, held_out=X_held, phase=f"{SELECT_PHASE}/{k}")
+        f.append(result.held_out_f)
+    return _pick(fed, torch.stack(f, 1) if active else None, y[held] if active else None, grid, cfg.loss, task,
+                 dealer, started)

@@ -102,6 +102,7 @@ class TrainResult:
     train_loss: float = float("nan")            # full training loss (cached schedule)
     bytes_sent: int = 0                         # by this party, in the training phase of this run
     messages_sent: int = 0
+    held_out_f: torch.Tensor | None = None      # sealed width selection: f of the model on held-out rows, at A
 
 
 class BatchSampler:
