@@ -19,7 +19,9 @@ floor of the opened sums, which only the right answer reaches).
 exactly as a function of all n d_P passive values, solved jointly (under ``sealed``, the default: f on every step's
 batch rows, with alpha_t a known combination of the features of earlier batches, the opened averaged alpha, and f
 of the current iterate on the monitor rows at every epoch end, whose passive values are unknowns too).
-The main training run only: the default protocol runs no width selection or distillation. Against ``shared`` the
+With the width selection (sealed: ``selection.select_width_sealed``) it pools each candidate's openings too: f on
+its batch rows and f of its averaged model on the held-out rows, in the same unknowns (the selection's rows are
+training rows). Against ``shared`` the
 first step alone suffices: at t = 0 f = 0, so |L'| = 1/2 on every row; later steps' small |L'| leave most rows of
 a batch below the sums' quantisation.
 """
@@ -47,17 +49,19 @@ def record_active_view(view: dict) -> None:
     state = {"recording": False}
 
     class _RecordingLoss:
-        def __init__(self, loss):
-            self._loss = loss
+        """The loss, keeping every f A was opened and its L' in ``sink`` (while ``on()``)."""
+
+        def __init__(self, loss, sink=view, on=lambda: state["recording"]):
+            self._loss, self._sink, self._on = loss, sink, on
 
         def __getattr__(self, name):
             return getattr(self._loss, name)
 
         def derivative(self, f, y):
             d = self._loss.derivative(f, y)
-            if state["recording"]:
-                view["lprime"].append(d.detach().to("cpu", torch.float64).clone())
-                view["f"].append(f.detach().to("cpu", torch.float64).clone())
+            if self._on():
+                self._sink["lprime"].append(d.detach().to("cpu", torch.float64).clone())
+                self._sink["f"].append(f.detach().to("cpu", torch.float64).clone())
             return d
 
     def recorded(trainer):
@@ -87,14 +91,37 @@ def record_active_view(view: dict) -> None:
 
     original_values = sealed.SealedMonitor.values
 
-    def values(self, fed, share, D):
+    def values(self, fed, share, D, **kw):
         # the held-out f A is opened at each epoch end (of the current iterate), and its own columns of those rows
-        out = original_values(self, fed, share, D)
+        out = original_values(self, fed, share, D, **kw)
         if state["recording"] and out is not None:
             view.setdefault("monitor_f", []).append(out.detach().cpu().to(torch.float64).clone())
             view["X_mon"] = self.X.detach().cpu().to(torch.float64).clone()
         return out
 
+    # The sealed width selection (selection.py): the split of the training rows (public seed) and, per candidate,
+    # its map, config, f on its batch rows with L', and f of its averaged model on the held-out rows.
+    from vfltorch.kernels import selection
+
+    original_candidate, original_rows = selection.train_sealed, selection.selection_rows
+
+    def selection_rows(n, seed):
+        out = original_rows(n, seed)
+        view["selection_rows"] = out
+        return out
+
+    def candidate(fed, fmap, X, y, cfg, **kw):
+        if not fed.is_active:
+            return original_candidate(fed, fmap, X, y, cfg, **kw)
+        rec = {"fmap": fmap, "cfg": cfg, "lprime": [], "f": []}
+        result = original_candidate(fed, fmap, X, y, dataclasses.replace(cfg, loss=_RecordingLoss(cfg.loss, rec,
+                                                                                                   lambda: True)),
+                                    **kw)
+        rec["held_out_f"] = result.held_out_f.detach().cpu().to(torch.float64).clone()
+        view.setdefault("candidates", []).append(rec)
+        return result
+
+    selection.selection_rows, selection.train_sealed = selection_rows, candidate
     estimator.train_budget = recorded(original_train)
     estimator.train_sealed = recorded(original_sealed)
     budget._Optimizer.step = step
@@ -133,7 +160,25 @@ def public_view(view: dict, passive_columns) -> dict:
     points = [t for t in range(1, T + 1) if any(step_marks(t, T, sampler.per_epoch))]
     monitor = view.get("monitor_f", [])
     assert not monitor or len(monitor) == len(points), (len(monitor), points)
+    candidates = []
+    for rec in view.get("candidates", []):
+        # each candidate's features as A knows them (public directions and phases), its batches over the selection
+        # rows S (positions in S), and what it was opened
+        cmap, ccfg = rec["fmap"], rec["cfg"]
+        Dk = cmap.n_features
+        rows_S, rows_H = view["selection_rows"]
+        csampler = BatchSampler(len(rows_S), ccfg.batch_size, ccfg.seed)
+        candidates.append({
+            "W_A": cmap.omega.detach().cpu().to(torch.float64),
+            "W_P": cmap.sampler.omega(torch.as_tensor(passive_columns, dtype=torch.int64),
+                                      torch.arange(Dk)).to(torch.float64),
+            "b": Circle(cmap.circle.bits).decode(torch.cat([cmap.phase_words[t].cpu()
+                                                            for t in range(cmap.n_blocks)])).to(torch.float64),
+            "S": rows_S, "H": rows_H, "batches": [csampler.next() for _ in range(len(rec["lprime"]))],
+            "lprime": rec["lprime"], "f": rec["f"], "held_out_f": rec["held_out_f"], "gamma": ccfg.gamma,
+            "batch_size": csampler.batch_size})
     return {"X_A": X.to(torch.float64), "W_A": W_A, "W_P": W_P.to(torch.float64), "b": b, "steps": out,
+            "candidates": candidates,
             "per_epoch": sampler.per_epoch, "batches": batches, "lprime": view["lprime"], "f": view["f"],
             "alpha": view.get("alpha"), "gamma": cfg.gamma, "batch_size": sampler.batch_size, "y": view["y"],
             "monitor": list(zip(points, monitor)), "X_A_mon": view.get("X_mon")}
@@ -261,6 +306,13 @@ def pooled_equations(pv: dict, *, sealed: bool, mu=None):
             G[u].index_add_(0, rows, lp)
         C = momentum_coefficients(G, pv["gamma"], pv["batch_size"], mu)
         out["monitor"] = [(C[t], f_mon) for t, f_mon in pv["monitor"]]
+    # the width selection's candidates: f on each one's batch rows (positions in S) and, once, f of its averaged
+    # model on the held-out rows H; their coefficients are never opened
+    out["candidates"] = []
+    for c in pv.get("candidates", []):
+        C_steps, C_final = momentum_weights(c["lprime"], c["batches"], len(c["S"]), c["gamma"], c["batch_size"], mu)
+        out["candidates"].append({"f": [(c["batches"][t], C_steps[t], c["f"][t]) for t in range(len(c["f"]))],
+                                  "held_out": (C_final, c["held_out_f"]), "view": c})
     return out
 
 
@@ -296,10 +348,25 @@ def pooled_loss(pv: dict, equations: dict):
         m_C = torch.stack([c for c, _ in monitor])                           # points x n
         m_target = torch.stack([f for _, f in monitor])                      # points x m
 
+    candidates = []
+    for c in equations.get("candidates", []):
+        v = c["view"]
+        c_rows, c_owner = stacked(c["f"])
+        candidates.append((v["S"], v["H"], (pv["X_A"] @ v["W_A"] + v["b"]), v["W_P"], c_rows, c_owner,
+                           torch.stack([C for _, C, _ in c["f"]]), torch.cat([f for _, _, f in c["f"]]),
+                           *c["held_out"]))
+
     def loss(Z):
         phi_all = SQRT2 * torch.cos(base + Z @ W_P)
         phi = phi_all[:n]
         total = torch.zeros((), dtype=torch.float64)
+        for S, H, base_k, W_k, rows_k, owner_k, C_k, target_k, C_final, held_f in candidates:
+            phi_S = SQRT2 * torch.cos(base_k[S] + Z[S] @ W_k)
+            alpha_t = C_k @ phi_S
+            r = (phi_S[rows_k] * alpha_t[owner_k]).sum(1) - target_k
+            total = total + (r @ r) / (target_k @ target_k + 1e-30)
+            r = SQRT2 * torch.cos(base_k[H] + Z[H] @ W_k) @ (C_final @ phi_S) - held_f
+            total = total + (r @ r) / (held_f @ held_f + 1e-30)
         if monitor:
             r = (m_C @ phi) @ phi_all[n:].T - m_target                         # points x m
             total = total + (r * r).sum() / ((m_target * m_target).sum() + 1e-30)

@@ -33,12 +33,18 @@ from vfltorch.kernels.sealed import MU_NUM, MU_SHIFT
 pytestmark = pytest.mark.slow          # 40 s per data set for the gradient attack; minutes for the pooled one
 
 SHARED_CASES = {"breast_cancer": (3, None), "pima": (2, None)}
-# (Q, rows, random starts, L-BFGS-B iterations per start, monitor rows): 203 s for both, runs and solves, on 2 cores.
-# The monitor rows are held-out rows whose f A is opened at every epoch end, as `vfl fdskl --monitor-rows` does.
-DEFAULT_CASES = {"breast_cancer": (3, None, 2, 300, 100), "credit_default": (2, 3000, 1, 150, 500)}
+# (Q, rows, random starts, L-BFGS-B iterations per start, monitor rows, width selection): 203 s for both without the
+# selection, runs and solves, on 2 cores. The monitor rows are held-out rows whose f A is opened at every epoch end,
+# as `vfl fdskl --monitor-rows` does. The width selection runs by default from 5,000 training rows: on breast
+# cancer it is forced (its four candidates' openings pooled too, in the same unknowns).
+DEFAULT_CASES = {"breast_cancer": (3, None, 2, 300, 100, True), "credit_default": (2, 3000, 1, 150, 500, False)}
 
 
-def view_job(fed, dataset, rows, params, monitor_rows=0):
+def view_job(fed, dataset, rows, params, monitor_rows=0, select=False):
+    if select:
+        from vfltorch.kernels import selection
+
+        selection.SELECT_MIN_ROWS = 100          # the default's selection on fewer rows than it needs by default
     view = {}
     if fed.is_active:
         record_active_view(view)
@@ -61,10 +67,10 @@ def view_job(fed, dataset, rows, params, monitor_rows=0):
             "columns": [int(c) for c in est.columns_]}
 
 
-def recorded_run(dataset, Q, rows, params, monitor_rows=0):
+def recorded_run(dataset, Q, rows, params, monitor_rows=0, select=False):
     """(the active party's public view, the passive columns in its order (the monitor rows' after the training
     rows'), the protocol that ran)."""
-    out = launch(view_job, Q, args=(dataset, rows, params, monitor_rows), coordinator=True)
+    out = launch(view_job, Q, args=(dataset, rows, params, monitor_rows, select), coordinator=True)
     columns = sum((out[r]["columns"] for r in range(1, Q)), [])
     truth = torch.cat([torch.cat([out[r]["X"], out[r]["X_mon"]]) for r in range(1, Q)], dim=1)
     return out[0]["view"], truth[:, [columns.index(c) for c in out[0]["passive"]]], out[0]["protocol"]
@@ -102,8 +108,9 @@ def test_the_gradient_attack_is_real(attacked):
 @pytest.fixture(scope="module", params=sorted(DEFAULT_CASES))
 def pooled(request):
     skip_without(request.param)
-    Q, rows, starts, iters, monitor_rows = DEFAULT_CASES[request.param]
-    pv, truth, protocol = recorded_run(request.param, Q, rows, {}, monitor_rows)
+    Q, rows, starts, iters, monitor_rows, select = DEFAULT_CASES[request.param]
+    pv, truth, protocol = recorded_run(request.param, Q, rows, {}, monitor_rows, select)
+    assert len(pv["candidates"]) == (4 if select else 0)    # (the default grid's four candidates were pooled)
     equations = pooled_equations(pv, sealed=protocol == "sealed", mu=MU_NUM / 2 ** MU_SHIFT)
     at_truth = float(pooled_loss(pv, equations)(truth))
     Z, residual = pooled_attack(pv, equations, starts=starts, iters=iters)
@@ -117,7 +124,8 @@ def pooled(request):
     f_mon = torch.stack([f for _, f in pv["monitor"]], 1)   # m x (epoch ends): every f it was opened on those rows
     baseline_mon = own_column_baseline(pv["X_A_mon"], truth[n:], f_mon)
     print(f"\n{request.param} Q={Q}, default ({protocol}): {n} rows and {monitor_rows} monitor rows x {truth.shape[1]} "
-          f"passive columns, {len(pv['f'])} steps, {len(pv['monitor'])} monitor openings; relative residual at the "
+          f"passive columns, {len(pv['f'])} steps, {len(pv['monitor'])} monitor openings, "
+          f"{len(pv['candidates'])} selection candidates; relative residual at the "
           f"truth {at_truth:.2e}, the attack's {residual:.2e}; per-column R^2 median {float(r2.median()):.3f} (max "
           f"{float(r2.max()):.3f}), monitor rows {float(r2_mon.median()):.3f} (max {float(r2_mon.max()):.3f}); "
           f"regression on own columns and f {float(baseline.median()):.3f}, monitor rows "

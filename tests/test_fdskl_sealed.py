@@ -212,6 +212,16 @@ def test_check_sealed_counts_the_passive_values():
     note = check_sealed(576, 4, 1024, 32, 4)              # 2,304 values: 4 epochs of f values are as many
     assert note is not None and "2304 passive values" in note and "fewer epochs" in note
     assert check_sealed(576, 4, 1024, 32, 3) is None
+    # The width selection's f values count with training's: 5,000 rows x 2 passive columns, 40 steps of 128 rows
+    # (5,120 f values) are below the 10,000 values alone, not with the four candidates' 4 x (1.5 x 4,000 + 1,000)
+    from vfltorch.kernels.selection import selection_openings
+
+    chosen = selection_openings(5000, (0.5, 1.0, 1.5, 2.0), lambda rows: min(256, max(32, rows // 128)))
+    assert chosen == 4 * (188 * 32 + 1000)                # (ceil(1.5 x 4,000 / 32) steps of 32 rows)
+    assert check_sealed(5000, 2, 1024, 128, 1.0) is None
+    note = check_sealed(5000, 2, 1024, 128, 1.0, selection_f=chosen)
+    assert note is not None and "width selection" in note and "sigma_grid=(1.0,)" in note
+    assert selection_openings(4999, (0.5, 1.0), lambda rows: 32) == 0 == selection_openings(9000, (1.0,), len)
 
 
 @pytest.mark.slow

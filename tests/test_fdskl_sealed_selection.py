@@ -4,6 +4,7 @@
 * Each candidate is a sealed run on the selection rows: its held-out f, opened to the active party, is f of the
   averaged model its float twin trains (momentum SGD on the same features, batches and steps), and the scores and
   the pick follow from it; every rank (the dealer too) trains the final model at the chosen width.
+* The bytes every rank sends in the selection are ``traffic.sealed_selection_bytes``, exactly.
 * No candidate's coefficients are opened: per candidate the active party receives training's messages (a D / 2 +
   B vector from H and from the dealer per iteration) and, once, a D / 2 + |H| vector from each with f on the
   held-out rows; the passive parties and the dealer get the winner's index (one small JSON message) beyond the
@@ -40,7 +41,9 @@ def job(fed):
         est.fit(None)
     else:
         est.fit(data.X_train, data.y_train, columns=data.columns)
+    sent = {k: v["bytes_sent"] for k, v in fed.meter.as_dict().items() if k.startswith(selection.SELECT_PHASE + "/")}
     out = {"multiplier": est.sigma_multiplier_, "scores": est.sigma_scores_, "sigma": est.sigma_,
+           "select_bytes": sum(sent.values()),
            "sent": [(m.src, m.dst, m.tensor.numel(), m.phase) for m in fed.transcript.messages[start:]]}
     if fed.is_active:
         out["y"] = torch.as_tensor(est._encode_targets(data.y_train, len(data.y_train)), dtype=torch.float64)
@@ -127,3 +130,20 @@ def test_no_candidate_model_is_opened(run):
     for rank in (H, P2, dealer):
         index = [m for r in run for m in r["sent"] if m[3] == selection.SELECT_PHASE and m[1] == rank]
         assert len(index) == 2 and all(m[0] == A for m in index) and sum(m[2] for m in index) < 64
+
+
+def test_the_selection_bytes_follow_the_formula(run):
+    from vfltorch.kernels.sealed import setup_rows, steps_of
+    from vfltorch.kernels.traffic import sealed_selection_bytes
+
+    X = load_party_data(Federation.local(), CONFIG).X_train
+    est = FDSKLClassifier(**PARAMS)
+    rows, held = selection.selection_rows(len(X), derive_key(est.random_state, 0x5E1))
+    Dh = est._n_blocks() // 2 * est.features_per_step
+    B = est._batch_size(len(rows))
+    expected = sealed_selection_bytes(3, Dh, len(rows), len(held), B, steps_of(len(rows), B, 1.0),
+                                      setup_rows(Dh, est.max_elements), est.max_elements // Dh, len(GRID))
+    assert sum(r["select_bytes"] for r in run) == expected
+    # chunked: 3,000 held-out rows at D / 2 = 768 take five setup chunks and one f message per holder
+    one = sealed_selection_bytes(2, 768, 6000, 3000, 46, 196, setup_rows(768, 2 ** 22), 2 ** 22 // 768, 1)
+    assert one == (32 * (9 + 5) + 9000 * 768 * 34) + 196 * 24 * (46 + 768) + 48 + 16 * (768 + 3000)

@@ -71,6 +71,7 @@ def test_parser_choices_equal_the_library():
     from vfltorch.kernels import FDSKLClassifier, FDSKLRegressor
     for cls in (FDSKLClassifier, FDSKLRegressor):     # the checked compression is the default of both
         assert inspect.signature(cls).parameters["compress_to"].default == kcli.IF_FAITHFUL == kcompress.IF_FAITHFUL
+        assert inspect.signature(cls).parameters["sigma_grid"].default == kcli.SIGMA_GRID
     assert (lcli.PROTOCOLS, lcli.OPTIMIZERS, lcli.PRECOMPUTE) == (lest.PROTOCOLS, lest.OPTIMIZERS, lest.PRECOMPUTE)
     assert (lcli.DEFAULT_LR, lcli.DEFAULT_DECAY) == (lest.DEFAULT_LR, lest.DEFAULT_DECAY)
     assert (pcli.TOPOLOGIES, pcli.MERGES, pcli.KERNELS) == (exchange.TOPOLOGIES, sys.modules[

@@ -28,6 +28,7 @@ LOSSES = ("logistic", "smooth_hinge", "square")
 SUPPORTS = ("public", "alpha")          # compress.SUPPORTS
 IF_FAITHFUL = "if-faithful"            # compress.IF_FAITHFUL, the estimator's default compress_to
 PREDICT_RINGS = (20, 24, 32)            # shared.PREDICT_RINGS
+SIGMA_GRID = (2.0 ** -0.5, 1.0, 2.0 ** 0.5, 2.0)     # estimator.SIGMA_GRID
 
 
 def _sigma(text: str):
@@ -73,8 +74,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--protocol", choices=["shared", "sealed", "paper"], default="sealed",
                    help="'sealed' (default): the coefficients and gradients stay in shares between the active "
                         "party and a passive holder, the active party learns f on its batch rows and, once, the "
-                        "trained coefficients (momentum SGD; no width selection or compression; a dealer process "
-                        "is started). 'shared': phases masked by a dealer's fresh masks, but the active party is "
+                        "trained coefficients (momentum SGD; the width selection runs under it too, no compression; a "
+                        "dealer process is started). 'shared': phases masked by a dealer's fresh masks, but the active party is "
                         "opened the gradient sums, which give it passive columns (issue 35). 'paper': Gu et "
                         "al.'s masked phases, which let the active party rebuild the passive columns (for "
                         "reproducing the paper only)")
@@ -134,10 +135,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "1/sqrt(epoch), averaged iterates) or 'dsg' (the paper's constant step on one block)")
     g.add_argument("--epochs", type=float, default=None,
                    help="passes over the training rows (default 4, unless --time-budget is given alone)")
-    g.add_argument("--sigma-grid", type=float, nargs="+", default=[1.0, 2.0], metavar="C",
+    g.add_argument("--sigma-grid", type=float, nargs="+", default=list(SIGMA_GRID), metavar="C",
                    help="with --sigma median: multipliers of the median width tried on a held-out split of the "
-                        "training rows before training (n >= 5000; the passive parties learn which one won); "
-                        "'--sigma-grid 1' keeps the median width")
+                        "training rows before training (n >= 5000; default 0.707 1 1.414 2; the passive parties "
+                        "learn which one won: 2 bits) under every protocol; '--sigma-grid 1' keeps the median "
+                        "width")
     g.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                    help="stop training after this many seconds (with --epochs: whichever comes first)")
     g.add_argument("--schedule", choices=["cached", "paper"], default="cached",

@@ -28,10 +28,10 @@ Model. ``n_components=D`` (default 1536, 4 epochs): a bounded model of D random 
 paper's constant step on one block per iteration). ``n_components=None``: the paper's model,
 which grows by r = ``features_per_step`` features per iteration (``trainer.py`` / ``shared.py``).
 ``FDSKLClassifier`` trains one-vs-rest when the labels take three or more values.
-Kernel width: ``sigma='median'`` (default) with ``sigma_grid=(1.0, 2.0)``: on n >= 5000 rows each
-multiplier of the median width is tried on a held-out split of the training rows (``selection.py``)
-and the best one trains the model (``sigma_multiplier_``, ``sigma_scores_``, ``selection_seconds_``);
-``sigma_grid=(1.0,)`` or a numeric ``sigma`` skips it.
+Kernel width: ``sigma='median'`` (default) with ``sigma_grid=(2^-1/2, 1, 2^1/2, 2)``: on n >= 5000 rows
+each multiplier of the median width is tried on a held-out split of the training rows (``selection.py``;
+under ``sealed`` each candidate is a sealed run) and the best one trains the model (``sigma_multiplier_``,
+``sigma_scores_``, ``selection_seconds_``); ``sigma_grid=(1.0,)`` or a numeric ``sigma`` skips it.
 Prediction: ``compress_to`` distils the trained model into D' of its features after training (``compress.py``);
 the default ``'if-faithful'`` does it with D' = 496 (at ``predict_bits`` 24) from 2 D training rows on and keeps the
 student only if it is as good as the full model on 3,000 public check rows (the active party decides and tells every
@@ -47,8 +47,10 @@ gradient sums and the optimiser's state stay in additive shares between a
 passive holder and the coordinator, each row's features masked once at the
 start; the active party learns f on its
 mini-batch rows (what its loss needs) and, once, the trained coefficients
-(at most half as many as the n d_P passive values: ``check_sealed``); no
-width selection or compression yet.
+(at most half as many as the n d_P passive values: ``check_sealed``), and
+under the width selection f of each candidate on its batch rows and on the
+held-out rows (the candidates' coefficients are never opened); no
+compression yet.
 ``protocol='shared'`` (``shared.py``): the active party also learns the r
 gradient sums per iteration, which with the public W and b give it the
 passive columns of its batch rows (issue 35: it warns, ``LeakWarning``),
@@ -108,7 +110,7 @@ from .trainer import DSGConfig, held_out_metrics, train_dsg
 from .budget import train_budget
 from .sealed import DEFAULT_RATE as SEALED_RATE
 from .sealed import check_sealed, train_sealed
-from .selection import SELECT_BLOCKS, select_width, select_width_sealed, wants_selection
+from .selection import SELECT_BLOCKS, select_width, select_width_sealed, selection_openings, wants_selection
 
 # The bounded model's default Adam rate (decayed as 1/sqrt(epoch)) per unit of the loss's constant DSG step: Adam
 # moves every coefficient by about its rate, so f moves by about rate * sqrt(D); 0.05 for the logistic loss at D = 1024.
@@ -250,8 +252,10 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         """Every rank refuses alike (the plan is the same everywhere) a run whose opened model could determine the
         passive values (``sealed.check_sealed``); the label holder is warned where its f values reach them."""
         D = self._n_blocks() * int(self.features_per_step)
+        chooses = self._bounded() and isinstance(self.sigma, str)
         note = check_sealed(n, int(plan["n_features"]) - int(plan["active_cols"]), D, self._batch_size(n),
-                            self.epochs)
+                            self.epochs, selection_f=selection_openings(n, tuple(self.sigma_grid),
+                                                                        self._batch_size) if chooses else 0)
         if note and fed.is_active:
             warnings.warn(note, LeakWarning, stacklevel=3)
 
@@ -370,7 +374,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
             self._selected(resumed[0]["setup"])
         else:
             self._select_sigma(fed, make_map, X, y_fit, loss, dealer=fed.coordinator if shared else None,
-                               table=table, sealed=sealed)
+                               table=table, sealed=sealed, progress=progress)
         setup = self._setup()
         if self.sigma_multiplier_ != 1.0:
             self.sigma_ = self.sigma_ * self.sigma_multiplier_
@@ -454,11 +458,11 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         return {"checkpoint": save, "resume": resumed}
 
     def _select_sigma(self, fed: Federation, make_map, X, y_fit, loss, *, dealer, table, step=None,
-                      sealed: bool = False) -> None:
+                      sealed: bool = False, progress: bool = False) -> None:
         """``sigma_multiplier_``: the multiplier of the median width chosen on a held-out split (selection.py),
         1.0 when there is nothing to choose (a given sigma, the growing model, a one-value grid, small n).
         ``step``: the final model's (the dealer has it from the plan); ``sealed``: the candidates train under
-        the sealed protocol (``selection.select_width_sealed``)."""
+        the sealed protocol (``selection.select_width_sealed``, which with ``progress`` announces its bytes)."""
         self.sigma_multiplier_, self.sigma_scores_, self.selection_seconds_ = 1.0, None, 0.0
         grid = tuple(float(c) for c in self.sigma_grid)
         if not (self._bounded() and isinstance(self.sigma, str) and wants_selection(X.shape[0], grid)):
@@ -477,7 +481,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         index, scores, seconds = (select_width_sealed if sealed else select_width)(
             fed, make_map, X, y_fit, lambda rows: self._config(loss, rows, step), grid=grid,
             n_blocks=blocks, seed=derive_key(self.random_state, 0x5E1), dealer=dealer, table=table,
-            task=self._task)
+            task=self._task, **({"progress": progress} if sealed else {}))
         self.sigma_multiplier_, self.sigma_scores_, self.selection_seconds_ = grid[index], scores, seconds
 
     def _config(self, loss, n: int, step: float | None = None) -> DSGConfig:

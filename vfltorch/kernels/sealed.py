@@ -52,7 +52,9 @@ on I_t), at each epoch end with monitor rows the same for f on them (``SealedMon
 alpha; H, once per row, U (uniform: mu, nu) and k - M2 (uniform: M2), per iteration L' + P and (M1 - M2)^T L' + Z
 (uniform: P, Z); D, once per row, V - M1 (uniform: M1), and nothing per iteration. The other passive parties send
 their masked phases once per row and receive seeds. Any two roles together can remove the masks (as every dealer
-design): the dealer must not collude.
+design): the dealer must not collude. The width selection (``selection.select_width_sealed``, n >= 5000) runs one
+such protocol per candidate on a sample of rows, opening A f of the candidate's averaged model on held-out rows
+where a run opens alpha (``train_sealed(held_out=...)``), and tells every rank the chosen index.
 
 Fixed point: the cosines with 6 fractional bits (phi_int = cos theta x 2^12), L' with 8, alpha with 20: f has 32
 fractional bits and g 20, both exact in Z_2^64; a truncation in step 6 fails with probability below about 2^-29
@@ -104,6 +106,11 @@ ROLES = (
     ("H", "per iteration", "L' + P, (M1 - M2)^T L' + Z", "P, Z: A and D's stream"),
     ("A", "each epoch end", "the same as per iteration, for f on the monitor rows", "as per iteration"),
     ("A", "once", "the averaged alpha (D numbers)", "opened: counted by check_sealed"),
+    ("A, H, D", "per width-selection candidate (n >= 5000)", "the same messages as above for the candidate's run on "
+     "the selection rows (D / 2 features), with f of its averaged model on the held-out rows instead of alpha",
+     "as above; the f values opened, counted by check_sealed's warning"),
+    ("H, other passive parties, D", "once, after the selection", "the index of the chosen width (2 bits)",
+     "a function of the labels: sigma_grid=(1.0,) removes it"),
 )
 
 
@@ -112,7 +119,8 @@ def steps_of(n: int, batch: int, epochs: float) -> int:
     return max(1, math.ceil(epochs * (n / min(batch, n)) - 1e-9))
 
 
-def check_sealed(n: int, passive_columns: int, D: int, batch: int, epochs: float | None) -> str | None:
+def check_sealed(n: int, passive_columns: int, D: int, batch: int, epochs: float | None, *,
+                 selection_f: int = 0) -> str | None:
     """Refuse a run whose opened model could determine the passive values; return a warning about the f values.
 
     Beyond what the loss needs, the label holder is opened the trained coefficients once: D numbers
@@ -122,7 +130,8 @@ def check_sealed(n: int, passive_columns: int, D: int, batch: int, epochs: float
     f on the batch rows (steps x B numbers, one per row per epoch) is what the loss needs: every FDSKL protocol
     opens it to the label holder (the paper's too). Where they reach the n d_P passive values (fewer passive
     columns than epochs) the returned text says so; the pooled attack (tests/test_fdskl_gradient_attack.py) is
-    what they give on real runs."""
+    what they give on real runs. ``selection_f``: the f values the width selection opens before training
+    (``selection.selection_openings``), counted with them."""
     if not passive_columns:
         return None
     unknowns = n * passive_columns
@@ -134,10 +143,12 @@ def check_sealed(n: int, passive_columns: int, D: int, batch: int, epochs: float
             f"1/{UNKNOWNS_PER_OPENED} of them: pass n_components <= {room}")
     if epochs is None:                  # (a time budget alone: the steps are not known in advance)
         return None
-    f_values = steps_of(n, batch, epochs) * min(batch, n)
+    f_values = steps_of(n, batch, epochs) * min(batch, n) + int(selection_f)
     if f_values >= unknowns:
-        return (f"protocol='sealed': the label holder is opened f on its batch rows {f_values} times (what its loss "
-                f"needs, under every protocol), as many as the {unknowns} passive values ({passive_columns} "
+        chosen = (f" (the width selection's {int(selection_f)} among them; sigma_grid=(1.0,) skips it)"
+                  if selection_f else "")
+        return (f"protocol='sealed': the label holder is opened f on its batch rows {f_values} times{chosen} (what "
+                f"its loss needs, under every protocol), as many as the {unknowns} passive values ({passive_columns} "
                 f"passive columns): fewer epochs open fewer (docs/fdskl.md, *What each role learns*)")
     return None
 

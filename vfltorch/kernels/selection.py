@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 import time
 
 import numpy as np
@@ -67,8 +68,9 @@ from ..comm import Federation
 from ..devices import to_host
 from .budget import DEALER_WINDOW, _Optimizer, _shared_round, leak_limit, step_columns
 from .random_features import FourierSampler, counter_words
-from .sealed import train_sealed
+from .sealed import setup_rows, steps_of, train_sealed
 from .shared import TRAIN_BITS, StarProducts, DealerWindow, _factors32, shared_decision_values
+from .traffic import announce_selection, sealed_selection_bytes
 from .trainer import BatchSampler
 
 SELECT_MIN_ROWS = 5000
@@ -98,6 +100,17 @@ def selection_rows(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def wants_selection(n: int, grid) -> bool:
     return len(grid) > 1 and n >= SELECT_MIN_ROWS
+
+
+def selection_openings(n: int, grid, batch_size) -> int:
+    """How many f values the sealed selection opens to the active party on n training rows (0: no selection): per
+    candidate, f on its batch rows (``SELECT_EPOCHS`` passes over S, ``batch_size(|S|)`` rows a step) and on H."""
+    if not wants_selection(n, grid):
+        return 0
+    held = min(n // 5, SELECT_HELD_OUT)
+    rows = min(n - held, SELECT_TRAIN)
+    B = int(batch_size(rows))
+    return len(grid) * (steps_of(rows, B, SELECT_EPOCHS) * min(B, rows) + held)
 
 
 class StackedSampler:
@@ -293,7 +306,8 @@ def _pick(fed: Federation, f, y_held, grid, loss_fn, task: str, dealer: int | No
 
 
 def select_width_sealed(fed: Federation, make_map, X: torch.Tensor, y: torch.Tensor | None, make_cfg, *, grid,
-                        n_blocks: int, seed: int, dealer: int, table, task: str) -> tuple[int, list | None, float]:
+                        n_blocks: int, seed: int, dealer: int, table, task: str, progress: bool = False
+                        ) -> tuple[int, list | None, float]:
     """The width selection under ``protocol='sealed'``: the same split, candidates, epochs and choice as
     ``select_width``, each candidate trained by ``sealed.train_sealed`` on S, one after the other (the sealed
     protocol sums f over all of a model's features: K candidates are K runs), with fresh secrets each. A candidate's
@@ -301,16 +315,26 @@ def select_width_sealed(fed: Federation, make_map, X: torch.Tensor, y: torch.Ten
     rows (as in training) and f of its averaged model on H once, nothing else; the other ranks learn the index.
 
     ``make_map(c)``: a fresh ``FederatedFeatureMap`` of width c x the median width; ``make_cfg(rows)``: the sealed
-    training config of a candidate (its rate for ``n_blocks`` blocks; epochs replaced by ``SELECT_EPOCHS``)."""
+    training config of a candidate (its rate for ``n_blocks`` blocks; epochs replaced by ``SELECT_EPOCHS``).
+    ``progress``: the active party prints the selection's bytes first (``traffic.announce_selection``)."""
     started = time.perf_counter()
     rows, held = selection_rows(X.shape[0], seed)
     cfg = make_cfg(len(rows))
     cfg.epochs, cfg.max_time, cfg.log_every = SELECT_EPOCHS, None, None
     active = fed.is_active
     X_fit, X_held = X[rows.to(X.device)], X[held.to(X.device)]
+    maps = [make_map(float(c)) for c in grid]
+    if progress and active:
+        D = n_blocks * maps[0].block_size
+        B = min(cfg.batch_size, len(rows))
+        line = announce_selection(sealed_selection_bytes(
+            fed.num_parties, D, len(rows), len(held), B, steps_of(len(rows), B, SELECT_EPOCHS),
+            setup_rows(D, cfg.max_elements), max(1, cfg.max_elements // D), len(grid)), len(grid))
+        if line:
+            print(line, file=sys.stderr, flush=True)
     f = []
-    for k, c in enumerate(grid):
-        result = train_sealed(fed, make_map(float(c)), X_fit, y[rows] if active else None, cfg, n_blocks=n_blocks,
+    for k, fmap in enumerate(maps):
+        result = train_sealed(fed, fmap, X_fit, y[rows] if active else None, cfg, n_blocks=n_blocks,
                               dealer=dealer, table=table, held_out=X_held, phase=f"{SELECT_PHASE}/{k}")
         f.append(result.held_out_f)
     return _pick(fed, torch.stack(f, 1) if active else None, y[held] if active else None, grid, cfg.loss, task,

@@ -15,6 +15,8 @@ batch, D features and G gradient sums per step (D under Adam):
   phases ((Q - 1) angles of 16 bits per feature, and the dealer's 128-bit seeds per chunk of rows, 32 (Q - 1)),
   A's U (2D words), V - M1 and k - M2 (D words each): (2 (Q - 1) + 32) D bytes per row. Once per run
   (``sealed_once_bytes``): the three pair seeds and the opened alpha (a D-vector from H and from D), 16 D + 48.
+  Its width selection (``sealed_selection_bytes``): each candidate a sealed run on the selection rows, with f
+  on the held-out rows opened instead of alpha.
 
 ``announce`` turns it into the line a long run prints before its training starts (issue 38): the bytes the
 links will carry, and what that is at 100 Mbit/s, a fair guess of a link between organisations.
@@ -36,6 +38,18 @@ def sealed_setup_bytes(rows: int, Q: int, D: int, chunk: int) -> int:
     rows, Q, D = int(rows), int(Q), int(D)
     chunks = -(-rows // max(1, int(chunk))) if rows else 0
     return chunks * 32 * (Q - 1) + rows * D * (2 * (Q - 1) + 32)
+
+
+def sealed_selection_bytes(Q: int, D: int, rows: int, held: int, B: int, steps: int, chunk: int, f_chunk: int,
+                           candidates: int) -> int:
+    """The sealed width selection's bytes (``selection.select_width_sealed``): per candidate of D features, the setup
+    of its ``rows`` selection rows and ``held`` held-out rows (each ``chunk`` at a time), ``steps`` iterations of
+    ``B`` rows, the three pair seeds and, instead of the opened alpha, f on the held-out rows: a (D + rows of the
+    chunk)-vector from H and from D per ``f_chunk`` held-out rows."""
+    held_chunks = -(-int(held) // max(1, int(f_chunk))) if held else 0
+    one = (sealed_setup_bytes(rows, Q, D, chunk) + sealed_setup_bytes(held, Q, D, chunk)
+           + int(steps) * iteration_bytes("sealed", Q, B, D, D) + 48 + 16 * (int(D) * held_chunks + int(held)))
+    return int(candidates) * one
 
 
 def iteration_bytes(protocol: str, Q: int, B: int, D: int, G: int, *, bits=(20, 16), angle_bits: int = 16
@@ -61,24 +75,37 @@ def _size(count: int) -> str:
     return f"{count / 1e9:.2f} GB" if count >= 1e9 else f"{count / 1e6:.0f} MB"
 
 
+def _transfer(total: int) -> str:
+    seconds = 8 * total / LINK_BITS_PER_SECOND
+    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
 def announce(per_iteration: int | None, iterations: int | None, *, extras: bool = True, fixed: int = 0
              ) -> str | None:
     """'vfl: fdskl: training will move about 4.59 GB over the links ...' for ``iterations``, or None (short runs,
-    no formula). ``extras``: the run may add a width selection and a compression (not under ``sealed``);
-    ``fixed``: bytes outside the iterations (``sealed``'s setup)."""
+    no formula). ``extras``: the run may add a width selection and a compression (not under ``sealed``, whose
+    selection announces itself: ``announce_selection``); ``fixed``: bytes outside the iterations (``sealed``'s
+    setup)."""
     if not per_iteration or not iterations:
         return None
     total = per_iteration * iterations + int(fixed)
     if total < ANNOUNCE_BYTES:
         return None
-    size = _size(total)
-    seconds = 8 * total / LINK_BITS_PER_SECOND
-    when = f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
     setup = f"{_size(fixed)} once and " if fixed else ""
-    return (f"vfl: fdskl: training will move about {size} over the links ({setup}{per_iteration / 1e6:.3g} MB per "
-            f"iteration x {iterations} iterations, all parties together"
-            f"{'; a width selection and a compression add theirs' if extras else ''}): {when} of transfer at "
-            f"100 Mbit/s")
+    return (f"vfl: fdskl: training will move about {_size(total)} over the links ({setup}{per_iteration / 1e6:.3g} MB "
+            f"per iteration x {iterations} iterations, all parties together"
+            f"{'; a width selection and a compression add theirs' if extras else ''}): {_transfer(total)} of "
+            f"transfer at 100 Mbit/s")
 
 
-__all__ = ["ANNOUNCE_BYTES", "sealed_once_bytes", "sealed_setup_bytes", "announce", "iteration_bytes"]
+def announce_selection(total: int, candidates: int) -> str | None:
+    """The line the sealed width selection prints before its candidates run (None under ``ANNOUNCE_BYTES``)."""
+    if total < ANNOUNCE_BYTES:
+        return None
+    return (f"vfl: fdskl: the kernel-width selection ({candidates} candidate runs on a sample of rows) will move "
+            f"about {_size(total)} over the links before training, all parties together: {_transfer(total)} of "
+            f"transfer at 100 Mbit/s (sigma_grid=(1.0,) / --sigma-grid 1 skips it)")
+
+
+__all__ = ["ANNOUNCE_BYTES", "sealed_once_bytes", "sealed_setup_bytes", "sealed_selection_bytes", "announce",
+           "announce_selection", "iteration_bytes"]
