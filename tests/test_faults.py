@@ -230,7 +230,9 @@ def test_a_killed_party_stops_fdskl_training_that_prepares_ahead(role):
 # FDSKL's default protocol (sealed): the holder H (the passive party) and the dealer keep the shares of every
 # coefficient and each sends the active party a message every step; a dead party or dealer stops everyone, naming
 # the cause. (30 epochs, fewer
-# than phishing's passive columns, so that no f-value warning precedes the error.)
+# than phishing's passive columns, so that no f-value warning precedes the error. The width selection's four
+# sealed candidate runs come first, about 4 s: the fault lands in them or in training, and either must stop
+# everyone alike.)
 FDSKL_SEALED = ["fdskl", "--dataset", "phishing", "--parties", "2", "--epochs", "30"]
 
 
