@@ -11,8 +11,9 @@ Real runs (``launch``: one process per party and the dealer): the active party's
 * The default (``protocol='sealed'``) opens no per-feature value during training: f on the batch rows of every step
   and, once, the averaged coefficients. ``test_the_default_defeats_the_pooled_attack`` pools all of it over the
   whole run (every step and epoch, and on breast cancer the width selection's four candidate runs, forced onto its
-  427 rows: f on their batch rows and on the held-out rows; the default runs no distillation) with the public seeds and the attacker's own columns, models each opened number exactly as a function of
-  all n d_P passive values (``fdskl_view.pooled_equations``: the residual at the truth is the fixed point's), and
+  427 rows: f on their batch rows and on the held-out rows; the default runs no distillation) with the public
+  seeds and the attacker's own columns, models each opened number exactly as a function of all n d_P passive
+  values (``fdskl_view.pooled_equations``: the residual at the truth is the fixed point's), and
   solves jointly by bounded quasi-Newton from several starts (``fdskl_view.pooled_attack``). It must find nothing
   beyond a regression on the attacker's own columns and f, on breast cancer at Q = 3 and a 3,000-row sample of
   credit_default at Q = 2 (11 passive columns), with 100 and 500 held-out monitor rows whose f the active party is

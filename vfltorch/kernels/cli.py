@@ -74,9 +74,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--protocol", choices=["shared", "sealed", "paper"], default="sealed",
                    help="'sealed' (default): the coefficients and gradients stay in shares between the active "
                         "party and a passive holder, the active party learns f on its batch rows and, once, the "
-                        "trained coefficients (momentum SGD; the width selection runs under it too, no compression; a "
-                        "dealer process is started). 'shared': phases masked by a dealer's fresh masks, but the active party is "
-                        "opened the gradient sums, which give it passive columns (issue 35). 'paper': Gu et "
+                        "trained coefficients (momentum SGD; the width selection runs under it too, no "
+                        "compression; a dealer process is started). 'shared': phases masked by a dealer's fresh "
+                        "masks, but the active party is opened the gradient sums, which give it passive columns "
+                        "(issue 35). 'paper': Gu et "
                         "al.'s masked phases, which let the active party rebuild the passive columns (for "
                         "reproducing the paper only)")
     g.add_argument("--kernel", choices=KERNELS, default="rbf", help="shift-invariant kernel of the random features")

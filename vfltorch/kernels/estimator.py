@@ -374,7 +374,8 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
             self._selected(resumed[0]["setup"])
         else:
             self._select_sigma(fed, make_map, X, y_fit, loss, dealer=fed.coordinator if shared else None,
-                               table=table, sealed=sealed, progress=progress)
+                               table=table, sealed=sealed,
+                               progress=progress and log is not None and getattr(log, "show_progress", False))
         setup = self._setup()
         if self.sigma_multiplier_ != 1.0:
             self.sigma_ = self.sigma_ * self.sigma_multiplier_
@@ -462,7 +463,8 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         """``sigma_multiplier_``: the multiplier of the median width chosen on a held-out split (selection.py),
         1.0 when there is nothing to choose (a given sigma, the growing model, a one-value grid, small n).
         ``step``: the final model's (the dealer has it from the plan); ``sealed``: the candidates train under
-        the sealed protocol (``selection.select_width_sealed``, which with ``progress`` announces its bytes)."""
+        the sealed protocol (``selection.select_width_sealed``, which with ``progress`` announces its bytes, as
+        training does where its progress bar shows: not under ``--quiet``)."""
         self.sigma_multiplier_, self.sigma_scores_, self.selection_seconds_ = 1.0, None, 0.0
         grid = tuple(float(c) for c in self.sigma_grid)
         if not (self._bounded() and isinstance(self.sigma, str) and wants_selection(X.shape[0], grid)):

@@ -38,10 +38,17 @@ active party, per iteration K f values per batch row and K D / 2 gradient sums
 training's, within ``budget.leak_limit`` for |S| rows and K D / 2 unknown
 features per row), and f of each candidate on H once; the passive parties and
 the dealer, the index of the winning multiplier: a function of the labels of at
-most log2(K) bits (1 bit for the default grid), the only label-dependent value
-they receive (everything else: seeds and uniform values, as in training). Pass
-``sigma`` (a number) or ``sigma_grid=(1.0,)`` to skip the selection (and that
-bit).
+most log2(K) bits (2 bits for the default grid of four, issue 40), the only
+label-dependent value they receive (everything else: seeds and uniform values,
+as in training). Pass ``sigma`` (a number) or ``sigma_grid=(1.0,)`` to skip the
+selection (and those bits).
+
+Under ``protocol='sealed'`` (``select_width_sealed``) step 2 is K sealed runs,
+one after the other (a sealed product sums f over all of a model's features:
+no stacking), with momentum SGD at the rate for D / 2, and step 3 is each run's
+ending: the active party is opened f of the candidate's averaged model on H,
+never the candidate's coefficients. The same split, widths, features, epochs
+and step 4.
 
 The selection always computes f on batch t after step t - 1 (``f_delay=0``, the
 paper's order), whatever ``f_delay`` the final model trains with.
@@ -90,10 +97,15 @@ SELECT_BATCH = None
 SELECT_PHASE = "fdskl/select"
 
 
+def split_sizes(n: int) -> tuple[int, int]:
+    """(|S|, |H|) for n training rows (step 1)."""
+    h = min(n // 5, SELECT_HELD_OUT)
+    return min(n - h, SELECT_TRAIN), h
+
+
 def selection_rows(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(selection rows S, held-out rows H) from the public seed, the same at every party."""
-    h = min(n // 5, SELECT_HELD_OUT)
-    s = min(n - h, SELECT_TRAIN)
+    s, h = split_sizes(n)
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed) % (2 ** 63)))
     return perm[h:h + s], perm[:h]
 
@@ -107,8 +119,7 @@ def selection_openings(n: int, grid, batch_size) -> int:
     candidate, f on its batch rows (``SELECT_EPOCHS`` passes over S, ``batch_size(|S|)`` rows a step) and on H."""
     if not wants_selection(n, grid):
         return 0
-    held = min(n // 5, SELECT_HELD_OUT)
-    rows = min(n - held, SELECT_TRAIN)
+    rows, held = split_sizes(n)
     B = int(batch_size(rows))
     return len(grid) * (steps_of(rows, B, SELECT_EPOCHS) * min(B, rows) + held)
 
