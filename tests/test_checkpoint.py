@@ -312,12 +312,15 @@ def test_hetero_lr_resumed_after_a_party_stopped_is_the_unbroken_run(tmp_path, n
 FDSKL_DATA = DataConfig(dataset="breast_cancer", scale="standard", test_fraction=0.25, seed=0)
 
 
-def _fdskl_job(fed, protocol, root, crash_after, simulate):
-    from vfltorch.kernels import FDSKLClassifier
+def _fdskl_job(fed, protocol, root, crash_after, simulate, grid=None):
+    from vfltorch.kernels import FDSKLClassifier, selection
 
     warnings.simplefilter("ignore")                       # the protocols' leak warnings, simulation mode
     data = load_party_data(fed, FDSKL_DATA) if fed.is_data_party else None
     kw = dict(mask_seed="seed", compress_to=None) if simulate else {}
+    if grid is not None:                                  # the width selection on breast_cancer's 426 rows
+        selection.SELECT_MIN_ROWS, selection.SELECT_EPOCHS = 100, 1.0
+        kw["sigma_grid"] = grid
     est = FDSKLClassifier(fed, protocol=protocol, epochs=4, n_components=256, random_state=3, **kw)
     if crash_after is not None and fed.rank == 1:
         # The passive party stops right after its crash_after-th checkpoint: every rank stops.
@@ -338,11 +341,19 @@ def _fdskl_job(fed, protocol, root, crash_after, simulate):
     if fed.is_coordinator:
         est.fit(None, checkpoint=folder)
         est.decision_function()
-        return None
+        # (with the selection: what the dealer trained at and sent in the selection, as the parties report)
+        return None if grid is None else {"multiplier": est.sigma_multiplier_, "select_bytes": _select_bytes(fed)}
     est.fit(data.X_train, data.y_train if fed.is_active else None, checkpoint=folder)
     f = est.decision_function(data.X_test)
     return {"alpha": None if est.alpha_ is None else to_numpy(est.alpha_), "f": None if f is None else to_numpy(f),
-            "y": data.y_test, "resumed": getattr(est, "resumed_from_", 0), "iterations": est.n_iter_}
+            "y": data.y_test, "resumed": getattr(est, "resumed_from_", 0), "iterations": est.n_iter_,
+            "multiplier": est.sigma_multiplier_, "select_bytes": _select_bytes(fed)}
+
+
+def _select_bytes(fed) -> int:
+    """What this rank sent in the width selection (its phases: fdskl/select and below)."""
+    return sum(v["bytes_sent"] for k, v in fed.meter.as_dict().items()
+               if k == "fdskl/select" or k.startswith("fdskl/select/"))
 
 
 # (protocol, the save after which the passive party stops): the paper protocol after the last iteration's save
@@ -374,6 +385,21 @@ def test_fdskl_resumed_after_a_party_stopped_is_the_unbroken_run(tmp_path, proto
         agree = np.mean(np.sign(a["f"]) == np.sign(b["f"]))
         assert agree >= 0.98, agree            # (two unbroken runs here: all 143 test rows alike)
     assert not any(tmp_path.glob("rank-*/step-*"))
+
+
+def test_a_resumed_sealed_run_keeps_the_width_it_chose(tmp_path):
+    """Under the sealed default the width chosen before training (issue 40) is in every rank's checkpoint: the
+    resumed run trains at it (2, not the median width of a fresh start) and runs no selection again (no byte in
+    its selection phases, at any rank, the dealer included)."""
+    from vfltorch.comm import FederationError, launch
+
+    grid = (2.0, 0.02)                                    # 0.02 memorises the selection rows: 2 wins every time
+    with pytest.raises(FederationError):
+        launch(_fdskl_job, 2, coordinator=True, args=("sealed", str(tmp_path), 2, False, grid), timeout=120)
+    resumed = launch(_fdskl_job, 2, coordinator=True, args=("sealed", str(tmp_path), None, False, grid), timeout=120)
+    assert resumed[0]["resumed"] > 0
+    assert [r["multiplier"] for r in resumed] == [2.0] * 3 and [r["select_bytes"] for r in resumed] == [0] * 3
+    assert np.mean(np.sign(resumed[0]["f"]) == np.where(np.asarray(resumed[0]["y"]) > 0, 1, -1)) > 0.9
 
 
 def test_fdskl_checkpoints_at_one_party_and_refuses_the_growing_model(tmp_path):
