@@ -27,9 +27,11 @@ Setup, once per row (training rows, then the monitor rows; chunks of ``setup_row
 
 Iteration t (batch I_t of B rows, public seed; alpha = a_H + a_D):
 
-4. f. H sends A  a_H + R2  and  f_H = (Qd + M1) a_H - M1 R1 + z;  D sends A  a_D + R1  and
-   f_D = (Qd - M2) a_D + M2 R2 - z  (R1, R2, z fresh from H and D's stream); A adds
-   f_A = M1 (a_D + R1) - M2 (a_H + R2): f_A + f_H + f_D = phi alpha on I_t, exactly in the ring.
+4. f. H sends A  a_H + R_H  and  f_H = Qd a_H - M1 R + z;  D sends A  a_D + R_D  and  f_D = Qd a_D + M2 R - z
+   (R_H, R_D, z fresh from H and D's stream, R = R_H + R_D); A adds f_A = (M1 - M2)(alpha + R), the sum of the two
+   vectors being alpha + R: f_A + f_H + f_D = phi alpha on I_t, exactly in the ring. M1 R and M2 R do not depend on
+   alpha: H and D make them with the batch's rows while they wait, so one product per role waits for alpha (it
+   was two at A and at H, and three at A in all: docs/fdskl.md, *Cost*).
 5. The gradient sums g = phi^T L'. A sends H  L' + P  and  (M1 - M2)^T L' + Z  (P, Z fresh from A and D's
    stream). H: g_H = Qd^T (L' + P) + that; D: g_D = -Qd^T P - Z, with no message: g_H + g_D = g.
 6. Momentum SGD on H's and D's shares (linear in the gradient: local, with SecureML's local truncation for the
@@ -47,7 +49,7 @@ change. The steps x B values of f are what the loss needs (every protocol opens 
 reach n d_P.
 
 What each role receives (``ROLES``, the same table in docs/fdskl.md): A, once per row, the passive parties' masked
-phases (S: uniform), per iteration a_H + R2, a_D + R1 (uniform) and f_H, f_D (uniform apart; their sum with f_A is f
+phases (S: uniform), per iteration a_H + R_H, a_D + R_D (uniform) and f_H, f_D (uniform apart; their sum with f_A is f
 on I_t), at each epoch end with monitor rows the same for f on them (``SealedMonitor``), and once the averaged
 alpha; H, once per row, U (uniform: mu, nu) and k - M2 (uniform: M2), per iteration L' + P and (M1 - M2)^T L' + Z
 (uniform: P, Z); D, once per row, V - M1 (uniform: M1), and nothing per iteration. The other passive parties send
@@ -101,7 +103,7 @@ ROLES = (
     ("H", "once per row", "U = [cos S, sin S] + [mu, nu]", "mu, nu: A and D's row stream"),
     ("D", "once per row", "V - M1", "M1: A and H's row stream"),
     ("H", "once per row", "k - M2", "M2: A and D's row stream"),
-    ("A", "per iteration", "a_H + R2, a_D + R1", "R1, R2: H and D's stream"),
+    ("A", "per iteration", "a_H + R_H, a_D + R_D", "R_H, R_D: H and D's stream"),
     ("A", "per iteration", "f_H, f_D (their sum with A's part: f on the batch)", "z: H and D's stream"),
     ("H", "per iteration", "L' + P, (M1 - M2)^T L' + Z", "P, Z: A and D's stream"),
     ("A", "each epoch end", "the same as per iteration, for f on the monitor rows", "as per iteration"),
@@ -303,18 +305,20 @@ class SealedRows:
                 torch.sub(q1, q2, out=self.Qd[at:end])
 
     def prepare(self, rows: torch.Tensor):
-        """What this role can make for ``rows`` (positions in this set) before alpha is known: its row masks and
-        its gathered rows of Qd (A: M1, M2, M1 - M2; H: M1, Qd; D: M2, Qd). Training makes the next batch's while
-        it waits for a message (off the critical path)."""
+        """What this role can make for ``rows`` (positions in this set) before alpha is known. A: Md = M1 - M2 (its
+        row masks). H and D: their gathered rows of Qd, this round's masks of alpha from their stream (R_H, R_D, and
+        z for f) and their product with the rows' masks (H: M1 R, D: M2 R, R = R_H + R_D), so that only one product
+        waits for alpha. Training makes the next batch's while it waits for a message (off the critical path); H and
+        D prepare the same batches in the same order, so they draw the same masks."""
         r = self.roles
         ids = (rows + self.first).tolist()
         if r.rank == r.A:
-            M1, M2 = r.M1.rows(ids), r.M2.rows(ids)
-            return rows, M1, M2, M1 - M2
-        if r.rank == r.H:
-            return rows, r.M1.rows(ids), self.Qd.index_select(0, rows)
-        if r.rank == r.D:
-            return rows, r.M2.rows(ids), self.Qd.index_select(0, rows)
+            return rows, r.M1.rows(ids).sub_(r.M2.rows(ids))
+        if r.holds:
+            D = self.Qd.shape[1]
+            R_H, R_D, z = (RING.random((k,), r.hd, "cpu") for k in (D, D, rows.numel()))
+            masks = r.M1.rows(ids) if r.rank == r.H else r.M2.rows(ids)
+            return rows, self.Qd.index_select(0, rows), R_H, R_D, _rowdot(masks, R_H + R_D), z
         return rows,
 
     def f(self, fed: Federation, prep, share: torch.Tensor | None, *, training: bool = False
@@ -324,24 +328,21 @@ class SealedRows:
         receive at once, so that A's send need not wait for H."""
         r = self.roles
         B = prep[0].numel()
-        if r.rank == r.H:
-            _, M1, Qd = prep
-            R1, R2, z = (RING.random((n,), r.hd, "cpu") for n in (share.numel(), share.numel(), B))
-            # (Qd + M1) a_H - M1 R1 + z, as two products and no B x D sum
-            fed.send(torch.cat([share + R2, _rowdot(Qd, share) + _rowdot(M1, share - R1) + z]), r.A)
-            if training:
-                fed.post_recv(r.A, (B + Qd.shape[1],), torch.int64)
-        elif r.rank == r.D:
-            _, M2, Qd = prep
-            R1, R2, z = (RING.random((n,), r.hd, "cpu") for n in (share.numel(), share.numel(), B))
-            # (Qd - M2) a_D + M2 R2 - z
-            fed.send(torch.cat([share + R1, _rowdot(Qd, share) - _rowdot(M2, share - R2) - z]), r.A)
+        if r.holds:
+            _, Qd, R_H, R_D, mask_product, z = prep
+            if r.rank == r.H:       # a_H + R_H and Qd a_H - M1 R + z
+                fed.send(torch.cat([share + R_H, _rowdot(Qd, share).sub_(mask_product).add_(z)]), r.A)
+                if training:
+                    fed.post_recv(r.A, (B + Qd.shape[1],), torch.int64)
+            else:                   # a_D + R_D and Qd a_D + M2 R - z
+                fed.send(torch.cat([share + R_D, _rowdot(Qd, share).add_(mask_product).sub_(z)]), r.A)
         elif r.rank == r.A:
-            _, M1, M2, _ = prep
-            D = M1.shape[1]
+            _, Md = prep
+            D = Md.shape[1]
             from_h = fed.recv(r.H, (D + B,), torch.int64, device="cpu")
             from_d = fed.recv(r.D, (D + B,), torch.int64, device="cpu")
-            return _rowdot(M1, from_d[:D]) - _rowdot(M2, from_h[:D]) + from_h[D:] + from_d[D:]
+            # Md (alpha + R): with H's and D's parts, phi alpha on the rows, exactly in the ring
+            return _rowdot(Md, from_h[:D] + from_d[:D]) + from_h[D:] + from_d[D:]
         return None
 
     def gradient(self, fed: Federation, prep, lprime: torch.Tensor | None, *, post_next: bool = False
@@ -352,7 +353,7 @@ class SealedRows:
         r = self.roles
         B = prep[0].numel()
         if r.rank == r.A:
-            _, _, _, Md = prep
+            _, Md = prep
             D = Md.shape[1]
             P, Z = RING.random((B,), r.ad, "cpu"), RING.random((D,), r.ad, "cpu")
             fed.send(torch.cat([lprime + P, _coldot(Md, lprime) + Z]), r.H)
@@ -360,11 +361,11 @@ class SealedRows:
                 fed.post_recv(r.H, (D + B,), torch.int64)
                 fed.post_recv(r.D, (D + B,), torch.int64)
         elif r.rank == r.H:
-            _, _, Qd = prep
+            Qd = prep[1]
             msg = fed.recv(r.A, (B + Qd.shape[1],), torch.int64, device="cpu")
             return _coldot(Qd, msg[:B]) + msg[B:]
         elif r.rank == r.D:
-            _, _, Qd = prep
+            Qd = prep[1]
             P, Z = RING.random((B,), r.ad, "cpu"), RING.random((Qd.shape[1],), r.ad, "cpu")
             return -_coldot(Qd, P) - Z
         return None
