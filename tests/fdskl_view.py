@@ -176,11 +176,12 @@ def public_view(view: dict, passive_columns) -> dict:
                                                             for t in range(cmap.n_blocks)])).to(torch.float64),
             "S": rows_S, "H": rows_H, "batches": [csampler.next() for _ in range(len(rec["lprime"]))],
             "lprime": rec["lprime"], "f": rec["f"], "held_out_f": rec["held_out_f"], "gamma": ccfg.gamma,
-            "batch_size": csampler.batch_size})
+            "batch_size": csampler.batch_size, "lam": ccfg.lam})
     return {"X_A": X.to(torch.float64), "W_A": W_A, "W_P": W_P.to(torch.float64), "b": b, "steps": out,
             "candidates": candidates,
             "per_epoch": sampler.per_epoch, "batches": batches, "lprime": view["lprime"], "f": view["f"],
             "alpha": view.get("alpha"), "gamma": cfg.gamma, "batch_size": sampler.batch_size, "y": view["y"],
+            "lam": cfg.lam,
             "monitor": list(zip(points, monitor)), "X_A_mon": view.get("X_mon")}
 
 
@@ -260,28 +261,36 @@ def own_column_baseline(X_A, truth, extra=None):
 
 
 # ------------------------------------------------------------------------------------- the pooled attack
-def momentum_weights(lprime, batches, n, gamma, B, mu):
+def momentum_weights(lprime, batches, n, gamma, B, mu, lam=0.0):
     """The sealed protocol's coefficients as functions of the features (A knows its L' and the public step rule):
     returns (C_steps, C_final), T x n and n, with alpha_t = sum_i C_steps[t, i] phi(x_i) the coefficients f was
     computed with at step t, and the opened averaged alpha = sum_i C_final[i] phi(x_i).
 
-    m_s = mu m_{s-1} + g_s, alpha_{s+1} = alpha_s - (gamma / B) m_s, g_u = sum_{i in I_u} L'_ui phi(x_i); so
-    alpha_t = -(gamma / B) sum_{u < t} (1 - mu^(t - u)) / (1 - mu) g_u, averaged over t in [T / 2, T) after each step.
+    m_s = mu m_{s-1} + g_s + lambda B alpha_s, alpha_{s+1} = alpha_s - (gamma / B) m_s, g_u = sum_{i in I_u} L'_ui
+    phi(x_i); so without the weight decay alpha_t = -(gamma / B) sum_{u < t} (1 - mu^(t - u)) / (1 - mu) g_u, averaged
+    over t in [T / 2, T) after each step (with it, the same recursion on the coefficients: lambda is public).
     """
     T = len(lprime)
     G = torch.zeros(T, n, dtype=torch.float64)              # G[u]: step u's L' on its batch rows (g_u = G[u] Phi)
     for u in range(T):
         G[u].index_add_(0, batches[u], lprime[u])
-    C = momentum_coefficients(G, gamma, B, mu)             # C[t]: alpha before step t's update (C[T]: after all)
+    C = momentum_coefficients(G, gamma, B, mu, lam)        # C[t]: alpha before step t's update (C[T]: after all)
     t0 = T // 2
     final = C[t0 + 1:T + 1].mean(0)                         # the average of alpha after steps t0 .. T - 1
     return C[:T], final
 
 
-def momentum_coefficients(G, gamma, B, mu):
+def momentum_coefficients(G, gamma, B, mu, lam=0.0):
     """(T + 1) x n: row t the coefficients of alpha after t steps, as combinations of the rows' features (G: T x n,
-    step u's L' on its batch rows)."""
+    step u's L' on its batch rows; ``lam``: the weight decay lambda B alpha added to each step's sums)."""
     T = G.shape[0]
+    if lam:
+        C = torch.zeros(T + 1, G.shape[1], dtype=torch.float64)
+        m = torch.zeros(G.shape[1], dtype=torch.float64)
+        for s in range(T):
+            m = mu * m + G[s] + lam * B * C[s]
+            C[s + 1] = C[s] - gamma / B * m
+        return C
     lag = torch.arange(T + 1, dtype=torch.float64)[:, None] - torch.arange(T, dtype=torch.float64)[None, :]
     weight = torch.where(lag > 0, -gamma / B * (1 - mu ** lag.clamp_min(0)) / (1 - mu), torch.zeros(()))
     return weight @ G
@@ -296,7 +305,8 @@ def pooled_equations(pv: dict, *, sealed: bool, mu=None):
     n = pv["X_A"].shape[0]
     if not sealed:
         return {"grad": [(s["rows"], s["lprime"], s["g"]) for s in pv["steps"]]}
-    C_steps, C_final = momentum_weights(pv["lprime"], pv["batches"], n, pv["gamma"], pv["batch_size"], mu)
+    C_steps, C_final = momentum_weights(pv["lprime"], pv["batches"], n, pv["gamma"], pv["batch_size"], mu,
+                                        pv.get("lam", 0.0))
     f = [(pv["batches"][t], C_steps[t], pv["f"][t]) for t in range(len(pv["f"]))]
     out = {"f": f, "alpha": (C_final, pv["alpha"])}
     if pv.get("monitor"):
@@ -304,13 +314,14 @@ def pooled_equations(pv: dict, *, sealed: bool, mu=None):
         G = torch.zeros(len(pv["lprime"]), n, dtype=torch.float64)
         for u, (rows, lp) in enumerate(zip(pv["batches"], pv["lprime"])):
             G[u].index_add_(0, rows, lp)
-        C = momentum_coefficients(G, pv["gamma"], pv["batch_size"], mu)
+        C = momentum_coefficients(G, pv["gamma"], pv["batch_size"], mu, pv.get("lam", 0.0))
         out["monitor"] = [(C[t], f_mon) for t, f_mon in pv["monitor"]]
     # the width selection's candidates: f on each one's batch rows (positions in S) and, once, f of its averaged
     # model on the held-out rows H; their coefficients are never opened
     out["candidates"] = []
     for c in pv.get("candidates", []):
-        C_steps, C_final = momentum_weights(c["lprime"], c["batches"], len(c["S"]), c["gamma"], c["batch_size"], mu)
+        C_steps, C_final = momentum_weights(c["lprime"], c["batches"], len(c["S"]), c["gamma"], c["batch_size"], mu,
+                                            c.get("lam", 0.0))
         out["candidates"].append({"f": [(c["batches"][t], C_steps[t], c["f"][t]) for t in range(len(c["f"]))],
                                   "held_out": (C_final, c["held_out_f"]), "view": c})
     return out

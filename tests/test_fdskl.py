@@ -300,11 +300,13 @@ def test_vfl_fdskl_demo_writes_the_record(tmp_path):
     assert "test_accuracy=" in r.stdout
     rec = json.loads(out.read_text())
     assert rec["metrics"]["test_accuracy"] > 0.94
-    # The bounded model (default): D = 1536 features whatever the number of iterations (B = 32 here), 4 epochs,
+    # The bounded model (default): D = 1536 features whatever the number of iterations (B = 32 here),
     # under the sealed protocol, with its held-out curve.
     assert rec["fdskl"]["protocol"] == "sealed" and rec["fdskl"]["random_features"] == 1536
     assert any("test_accuracy" in p for p in rec["fdskl"]["history"])
-    assert rec["fdskl"]["iterations"] == math.ceil(4 * 427 / 32)
+    # under 5,000 rows 16 epochs and lambda = D / (30 n) (small_data.py)
+    assert rec["fdskl"]["iterations"] == math.ceil(16 * 427 / 32)
+    assert rec["fdskl"]["epochs"] == 16 and rec["fdskl"]["lam"] == pytest.approx(1536 / (30 * 427))
     assert all(rec["comm"][str(p)]["bytes_sent"] > 0 for p in range(3))
     assert any((tmp_path / "tb").iterdir())
 

@@ -426,7 +426,7 @@ def test_active_party_attack_on_bounded_training(runs, protocol):
         assert float(got.max()) < 0.05, got                    # nothing beyond a trivial baseline
 
 
-def _gradient_attack(n, epochs, noisy_labels):
+def _gradient_attack(n, epochs, noisy_labels, lam="auto"):
     """The active party's least squares on the gradient sums of the bounded model's training.
 
     Under ``shared`` the active party receives, per step, f on the batch rows (so it knows L'_i) and
@@ -462,7 +462,7 @@ def _gradient_attack(n, epochs, noisy_labels):
             warnings.simplefilter("ignore")
             # Training's equations only (compress.py's refit adds B + D' per step to the same budget).
             est = FDSKLClassifier(epochs=epochs, batch_size=32, random_state=0, n_components=1024,
-                                  compress_to=None).fit(X, y)
+                                  compress_to=None, lam=lam).fit(X, y)
     finally:
         budget.BatchSampler.next, budget._Optimizer.step = next_batch, step
     fmap = est.feature_map_
@@ -494,8 +494,13 @@ def test_gradient_sums_rebuild_the_kernel_past_the_leak_limit_and_not_at_the_def
     assert steps > 64 and r2_phi > 0.99 and both > 0.98 > own + 0.1
     # Stopped at budget.leak_limit (what `shared` does), half the unknowns: a partial estimate only.
     limit = leak_limit(64, 1024, 32, 1024)
+    own, both, r2_phi, steps = _gradient_attack(64, limit / 2, noisy_labels=True, lam=1e-5)
+    assert steps == limit and r2_phi < 0.7 and both - own < 0.08         # (measured 0.533 and +0.043)
+    # At the small-data default lambda = D / (30 n) (0.53 here: the model cannot follow the noisy labels, so L' stays
+    # large) the same count of equations gives more: measured r2_phi 0.648 and +0.088 (docs/fdskl.md, `shared`'s
+    # leak limit). Still a partial estimate; `shared` warns the label holder in any case.
     own, both, r2_phi, steps = _gradient_attack(64, limit / 2, noisy_labels=True)
-    assert steps == limit and r2_phi < 0.7 and both - own < 0.08
+    assert steps == limit and r2_phi < 0.7 and both - own < 0.1
     # The defaults on breast_cancer (5 epochs, 455 rows): nothing beyond the active party's own columns.
     own, both, _, _ = _gradient_attack(455, 5.0, noisy_labels=False)
     assert both - own < 0.01

@@ -32,7 +32,9 @@ def model(split):
     Xtr, _, ytr, _ = split
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return FDSKLClassifier(calibration=0.1).fit(Xtr, ytr)
+        # (lambda and epochs of issue 37's model, where |f| ~ 60: the small-data defaults since issue 40 regularise f,
+        # whose raw sigmoid is then no longer all 0 / 1 on these rows: log-loss 0.128, the calibrated 0.139)
+        return FDSKLClassifier(calibration=0.1, lam=1e-5, epochs=4).fit(Xtr, ytr)
 
 
 def test_calibrated_probabilities_beat_the_raw_sigmoid(model, split):

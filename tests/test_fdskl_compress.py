@@ -222,7 +222,9 @@ def test_one_vs_rest_classes_share_the_public_support():
     from test_fdskl_bounded import WINE, wine
 
     Xtr, ytr, Xte, yte = wine()
-    kw = dict(WINE, compress_to=32, compress_epochs=0.5)
+    # (lambda as measured when the 0.85 was set: the small-data default's 0.023 gives 0.84-0.91 over random_state 0-3
+    # against 0.86-0.93, one or two of the 44 test rows)
+    kw = dict(WINE, compress_to=32, compress_epochs=0.5, lam=1e-5)
     public = FDSKLClassifier(**kw).fit(Xtr, ytr)
     assert len(public.estimators_) == 3 and as_torch(public.support_).shape == (32,)
     for e in public.estimators_:

@@ -93,7 +93,7 @@ def twin(run):
         rows = sampler.next()
         f = phi[rows] @ alpha
         g = phi[rows].T @ cfg.loss.derivative(f, y[rows])
-        m = mu * m + g
+        m = mu * m + g + cfg.lam * sampler.batch_size * alpha      # (the weight decay: lambda B alpha in the sums)
         alpha = alpha - cfg.gamma / sampler.batch_size * m
         if t >= T // 2:
             total = total + alpha
@@ -232,7 +232,7 @@ def test_the_opened_model_gives_nothing_on_a_real_run_and_rows_when_few(run):
     view = A["view"]
     n = len(A["X"])
     _, C = momentum_weights(view["lprime"], view["batches"], n, view["gamma"], view["batch_size"],
-                            MU_NUM / 2 ** MU_SHIFT)
+                            MU_NUM / 2 ** MU_SHIFT, view["lam"])
     columns = run[1]["columns"] + run[2]["columns"]
     truth = torch.cat([run[1]["X"], run[2]["X"]], 1)[:, [columns.index(c) for c in A["passive"]]].double()
     base = (view["X_A"] @ view["W_A"] + view["b"]).numpy()

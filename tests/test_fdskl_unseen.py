@@ -39,6 +39,21 @@ def test_quick_family_table(tmp_path):
     assert len(md) == 2 + len(rows)
 
 
+def test_small_sets_are_also_judged_on_random_splits(tmp_path):
+    name = "clf-d10-bal-n400-s8252"
+    main(["--quick", "--sets", name, "--datasets", "--no-federated", "--splits", "2", "--output-dir", str(tmp_path)])
+    (rec,) = json.loads((tmp_path / "fdskl_unseen.json").read_text())
+    sp = rec["splits"]
+    assert sp["splits"] == 2 and all(len(v) == 2 for v in sp["accuracy"].values())
+    for k, v in sp["accuracy"].items():
+        assert sp["mean"][k] == pytest.approx(np.mean(v)) and all(0.0 <= a <= 1.0 for a in v)
+    assert sp["gap_points"] == pytest.approx(100 * (sp["mean"]["fdskl"] - max(sp["mean"]["svc"], sp["mean"]["svc_grid"])))
+    assert sp["within_1_point"] == (sp["gap_points"] >= -1.0)
+    # two different splits: the same sizes as the set's own, other rows
+    md = (tmp_path / "fdskl_unseen.md").read_text()
+    assert "random splits" in md and f"| {name} | 2 |" in md
+
+
 @pytest.mark.slow          # (6 s: a 4-party launch; the default run keeps the table on the quick sets)
 def test_federated_column_on_one_tiny_set(tmp_path):
     name = "moons-d10-bal-n400-s19783"

@@ -115,12 +115,15 @@ def check_hyperparameters(est) -> None:
         raise VFLInputError(str(exc)) from None
     if not isinstance(est.random_state, (int, np.integer)) or isinstance(est.random_state, bool):
         raise VFLInputError(f"random_state must be an integer (the public seed), got {est.random_state!r}")
-    if not (est.lam >= 0 and math.isfinite(est.lam)):
-        raise VFLInputError(f"lam (the regularisation lambda) must be >= 0, got {est.lam!r}")
+    auto_lam = isinstance(est.lam, str) and est.lam == "auto"
+    if not auto_lam and not (isinstance(est.lam, (int, float, np.floating, np.integer)) and not isinstance(est.lam, bool)
+                             and est.lam >= 0 and math.isfinite(est.lam)):
+        raise VFLInputError(f"lam (the regularisation lambda) must be >= 0, got {est.lam!r} (or 'auto', the default: "
+                            f"D / (30 n) under 5,000 training rows, else 1e-5)")
     if est.gamma is not None and not (est.gamma > 0 and math.isfinite(est.gamma)):
         raise VFLInputError(f"gamma (the step size) must be > 0, got {est.gamma!r}")
     gamma = est._step_size()
-    if gamma * est.lam >= 1:
+    if not auto_lam and gamma * est.lam >= 1:       # ('auto' stays below it by construction: small_data.py)
         raise VFLInputError(f"gamma * lambda = {gamma:g} * {est.lam:g} = {gamma * est.lam:g} must be < 1: every "
                             f"iteration shrinks the old coefficients by (1 - gamma * lambda), which must stay in "
                             f"(0, 1). Lower the step size (gamma < {1 / est.lam if est.lam else float('inf'):g}) "
@@ -133,9 +136,11 @@ def check_hyperparameters(est) -> None:
             raise VFLInputError(f"{name} must be a positive integer, got {value!r}")
     if est.epochs is None and est.max_time is None:
         raise VFLInputError("give a number of epochs, a time budget (max_time seconds), or both")
-    if est.epochs is not None and not est.epochs > 0:
-        raise VFLInputError(f"epochs must be > 0, got {est.epochs!r}")
-    if est.epochs is not None and not math.isfinite(est.epochs):
+    numeric = isinstance(est.epochs, (int, float, np.floating, np.integer)) and not isinstance(est.epochs, bool)
+    if est.epochs is not None and not (est.epochs == "auto" or (numeric and est.epochs > 0)):
+        raise VFLInputError(f"epochs must be > 0, got {est.epochs!r} (or 'auto', the default: 16 under 5,000 "
+                            f"training rows, else 4)")
+    if numeric and not math.isfinite(est.epochs):
         raise VFLInputError(f"epochs must be a finite number, got {est.epochs!r} (for a run bounded by time only, "
                             f"give the time budget and no epochs)")
     if est.max_time is not None and not est.max_time > 0:

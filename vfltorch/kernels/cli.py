@@ -85,7 +85,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="kernel width, or 'median': the median heuristic over all parties' columns (a secure sum)")
     g.add_argument("--loss", choices=sorted(LOSSES), default=None,
                    help="loss (the paper's Table 1); default logistic for classification, square for regression")
-    g.add_argument("--lam", "--lambda", dest="lam", type=float, default=1e-5, help="regularisation lambda")
+    g.add_argument("--lam", "--lambda", dest="lam", type=float, default=None,
+                   help="regularisation lambda (default for classification: D / (30 n) under 5,000 training rows, "
+                        "else 1e-5; regression: 1e-5)")
     g.add_argument("--gamma", type=float, default=None,
                    help="step size; default for the bounded model with --solver adam: Adam rate = the loss step / 320 (logistic 0.05), else per loss: "
                         "logistic 16, smooth hinge 4, square 1 (constant)")
@@ -135,7 +137,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="bounded model: 'adam' (default: Adam steps on all D coefficients, step decayed as "
                         "1/sqrt(epoch), averaged iterates) or 'dsg' (the paper's constant step on one block)")
     g.add_argument("--epochs", type=float, default=None,
-                   help="passes over the training rows (default 4, unless --time-budget is given alone)")
+                   help="passes over the training rows (default 4; for classification 16 under 5,000 training rows), "
+                        "unless --time-budget is given alone")
     g.add_argument("--sigma-grid", type=float, nargs="+", default=list(SIGMA_GRID), metavar="C",
                    help="with --sigma median: multipliers of the median width tried on a held-out split of the "
                         "training rows before training (n >= 5000; default 0.707 1 1.414 2; the passive parties "
@@ -212,10 +215,13 @@ def _estimator(fed, args, task: str):
     """The estimator the command trains: one place for the option -> hyperparameter mapping."""
     from .estimator import FDSKLClassifier, FDSKLRegressor
 
-    epochs = args.epochs if args.epochs is not None else (None if args.time_budget is not None else 4.0)
+    # (classification: the estimator's 'auto', which follows the rows: small_data.py; regression: 4 and 1e-5)
+    auto = "auto" if task != "regression" else None
+    epochs = args.epochs if args.epochs is not None else (None if args.time_budget is not None else (auto or 4.0))
+    lam = args.lam if args.lam is not None else (auto or 1e-5)
     Estimator = FDSKLRegressor if task == "regression" else FDSKLClassifier      # multiclass: one-vs-rest
     extra = {} if task == "regression" else {"calibration": getattr(args, "calibration", None)}
-    return Estimator(fed, **extra, kernel=args.kernel, sigma=args.sigma, loss=args.loss, lam=args.lam, gamma=args.gamma,
+    return Estimator(fed, **extra, kernel=args.kernel, sigma=args.sigma, loss=args.loss, lam=lam, gamma=args.gamma,
                      batch_size=args.batch_size, features_per_step=args.features_per_step, epochs=epochs,
                      max_time=args.time_budget, schedule=args.schedule, random_state=args.seed,
                      mask_seed=args.mask_seed, angle_bits=args.angle_bits, log_every=args.log_every,
@@ -307,11 +313,19 @@ def run(fed, data, args, log):
                       "sigma_selection": getattr(est, "sigma_scores_", None),
                       "selection_seconds": getattr(est, "selection_seconds_", 0.0), "iterations": est.n_iter_,
                       "random_features": est.n_random_features_, "gamma": est._step_size(),
+                      # (lam='auto' and epochs='auto' follow the training rows: small_data.py)
+                      "lam": _first(est, "lam_"), "epochs": _first(est, "epochs_"),
                       "loss": est._loss().name, "train_comm": est.comm_, "history": est.history_,
                       # compression (compress.py): per class for one-vs-rest; "decision": student or teacher
                       "compress": ([getattr(e, "compress_", None) for e in est.estimators_]
                                    if getattr(est, "estimators_", None) else getattr(est, "compress_", None))},
             **({"model": {"dir": args.save_model, "model_id": model_id}} if model_id else {})}
+
+
+def _first(est, name: str):
+    """A learned attribute of the model, or of its first class's for one-vs-rest (the same for every class)."""
+    owner = est.estimators_[0] if getattr(est, "estimators_", None) else est
+    return getattr(owner, name, None)
 
 
 def _run_dealer(fed, args):

@@ -110,6 +110,7 @@ from .trainer import DSGConfig, held_out_metrics, train_dsg
 from .budget import train_budget
 from .sealed import DEFAULT_RATE as SEALED_RATE
 from .sealed import check_sealed, train_sealed
+from .small_data import AUTO, LARGE_EPOCHS, LARGE_LAM, resolve_epochs, resolve_lam
 from .selection import SELECT_BLOCKS, select_width, select_width_sealed, selection_openings, wants_selection
 
 # The bounded model's default Adam rate (decayed as 1/sqrt(epoch)) per unit of the loss's constant DSG step: Adam
@@ -151,8 +152,8 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
     _default_loss = "logistic"
 
     def __init__(self, fed: Federation | None = None, *, kernel: str = "rbf", sigma="median", loss: str | None = None,
-                 lam: float = 1e-5, gamma: float | None = None, batch_size: int | None = None,
-                 features_per_step: int = 32, epochs: float | None = 4.0, max_time: float | None = None,
+                 lam="auto", gamma: float | None = None, batch_size: int | None = None,
+                 features_per_step: int = 32, epochs="auto", max_time: float | None = None,
                  schedule: str = "cached", random_state: int = 0, mask_seed="random", angle_bits: int = 16,
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
                  prefetch: int = 1, device=None, protocol: str = "sealed", n_components: int | None = 1536,
@@ -254,7 +255,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
         D = self._n_blocks() * int(self.features_per_step)
         chooses = self._bounded() and isinstance(self.sigma, str)
         note = check_sealed(n, int(plan["n_features"]) - int(plan["active_cols"]), D, self._batch_size(n),
-                            self.epochs, selection_f=selection_openings(n, tuple(self.sigma_grid),
+                            self._epochs(n), selection_f=selection_openings(n, tuple(self.sigma_grid),
                                                                         self._batch_size) if chooses else 0)
         if note and fed.is_active:
             warnings.warn(note, LeakWarning, stacklevel=3)
@@ -387,6 +388,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
                 y_mon = torch.as_tensor(self._encode_known(monitor[1]))
             monitor = (X_mon, y_mon)
         cfg = self._config(loss, X.shape[0])
+        self.lam_, self.epochs_ = cfg.lam, cfg.epochs          # (what lam='auto' / epochs='auto' gave: small_data.py)
         if sealed:
             self.table_ = table
             cfg = self._config(loss, X.shape[0], self._sealed_step())
@@ -481,15 +483,34 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
             if self.gamma is None and self.solver == "adam":
                 step = step * (self._n_blocks() / blocks) ** 0.5
         index, scores, seconds = (select_width_sealed if sealed else select_width)(
-            fed, make_map, X, y_fit, lambda rows: self._config(loss, rows, step), grid=grid,
+            fed, make_map, X, y_fit, lambda rows: self._config(loss, rows, step, train_rows=X.shape[0]), grid=grid,
             n_blocks=blocks, seed=derive_key(self.random_state, 0x5E1), dealer=dealer, table=table,
             task=self._task, **({"progress": progress} if sealed else {}))
         self.sigma_multiplier_, self.sigma_scores_, self.selection_seconds_ = grid[index], scores, seconds
 
-    def _config(self, loss, n: int, step: float | None = None) -> DSGConfig:
-        return DSGConfig(loss=loss, gamma=self._step_size() if step is None else step, lam=float(self.lam),
+    def _lam(self, n: int) -> float:
+        """lambda for n training rows: a given one, or ``lam='auto'``'s (small_data.py; the growing model and the
+        'dsg' solver, whose constant step would shrink the coefficients by gamma lambda: 1e-5)."""
+        if self.lam != AUTO:
+            return float(self.lam)
+        if not (self._bounded() and self.solver == "adam"):
+            return LARGE_LAM
+        return resolve_lam(self.lam, n, self._n_blocks() * int(self.features_per_step))
+
+    def _epochs(self, n: int):
+        """The passes over n training rows: given ones (None: a time budget alone), or ``epochs='auto'``'s
+        (small_data.py; the growing model: 4)."""
+        if self.epochs == AUTO and not self._bounded():
+            return LARGE_EPOCHS
+        return resolve_epochs(self.epochs, n)
+
+    def _config(self, loss, n: int, step: float | None = None, *, train_rows: int | None = None) -> DSGConfig:
+        """The training config for n rows (the batch size's); ``train_rows``: the model's training rows, which
+        lambda and the epochs follow (default n; the width selection's candidates train on fewer)."""
+        rows = n if train_rows is None else train_rows
+        return DSGConfig(loss=loss, gamma=self._step_size() if step is None else step, lam=self._lam(rows),
                          batch_size=self._batch_size(n),
-                         epochs=self.epochs, max_time=self.max_time, schedule=self.schedule,
+                         epochs=self._epochs(rows), max_time=self.max_time, schedule=self.schedule,
                          seed=derive_key(self.random_state, 0xBA7C), log_every=self.log_every,
                          prefetch=int(self.prefetch), task=self._task,
                          y_offset=getattr(self, "y_offset_", 0.0), y_scale=getattr(self, "y_scale_", 1.0),
@@ -543,6 +564,7 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
             mon = (torch.zeros(plan["monitor_rows"], 0, dtype=torch.float64), None)
         # The step comes from the active party's plan: the dealer does not know the task's default loss.
         cfg = self._config(self._loss(), n, plan["step"])
+        self.lam_, self.epochs_ = cfg.lam, cfg.epochs
         if sealed:
             result = train_sealed(fed, self.feature_map_, empty, None, cfg, n_blocks=self._n_blocks(),
                                   dealer=fed.coordinator, table=self.table_, monitor=mon,
@@ -860,8 +882,8 @@ class FDSKLClassifier(ClassifierMixin, _FDSKLBase):
     _default_loss = "logistic"
 
     def __init__(self, fed: Federation | None = None, *, kernel: str = "rbf", sigma="median", loss: str | None = None,
-                 lam: float = 1e-5, gamma: float | None = None, batch_size: int | None = None,
-                 features_per_step: int = 32, epochs: float | None = 4.0, max_time: float | None = None,
+                 lam="auto", gamma: float | None = None, batch_size: int | None = None,
+                 features_per_step: int = 32, epochs="auto", max_time: float | None = None,
                  schedule: str = "cached", random_state: int = 0, mask_seed="random", angle_bits: int = 16,
                  median_pairs: int = 1000, log_every: int | None = None, max_elements: int = 2 ** 22,
                  prefetch: int = 1, device=None, protocol: str = "sealed", n_components: int | None = 1536,

@@ -30,17 +30,19 @@ Iteration t (batch I_t of B rows, public seed; alpha = a_H + a_D):
 4. f. H sends A  a_H + R_H  and  f_H = Qd a_H - M1 R + z;  D sends A  a_D + R_D  and  f_D = Qd a_D + M2 R - z
    (R_H, R_D, z fresh from H and D's stream, R = R_H + R_D); A adds f_A = (M1 - M2)(alpha + R), the sum of the two
    vectors being alpha + R: f_A + f_H + f_D = phi alpha on I_t, exactly in the ring. M1 R and M2 R do not depend on
-   alpha: H and D make them with the batch's rows while they wait, so one product per role waits for alpha (it
-   was two at A and at H, and three at A in all: docs/fdskl.md, *Cost*).
+   alpha: H and D make them with the batch's rows while they wait, so one product per role waits for alpha (two
+   at A and at H before: A's products per iteration fell from 3 to 2, its mat-vec time in a profile of
+   credit_default at Q = 2 from 0.44 to 0.27 s).
 5. The gradient sums g = phi^T L'. A sends H  L' + P  and  (M1 - M2)^T L' + Z  (P, Z fresh from A and D's
    stream). H: g_H = Qd^T (L' + P) + that; D: g_D = -Qd^T P - Z, with no message: g_H + g_D = g.
 6. Momentum SGD on H's and D's shares (linear in the gradient: local, with SecureML's local truncation for the
-   two fixed-point products by public constants): m <- mu m + g, alpha <- alpha - (gamma / B) m, mu = 29/32 and
+   fixed-point products by public constants): m <- mu m + g + lambda B alpha, alpha <- alpha - (gamma / B) m, mu = 29/32 and
    gamma = 16 / D by default (a step of fixed size in function space: f moves by gamma D k(x_i, x) per unit L'). From
    the middle of training the shares of alpha are summed (the averaged iterate). Adam's per-coefficient division
    is not linear; benchmarks/fdskl_linear_optimizer.py measured momentum SGD within 0.3 point of it
-   (docs/design/2026-11-28-fdskl-gradient-leak.md). The weight decay lambda alpha (1e-5) is below alpha's
-   fixed-point step and is left out.
+   (docs/design/2026-11-28-fdskl-gradient-leak.md). The weight decay lambda B alpha (lambda B with DECAY_SHIFT
+   fractional bits) matters under 5,000 rows, where lambda = D / (30 n) (small_data.py); from there on lambda = 1e-5
+   shrinks alpha by gamma lambda = 1e-7 of itself per step (left out until issue 40).
 
 At the end H and D open the averaged alpha to A (prediction then runs ``shared``'s protocol with A's coefficients).
 That is D numbers, alpha = sum_i C_i phi(x_i) with weights C_i that A knows, functions of the n d_P passive
@@ -91,6 +93,7 @@ F_BITS = ALPHA_BITS + PHI_BITS                 # f's fractional bits (|f| < 2^31
 G_BITS = LPRIME_BITS + PHI_BITS                # the gradient sums' (and m's) fractional bits
 MU_NUM, MU_SHIFT = 29, 5                      # momentum 29 / 32
 LR_SHIFT = 16                                 # (gamma / B) as an integer over 2**16
+DECAY_SHIFT = 10                              # lambda B as an integer over 2**10 (the weight decay, step 6)
 F_LIMIT = 2.0 ** 9                            # |f| beyond this: a failed truncation (or a diverged step)
 LPRIME_LIMIT = 2.0 ** 6
 UNKNOWNS_PER_OPENED = 2                       # n d_P >= 2 D before the averaged alpha may be opened
@@ -460,6 +463,10 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
     max_iter = steps_of(n, cfg.batch_size, cfg.epochs) if cfg.epochs is not None else None
     average_from = max_iter // 2 if max_iter is not None else math.ceil(sampler.per_epoch)
     lr_int = int(round(cfg.gamma / B * SQRT2 * 2.0 ** (ALPHA_BITS - G_BITS + LR_SHIFT)))
+    # The weight decay lambda alpha of the mean gradient is lambda B alpha in the sums' scale (g / B + lambda alpha);
+    # alpha (ALPHA_BITS) and g (G_BITS, SQRT2 apart: phi_int is cos x 2^12 and phi = sqrt(2) cos) differ by that
+    # factor: lambda B alpha_int / sqrt(2) on g's scale.
+    decay_int = int(round(cfg.lam * B / SQRT2 * 2.0 ** (G_BITS - ALPHA_BITS + DECAY_SHIFT)))
     if lr_int < 1:
         raise VFLInputError(f"protocol='sealed': the step gamma / B = {cfg.gamma / B:.3g} is below the fixed point's "
                             f"resolution; raise gamma or lower batch_size")
@@ -530,6 +537,8 @@ def train_sealed(fed: Federation, fmap, X: torch.Tensor, y: torch.Tensor | None,
             if roles.holds:
                 index = roles.index
                 m = truncate(m * MU_NUM, index, MU_SHIFT) + g
+                if decay_int:
+                    m = m + truncate(alpha * decay_int, index, DECAY_SHIFT)
                 alpha = alpha - truncate(m * lr_int, index, LR_SHIFT)
                 if t >= average_from:
                     total = total + alpha
