@@ -141,8 +141,11 @@ def test_the_default_defeats_the_pooled_attack(pooled):
     # The attacker's equations are the protocol's up to its fixed point (cosines rounded to 6 fractional bits on both
     # sides; the residual is the sum of the relative residuals of the training f values, the opened alpha, the
     # monitor f values and the candidates': measured 7.0e-4 on breast cancer with the selection (1.9-2.8e-4
-    # without) and 0.072-0.111 on credit_default, whose f are small)
-    assert pooled["at_truth"] < 0.2
+    # without) and 0.072-0.111 on credit_default, whose f are small; at the small-data defaults since issue 40
+    # (16 epochs, lambda = D / (30 n)) 4.9e-3 and 0.234, one run: the regularised f are smaller, we think, while the
+    # rounding is not; the decay itself is modelled as the protocol runs it, whose float twin in
+    # tests/test_fdskl_sealed.py matches to 0.0070)
+    assert pooled["at_truth"] < 0.35
     # ... and its solve fits them worse than the truth does (measured 2.5e-3 and 0.314-0.330)
     assert pooled["residual"] > pooled["at_truth"]
     r2, baseline = pooled["r2"], pooled["baseline"]
