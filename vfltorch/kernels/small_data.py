@@ -2,7 +2,7 @@
 
 Why. Until issue 40 every set trained 4 epochs with lambda = 1e-5, which leaves only the few passes to regularise
 the model. On thousands of rows that is enough; on hundreds it is not: over 20 random splits of the five small
-registry sets (147-583 training rows) the defaults were 1.1 to 4.9 points behind the better of two RBF SVCs, while
+registry sets (147-583 training rows) the defaults were 1.1 to 4.7 points behind the better of two RBF SVCs, while
 a logistic regression fitted to convergence on the same 1,536 random features (scikit-learn, C = 1) matched the
 SVC. The model class was fine; the fit was neither regularised nor converged (4 epochs of 156 rows at a batch
 of 32 are 20 steps).
@@ -15,9 +15,9 @@ What. ``lam='auto'`` and ``epochs='auto'`` (``FDSKLClassifier``'s defaults):
   and D. C = 30 (with 16 epochs) against the old defaults, over 10 random splits of the five small sets and 3 of
   five larger sets cut to 1,000 and 4,000 training rows: +1.0 to +3.9 points on the small sets, +0.2 to +0.9 at
   1,000 rows, -0.02 to +0.94 at 4,000 (docs/design/2026-11-29-fdskl-small-data.md has the tables); C = 10 and
-  C = 100 each lost up to a point on some of them.
+  C = 100 each lost up to 0.7 point on some of them.
 * 16 epochs (``SMALL_EPOCHS``), so that the regularised objective is reached: 4 epochs of 156 rows are 20 steps
-  (at C = 30, 16 epochs gave 0.5 to 3 points over 4 on the small sets; at 4,000 rows 4 epochs lost up to 0.3
+  (at C = 30, 16 epochs gave 0.4 to 3.1 points over 4 on the small sets; at 4,000 rows 4 epochs lost up to 0.3
   point to the old default on three of five sets, 16 did not).
 
 From ``SMALL_ROWS`` rows on the width selection runs (selection.py) and the defaults are as before. The regressor
