@@ -100,7 +100,9 @@ def test_dpsgd_estimator_matches_sgd_without_noise_and_reports_epsilon():
     np.testing.assert_array_equal(sims[0].coef_, sims[1].coef_)
     assert sims[0].guarantee_void_
     plain = DPSGD(task="logistic", private=False, batch_size=40, lr=5.0, lam=1e-3, epochs=10).fit(X, y)
-    assert plain.epsilon_ is None and plain.score(X, y) > 0.85
+    # (its batches come from OS entropy: 0.880-0.931 in 80 fits, and 0.828 once in a CI run; the majority class
+    # alone scores 0.627)
+    assert plain.epsilon_ is None and plain.score(X, y) > 0.8
 
 
 def test_dpsgd_calibrates_for_the_sampling_rate_opacus_records():
