@@ -231,8 +231,8 @@ def table(rows: list, parties: int, skipped=()) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     split_rows = [r for r in rows if r.get("splits")]
     if split_rows:
-        lines += ["", "The sets under --splits-below training rows: mean test accuracy over random splits of their rows "
-                  "(standard error in brackets):", "",
+        lines += ["", "The sets under --splits-below training rows: mean test accuracy over random splits of their "
+                  "rows (standard error in brackets):", "",
                   "| set | splits | FDSKL | SVC(scale, C=1) | SVC best of grid | FDSKL - better SVC (pp) | within 1 pt |",
                   "|---|---|---|---|---|---|---|"]
         for r in split_rows:

@@ -116,8 +116,8 @@ def check_hyperparameters(est) -> None:
     if not isinstance(est.random_state, (int, np.integer)) or isinstance(est.random_state, bool):
         raise VFLInputError(f"random_state must be an integer (the public seed), got {est.random_state!r}")
     auto_lam = isinstance(est.lam, str) and est.lam == "auto"
-    if not auto_lam and not (isinstance(est.lam, (int, float, np.floating, np.integer)) and not isinstance(est.lam, bool)
-                             and est.lam >= 0 and math.isfinite(est.lam)):
+    number = isinstance(est.lam, (int, float, np.floating, np.integer)) and not isinstance(est.lam, bool)
+    if not auto_lam and not (number and est.lam >= 0 and math.isfinite(est.lam)):
         raise VFLInputError(f"lam (the regularisation lambda) must be >= 0, got {est.lam!r} (or 'auto', the default: "
                             f"D / (30 n) under 5,000 training rows, else 1e-5)")
     if est.gamma is not None and not (est.gamma > 0 and math.isfinite(est.gamma)):

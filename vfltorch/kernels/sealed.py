@@ -36,8 +36,9 @@ Iteration t (batch I_t of B rows, public seed; alpha = a_H + a_D):
 5. The gradient sums g = phi^T L'. A sends H  L' + P  and  (M1 - M2)^T L' + Z  (P, Z fresh from A and D's
    stream). H: g_H = Qd^T (L' + P) + that; D: g_D = -Qd^T P - Z, with no message: g_H + g_D = g.
 6. Momentum SGD on H's and D's shares (linear in the gradient: local, with SecureML's local truncation for the
-   fixed-point products by public constants): m <- mu m + g + lambda B alpha, alpha <- alpha - (gamma / B) m, mu = 29/32 and
-   gamma = 16 / D by default (a step of fixed size in function space: f moves by gamma D k(x_i, x) per unit L'). From
+   fixed-point products by public constants): m <- mu m + g + lambda B alpha, alpha <- alpha - (gamma / B) m,
+   mu = 29/32 and gamma = 16 / D by default (a step of fixed size in function space: f moves by gamma D k(x_i, x)
+   per unit L'). From
    the middle of training the shares of alpha are summed (the averaged iterate). Adam's per-coefficient division
    is not linear; benchmarks/fdskl_linear_optimizer.py measured momentum SGD within 0.3 point of it
    (docs/design/2026-11-28-fdskl-gradient-leak.md). The weight decay lambda B alpha (lambda B with DECAY_SHIFT

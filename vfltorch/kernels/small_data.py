@@ -31,7 +31,7 @@ shares (sealed.py, step 6).
 from __future__ import annotations
 
 AUTO = "auto"
-SMALL_ROWS = 5000               # = selection.SELECT_MIN_ROWS: from here on the width selection decides, on held-out rows
+SMALL_ROWS = 5000               # = selection.SELECT_MIN_ROWS: from here on the width selection decides on held-out rows
 SMALL_C = 30.0
 LARGE_LAM = 1e-5                # the default before issue 40, kept from SMALL_ROWS rows on
 MAX_LAM = 1.0                   # (reached below D / 30 rows: 52 at D = 1536) so that gamma lambda stays far below 1
@@ -60,4 +60,5 @@ def resolve_epochs(epochs, n: int):
     return auto_epochs(n) if epochs == AUTO else epochs
 
 
-__all__ = ["AUTO", "SMALL_ROWS", "SMALL_C", "LARGE_LAM", "SMALL_EPOCHS", "LARGE_EPOCHS", "auto_lam", "auto_epochs", "resolve_lam", "resolve_epochs"]
+__all__ = ["AUTO", "SMALL_ROWS", "SMALL_C", "LARGE_LAM", "SMALL_EPOCHS", "LARGE_EPOCHS", "auto_lam", "auto_epochs",
+           "resolve_lam", "resolve_epochs"]
