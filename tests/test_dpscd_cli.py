@@ -99,10 +99,11 @@ def test_dpsgd_estimator_matches_sgd_without_noise_and_reports_epsilon():
                       simulation_seed=9).fit(X, y) for _ in range(2)]
     np.testing.assert_array_equal(sims[0].coef_, sims[1].coef_)
     assert sims[0].guarantee_void_
-    plain = DPSGD(task="logistic", private=False, batch_size=40, lr=5.0, lam=1e-3, epochs=10).fit(X, y)
-    # (its batches come from OS entropy: 0.880-0.931 in 80 fits, and 0.828 once in a CI run; the majority class
-    # alone scores 0.627)
-    assert plain.epsilon_ is None and plain.score(X, y) > 0.8
+    # (seeded batches: from OS entropy the fit scored 0.880-0.931 in 80 fits here and 0.828 once in CI; the bound is
+    # the test's, the seed takes the chance out of it; no privacy is claimed without noise, so nothing is voided)
+    plain = DPSGD(task="logistic", private=False, batch_size=40, lr=5.0, lam=1e-3, epochs=10,
+                  simulation_seed=0).fit(X, y)
+    assert plain.epsilon_ is None and plain.score(X, y) > 0.85
 
 
 def test_dpsgd_calibrates_for_the_sampling_rate_opacus_records():

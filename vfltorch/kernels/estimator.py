@@ -111,7 +111,7 @@ from .trainer import DSGConfig, held_out_metrics, train_dsg
 from .budget import train_budget
 from .sealed import DEFAULT_RATE as SEALED_RATE
 from .sealed import check_sealed, train_sealed
-from .small_data import AUTO, LARGE_EPOCHS, LARGE_LAM, resolve_epochs, resolve_lam
+from .small_data import AUTO, LARGE_EPOCHS, LARGE_LAM, auto_epochs, auto_lam
 from .selection import SELECT_BLOCKS, select_width, select_width_sealed, selection_openings, wants_selection
 
 # The bounded model's default Adam rate (decayed as 1/sqrt(epoch)) per unit of the loss's constant DSG step: Adam
@@ -496,14 +496,14 @@ class _FDSKLBase(ShardedModelMixin, BaseEstimator):
             return float(self.lam)
         if not (self._bounded() and self.solver == "adam"):
             return LARGE_LAM
-        return resolve_lam(self.lam, n, self._n_blocks() * int(self.features_per_step))
+        return auto_lam(n, self._n_blocks() * int(self.features_per_step))
 
     def _epochs(self, n: int):
         """The passes over n training rows: given ones (None: a time budget alone), or ``epochs='auto'``'s
         (small_data.py; the growing model: 4)."""
-        if self.epochs == AUTO and not self._bounded():
-            return LARGE_EPOCHS
-        return resolve_epochs(self.epochs, n)
+        if self.epochs != AUTO:
+            return self.epochs
+        return auto_epochs(n) if self._bounded() else LARGE_EPOCHS
 
     def _config(self, loss, n: int, step: float | None = None, *, train_rows: int | None = None) -> DSGConfig:
         """The training config for n rows (the batch size's); ``train_rows``: the model's training rows, which

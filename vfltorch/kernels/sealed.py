@@ -64,7 +64,9 @@ where a run opens alpha (``train_sealed(held_out=...)``), and tells every rank t
 Fixed point: the cosines with 6 fractional bits (phi_int = cos theta x 2^12), L' with 8, alpha with 20: f has 32
 fractional bits and g 20, both exact in Z_2^64; a truncation in step 6 fails with probability below about 2^-29
 per coefficient and step at B = 64 even where every |L'| is 1 (SecureML: about |x| / 2^63 for a value x; a larger
-batch raises it in proportion), which A sees as an impossible |f| and stops with an error.
+batch raises it in proportion), which A sees as an impossible |f| and stops with an error. The weight decay's
+truncation (x = alpha_int (lambda B / sqrt 2) 2^DECAY_SHIFT) stays below that for |alpha| < 1 and lambda B / sqrt 2
+below 16 (sonar's 156 rows: 7.4, about 2^-30; lambda's cap of 1 at B = 32 gives 22.6, about 2^-28.5).
 
 Memory: H and D each store Qd, n x D words of 8 bytes (400 MB for a9a's 32,561 rows at D = 1536); ``check_memory``
 refuses a run that would not fit.

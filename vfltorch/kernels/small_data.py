@@ -30,8 +30,10 @@ shares (sealed.py, step 6).
 
 from __future__ import annotations
 
+# From SMALL_ROWS rows on the width selection decides on held-out rows (one threshold for both)
+from .selection import SELECT_MIN_ROWS as SMALL_ROWS
+
 AUTO = "auto"
-SMALL_ROWS = 5000               # = selection.SELECT_MIN_ROWS: from here on the width selection decides on held-out rows
 SMALL_C = 30.0
 LARGE_LAM = 1e-5                # the default before issue 40, kept from SMALL_ROWS rows on
 MAX_LAM = 1.0                   # (reached below D / 30 rows: 52 at D = 1536) so that gamma lambda stays far below 1
@@ -50,15 +52,4 @@ def auto_epochs(n: int) -> float:
     return SMALL_EPOCHS if int(n) < SMALL_ROWS else LARGE_EPOCHS
 
 
-def resolve_lam(lam, n: int, D: int) -> float:
-    """A given lambda, or 'auto''s."""
-    return auto_lam(n, D) if lam == AUTO else float(lam)
-
-
-def resolve_epochs(epochs, n: int):
-    """Given epochs (None: a time budget alone), or 'auto''s."""
-    return auto_epochs(n) if epochs == AUTO else epochs
-
-
-__all__ = ["AUTO", "SMALL_ROWS", "SMALL_C", "LARGE_LAM", "SMALL_EPOCHS", "LARGE_EPOCHS", "auto_lam", "auto_epochs",
-           "resolve_lam", "resolve_epochs"]
+__all__ = ["AUTO", "SMALL_ROWS", "SMALL_C", "LARGE_LAM", "SMALL_EPOCHS", "LARGE_EPOCHS", "auto_lam", "auto_epochs"]
